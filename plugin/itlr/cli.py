@@ -1,0 +1,286 @@
+"""The `itlr` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
+from itlr.parser import parse
+from itlr.scoring import Operators, TruthMap
+from itlr.search import SearchOptions
+
+app = typer.Typer(
+    help="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class Engine(StrEnum):
+    memory = "memory"
+    opensearch = "opensearch"
+    elasticsearch = "elasticsearch"
+    auto = "auto"
+
+
+class Mode(StrEnum):
+    knn = "knn"
+    exact = "exact"
+
+
+class AndOp(StrEnum):
+    product = "product"
+    sum = "sum"
+    min = "min"
+    lukasiewicz = "lukasiewicz"
+
+
+class OrOp(StrEnum):
+    sum = "sum"
+    max = "max"
+    probsum = "probsum"
+
+
+class NotOp(StrEnum):
+    complement = "complement"
+    reciprocal = "reciprocal"
+
+
+class Truth(StrEnum):
+    clamp = "clamp"
+    shift = "shift"
+    sigmoid = "sigmoid"
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def run_guarded(action):
+    """Turn our errors into one line and exit status 2 instead of a traceback."""
+    try:
+        return action()
+    except QuerySyntaxError as bad:
+        err.print(bad.render(), highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    except ItlrError as bad:
+        raise fail(str(bad)) from None
+
+
+IndexOpt = Annotated[
+    str, typer.Option("--index", "-i", help="Index name (or a folder path for the memory engine).")
+]
+EngineOpt = Annotated[Engine, typer.Option(help="Where the index lives; memory needs no server.")]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Embedding model: a sentence-transformers path or name (default: bundled all-MiniLM-L6-v2)."
+    ),
+]
+
+
+@app.command("parse")
+def parse_command(
+    query: Annotated[
+        str, typer.Argument(help='A logical query, e.g. \'"vitamin D" AND NOT "bone health"\'.')
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tree as JSON.")] = False,
+) -> None:
+    """Print the canonical form of a logical query (exit 2 on a syntax error)."""
+
+    def action() -> None:
+        parsed = parse(query)
+        if as_json:
+            out.print_json(json.dumps({**parsed.to_dict(), "warnings": list(parsed.warnings)}))
+        else:
+            print(parsed)
+        for warning in parsed.warnings:
+            err.print(f"[yellow]warning:[/] {warning}")
+
+    run_guarded(action)
+
+
+def _require_memory(engine: Engine) -> None:
+    if engine is not Engine.memory:
+        raise ConfigurationError(
+            f"--engine {engine.value} is not available in this version of itlr yet: "
+            "use --engine memory"
+        )
+
+
+def _open_embedded(index: str, model: str | None, create: bool):
+    from itlr.embed import get_embedder
+    from itlr.engines.embedded import EmbeddedIndex, index_path
+
+    path = index_path(index)
+    embedder = get_embedder(model)
+    if create:
+        return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims), embedder
+    backend = EmbeddedIndex.open(path)
+    backend.check_compatible(embedder.name, embedder.dims)
+    return backend, embedder
+
+
+@app.command()
+def ingest(
+    source: Annotated[Path, typer.Argument(help="A .jsonl or .csv file, or a BEIR folder.")],
+    index: IndexOpt,
+    engine: EngineOpt = Engine.memory,
+    model: ModelOpt = None,
+    batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
+) -> None:
+    """Embed documents and add them to an index (re-running adds only what is missing)."""
+    from itlr.documents import read_documents
+    from itlr.ingest import ingest as run_ingest
+    from itlr.progress import document_progress
+
+    def action() -> None:
+        _require_memory(engine)
+        documents = list(read_documents(source))
+        backend, embedder = _open_embedded(index, model, create=True)
+        with document_progress(err) as progress:
+            task = progress.add_task("embedding", total=len(documents))
+            report = run_ingest(
+                documents,
+                backend,
+                embedder,
+                batch_size=batch_size,
+                on_batch=lambda n: progress.advance(task, n),
+            )
+        out.print(
+            f"added {report.added}, skipped {report.skipped} already present, "
+            f"failed {len(report.failed)}; index now holds {backend.count()} documents"
+        )
+        for doc_id, reason in report.failed.items():
+            err.print(f"[red]failed[/] {doc_id}: {reason}")
+        if report.failed:
+            raise typer.Exit(1)
+
+    run_guarded(action)
+
+
+def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("id")
+    table.add_column("score", justify="right")
+    for term in terms:
+        table.add_column(term[:24], justify="right")
+    table.add_column("text", overflow="fold", max_width=70)
+    for rank, hit in enumerate(hits, 1):
+        truths = [f"{hit.truths.get(t, 0.0):.3f}" for t in terms]
+        table.add_row(str(rank), hit.id, f"{hit.score:.4f}", *truths, hit.text[:160])
+    out.print(table)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="A logical query.")],
+    index: IndexOpt,
+    engine: EngineOpt = Engine.memory,
+    k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            help="knn: per-term kNN candidates, rescored exactly; exact: score every document."
+        ),
+    ] = Mode.knn,
+    candidates: Annotated[
+        int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
+    ] = None,
+    hard_filter: Annotated[
+        float | None,
+        typer.Option(
+            help="Drop documents whose truth for a NOT term at the root's AND is >= THETA. A NOT under an OR stays fuzzy.",
+            metavar="THETA",
+        ),
+    ] = None,
+    and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
+    or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
+    not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
+    truth: Annotated[
+        Truth, typer.Option(help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid.")
+    ] = Truth.clamp,
+    tau: Annotated[float, typer.Option(help="Sigmoid centre.")] = 0.5,
+    lam: Annotated[float, typer.Option(help="Sigmoid steepness.")] = 10.0,
+    filter: Annotated[
+        str | None,
+        typer.Option(
+            "--filter", help='JSON query every hit must match, e.g. \'{"term": {"lang": "en"}}\'.'
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
+) -> None:
+    """Search an index with a logical query; prints hits with each term's truth value."""
+    from itlr.retriever import Retriever
+
+    def action() -> None:
+        _require_memory(engine)
+        parsed = parse(query)
+        options = SearchOptions(
+            k=k,
+            mode=mode.value,  # type: ignore[arg-type]
+            candidates=candidates,
+            hard_filter=hard_filter,
+            ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
+            truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
+            filter=_parse_filter(filter),
+        )
+        backend, embedder = _open_embedded(index, model, create=False)
+        result = Retriever(backend, embedder).search(parsed, options)
+        for warning in result.warnings:
+            err.print(f"[yellow]warning:[/] {warning}")
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        else:
+            _print_hits(str(result.query), result.hits, result.query.terms)
+
+    run_guarded(action)
+
+
+def _parse_filter(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as bad:
+        raise ConfigurationError(
+            f"--filter is not valid JSON: {bad.msg} at character {bad.pos}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(
+            '--filter must be a JSON object, e.g. \'{"term": {"lang": "en"}}\''
+        )
+    return value
+
+
+@app.command()
+def demo(
+    k: Annotated[int, typer.Option("--k", "-k", help="Hits per method.")] = 5,
+    rebuild: Annotated[bool, typer.Option(help="Re-embed the demo corpus.")] = False,
+) -> None:
+    """Build the bundled demo index (once) and compare dense and logical retrieval."""
+    from itlr.demo import run_demo
+
+    run_guarded(lambda: run_demo(out, k=k, rebuild=rebuild))
+
+
+def main() -> None:  # pragma: no cover - console entry point for `python -m itlr`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

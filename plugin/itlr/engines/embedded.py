@@ -1,0 +1,379 @@
+"""The embedded engine: an exact, in-process index persisted in a directory.
+
+Layout of an index directory:
+    manifest.json   format, model name, dims, similarity, live document count
+    vectors.f32     float32 unit vectors, one row per line of docs.jsonl (memory-mapped)
+    docs.jsonl      one JSON object per row: {"id", "text", "fields"}, or {"id", "deleted": true}
+
+Rows are only ever appended, so an update or delete is one more row and the newest row of an id
+wins; `compact()` rewrites the files without the dead rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from itlr.errors import ConfigurationError, IndexStateError
+from itlr.query import Query
+from itlr.search import Hit, SearchOptions
+
+FORMAT_VERSION = 1
+HOME_ENV = "ITLR_HOME"
+MANIFEST = "manifest.json"
+VECTORS = "vectors.f32"
+DOCS = "docs.jsonl"
+
+
+def index_path(name: str | Path) -> Path:
+    """Where an embedded index lives: a path as given, or a bare name under $ITLR_HOME/indexes."""
+    text = str(name)
+    if os.sep in text or text.startswith(".") or Path(text).is_dir():
+        return Path(text)
+    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".local" / "share" / "itlr")
+    return home / "indexes" / text
+
+
+@dataclass
+class _Row:
+    id: str
+    text: str
+    fields: dict[str, Any]
+
+
+class EmbeddedIndex:
+    def __init__(self, path: Path, model: str, dims: int) -> None:
+        self.path = Path(path)
+        self.model = model
+        self.dims = dims
+        self._rows: list[_Row | None] = []
+        self._latest: dict[str, int] = {}
+        self._vectors = np.zeros((0, dims), dtype=np.float32)
+        self._live_cache: np.ndarray | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | Path, model: str, dims: int) -> EmbeddedIndex:
+        path = Path(path)
+        if (path / MANIFEST).exists():
+            raise IndexStateError(f"an index already exists at {path}: open it instead")
+        path.mkdir(parents=True, exist_ok=True)
+        (path / VECTORS).write_bytes(b"")
+        (path / DOCS).write_text("")
+        index = cls(path, model, dims)
+        index._write_manifest()
+        return index
+
+    @classmethod
+    def open(cls, path: str | Path) -> EmbeddedIndex:
+        path = Path(path)
+        manifest_path = path / MANIFEST
+        if not manifest_path.exists():
+            raise IndexStateError(
+                f"no itlr index at {path}: create one with `itlr ingest FILE --index {path}`"
+            )
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("format") != FORMAT_VERSION:
+            raise IndexStateError(
+                f"index at {path} has format {manifest.get('format')}, this itlr reads "
+                f"{FORMAT_VERSION}: re-ingest it"
+            )
+        index = cls(path, manifest["model"], int(manifest["dims"]))
+        index._load()
+        return index
+
+    @classmethod
+    def open_or_create(cls, path: str | Path, model: str, dims: int) -> EmbeddedIndex:
+        path = Path(path)
+        if (path / MANIFEST).exists():
+            index = cls.open(path)
+            index.check_compatible(model, dims)
+            return index
+        return cls.create(path, model, dims)
+
+    def check_compatible(self, model: str, dims: int) -> None:
+        if dims != self.dims:
+            raise IndexStateError(
+                f"index at {self.path} holds {self.dims}-dim vectors but model {model!r} makes "
+                f"{dims}-dim ones: use --model {self.model!r} or a new index"
+            )
+        if model != self.model:
+            raise IndexStateError(
+                f"index at {self.path} was built with model {self.model!r}, not {model!r}: "
+                f"use --model {self.model!r} or a new index"
+            )
+
+    def _load(self) -> None:
+        lines = (self.path / DOCS).read_text().splitlines()
+        vector_bytes = (self.path / VECTORS).stat().st_size
+        stored_rows = vector_bytes // (4 * self.dims)
+        # A crash between the two appends leaves one file longer: keep the common prefix.
+        usable = min(len(lines), stored_rows)
+        for line in lines[:usable]:
+            record = json.loads(line)
+            self._append_row(record)
+        if usable:
+            self._vectors = np.memmap(
+                self.path / VECTORS, dtype=np.float32, mode="r", shape=(usable, self.dims)
+            )
+
+    def _append_row(self, record: dict[str, Any]) -> None:
+        doc_id = str(record["id"])
+        self._latest[doc_id] = len(self._rows)
+        if record.get("deleted"):
+            self._rows.append(None)
+        else:
+            self._rows.append(_Row(doc_id, record.get("text", ""), record.get("fields") or {}))
+
+    def _write_manifest(self) -> None:
+        manifest = {
+            "format": FORMAT_VERSION,
+            "model": self.model,
+            "dims": self.dims,
+            "similarity": "cosine",
+            "count": self.count(),
+        }
+        tmp = self.path / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        os.replace(tmp, self.path / MANIFEST)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def add(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        fields: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """Add documents; an id that exists already is replaced."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
+            raise IndexStateError(
+                f"vectors have shape {vectors.shape}, index at {self.path} wants (n, {self.dims})"
+            )
+        if not (len(ids) == len(texts) == vectors.shape[0]):
+            raise ConfigurationError("ids, texts and vectors must have the same length")
+        fields = fields or [{} for _ in ids]
+        records = [
+            {"id": str(i), "text": t, "fields": f}
+            for i, t, f in zip(ids, texts, fields, strict=True)
+        ]
+        self._append(records, _normalise(vectors))
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Delete documents by id; returns how many existed."""
+        present = [str(i) for i in ids if str(i) in self]
+        if present:
+            records = [{"id": i, "deleted": True} for i in present]
+            self._append(records, np.zeros((len(present), self.dims), dtype=np.float32))
+        return len(present)
+
+    def _append(self, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
+        with open(self.path / VECTORS, "ab") as handle:
+            handle.write(vectors.tobytes())
+        with open(self.path / DOCS, "a", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        for record in records:
+            self._append_row(record)
+        self._vectors = np.memmap(
+            self.path / VECTORS, dtype=np.float32, mode="r", shape=(len(self._rows), self.dims)
+        )
+        self._live_cache = None
+        self._write_manifest()
+
+    def compact(self) -> None:
+        """Rewrite the files with live rows only."""
+        live = self._live_rows()
+        vectors = np.array(self._vectors[live])
+        records = [
+            {"id": r.id, "text": r.text, "fields": r.fields}
+            for r in (self._rows[i] for i in live)
+            if r is not None
+        ]
+        (self.path / VECTORS).write_bytes(b"")
+        (self.path / DOCS).write_text("")
+        self._rows, self._latest = [], {}
+        self._vectors = np.zeros((0, self.dims), dtype=np.float32)
+        if records:
+            self._append(records, vectors)
+        else:
+            self._write_manifest()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _live_rows(self) -> np.ndarray:
+        if self._live_cache is None:
+            rows = sorted(r for r in self._latest.values() if self._rows[r] is not None)
+            self._live_cache = np.array(rows, dtype=np.int64)
+        return self._live_cache
+
+    def count(self) -> int:
+        return len(self._live_rows())
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __contains__(self, doc_id: object) -> bool:
+        row = self._latest.get(str(doc_id))
+        return row is not None and self._rows[row] is not None
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        return {i for i in ids if i in self}
+
+    def ids(self) -> list[str]:
+        return [self._rows[r].id for r in self._live_rows()]  # type: ignore[union-attr]
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        row = self._latest.get(str(doc_id))
+        record = self._rows[row] if row is not None else None
+        if record is None:
+            return None
+        return {"id": record.id, "text": record.text, "fields": record.fields}
+
+    def vector(self, doc_id: str) -> np.ndarray:
+        row = self._latest.get(str(doc_id))
+        if row is None or self._rows[row] is None:
+            raise KeyError(doc_id)
+        return np.array(self._vectors[row])
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> list[Hit]:
+        """Run a logical query whose terms (query.terms order) are embedded as term_vectors."""
+        term_vectors = self._check_query_vectors(term_vectors, len(query.terms))
+        rows = self._filtered_rows(options.filter)
+        if rows.size == 0:
+            return []
+        terms = query.terms
+        positive = [terms.index(t) for t in query.positive_terms]
+        if options.mode == "knn" and positive:
+            rows = self._knn_candidates(rows, term_vectors[positive], options.candidate_budget)
+        # One matrix product scores every term against every candidate.
+        cosines = self._vectors[rows] @ term_vectors.T
+        truths = options.truth.apply(cosines, terms)
+        keep = np.ones(len(rows), dtype=bool)
+        if options.hard_filter is not None:
+            for term in query.excluded_terms:
+                keep &= truths[:, terms.index(term)] < options.hard_filter
+        if options.exclude_lexical:
+            raise ConfigurationError(
+                "--exclude-lexical needs a text index: use --engine opensearch or elasticsearch"
+            )
+        rows, truths = rows[keep], truths[keep]
+        scores = np.maximum(query.program.evaluate_matrix(truths, options.ops), 0.0)
+        return self._hits(rows, scores, truths, terms, options.k)
+
+    def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
+        """Plain dense retrieval: rank by cosine to one vector."""
+        vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
+        rows = self._filtered_rows(filter)
+        if rows.size == 0:
+            return []
+        scores = self._vectors[rows] @ vector
+        return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
+
+    def _knn_candidates(self, rows: np.ndarray, vectors: np.ndarray, budget: int) -> np.ndarray:
+        cosines = self._vectors[rows] @ vectors.T
+        if budget >= len(rows):
+            return rows
+        chosen = np.argpartition(-cosines, budget - 1, axis=0)[:budget]
+        return rows[np.unique(chosen)]
+
+    def _hits(
+        self,
+        rows: np.ndarray,
+        scores: np.ndarray,
+        truths: np.ndarray,
+        terms: Sequence[str],
+        k: int,
+    ) -> list[Hit]:
+        ids = [self._rows[r].id for r in rows]  # type: ignore[union-attr]
+        # Highest score first; ties in id order so that results are reproducible.
+        order = sorted(range(len(rows)), key=lambda i: (-float(scores[i]), ids[i]))[:k]
+        hits = []
+        for i in order:
+            row = self._rows[rows[i]]
+            assert row is not None
+            hits.append(
+                Hit(
+                    id=row.id,
+                    score=float(scores[i]),
+                    truths={t: float(truths[i, j]) for j, t in enumerate(terms)},
+                    text=row.text,
+                    fields=row.fields,
+                )
+            )
+        return hits
+
+    def _check_query_vectors(self, vectors: np.ndarray, expected: int) -> np.ndarray:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (expected, self.dims):
+            raise IndexStateError(
+                f"query vectors have shape {vectors.shape}, index at {self.path} wants "
+                f"({expected}, {self.dims}): was it built with another model than {self.model!r}?"
+            )
+        return _normalise(vectors)
+
+    def _filtered_rows(self, filter: dict | None) -> np.ndarray:
+        rows = self._live_rows()
+        if not filter:
+            return rows
+        matches = _compile_filter(filter)
+        return np.array(
+            [r for r in rows if matches(self._rows[r])],
+            dtype=np.int64,  # type: ignore[arg-type]
+        )
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+def _field(row: _Row, name: str) -> Any:
+    if name in ("id", "_id"):
+        return row.id
+    if name == "text":
+        return row.text
+    return row.fields.get(name)
+
+
+def _compile_filter(spec: dict[str, Any]):
+    """The part of the engines' filter DSL the embedded engine understands: term, terms, bool."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise ConfigurationError(f"a filter is one JSON object with one key, got {spec!r}")
+    ((kind, body),) = spec.items()
+    if kind == "term":
+        ((name, value),) = body.items()
+        value = value.get("value") if isinstance(value, dict) else value
+        return lambda row: _field(row, name) == value
+    if kind == "terms":
+        ((name, values),) = body.items()
+        allowed = set(values)
+        return lambda row: _field(row, name) in allowed
+    if kind == "bool":
+
+        def clauses(key: str) -> list:
+            value = body.get(key, [])
+            return [_compile_filter(c) for c in (value if isinstance(value, list) else [value])]
+
+        required = clauses("must") + clauses("filter")
+        forbidden = clauses("must_not")
+        optional = clauses("should")
+        return lambda row: (
+            all(c(row) for c in required)
+            and not any(c(row) for c in forbidden)
+            and (not optional or any(c(row) for c in optional))
+        )
+    raise ConfigurationError(
+        f"the embedded engine filters with term, terms and bool only, not {kind!r}"
+    )

@@ -1,0 +1,46 @@
+"""Errors users see: one line, saying what is wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class ItlrError(Exception):
+    """Base class: the CLI prints these as one line and exits with status 2."""
+
+
+class QuerySyntaxError(ItlrError, ValueError):
+    """A malformed logical query, with the 0-based position of the problem."""
+
+    def __init__(self, message: str, position: int, text: str) -> None:
+        self.message = message
+        self.position = position
+        self.text = text
+        super().__init__(f"{message} (at position {position})")
+
+    @property
+    def caret(self) -> str:
+        """The query with a caret under the offending character."""
+        line = self.text.replace("\n", " ").replace("\t", " ")
+        return f"{line}\n{' ' * self.position}^"
+
+    def render(self) -> str:
+        return f"syntax error at position {self.position}: {self.message}\n{self.caret}"
+
+
+class ConfigurationError(ItlrError):
+    """An option or setting that cannot work as given."""
+
+
+class IndexStateError(ItlrError):
+    """An index that is missing, incompatible, or unreadable."""
+
+
+class EngineError(ItlrError):
+    """The search engine is unreachable or refused a request."""
+
+
+class EmbeddingError(ItlrError):
+    """The embedding model cannot be loaded or produced unusable vectors."""
+
+
+class RewriteError(ItlrError):
+    """A natural-language question could not be turned into a logical query."""

@@ -1,0 +1,151 @@
+"""Text -> query tree, with pyparsing.
+
+Grammar (NOT binds tighter than AND, AND tighter than OR, parentheses override):
+
+    query    := disj
+    disj     := conj (OR conj)*
+    conj     := negation ((AND negation) | prefixed)*      # `a -b` means `a AND NOT b`
+    negation := NOT negation | atom
+    atom     := term weight? | "(" disj ")"
+    term     := quoted string | bare phrase (words up to the next operator or parenthesis)
+
+Operators are case-insensitive words (AND, OR, NOT) or the Lucene/Kibana spellings `&&`, `||`,
+`!` and a leading `-`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import pyparsing as pp
+
+from itlr.errors import QuerySyntaxError
+from itlr.query import And, Node, Not, Or, Query, Term
+
+_BINARY_OPERATOR = re.compile(r"(?i)(and|or)\b|&&|\|\|")
+
+
+def _located(expr: pp.ParserElement) -> pp.ParserElement:
+    return pp.Located(expr)
+
+
+def _span(tokens: pp.ParseResults) -> tuple[int, int]:
+    return int(tokens[0]), int(tokens[2])
+
+
+@cache
+def _grammar() -> pp.ParserElement:
+    pp.ParserElement.enable_packrat()
+    and_op = pp.Suppress(pp.CaselessKeyword("AND") | pp.Literal("&&"))
+    or_op = pp.Suppress(pp.CaselessKeyword("OR") | pp.Literal("||"))
+    not_word = pp.CaselessKeyword("NOT")
+    prefix_not = pp.Literal("!") | pp.Literal("-")
+    not_op = pp.Suppress(not_word | prefix_not)
+    keyword = pp.CaselessKeyword("AND") | pp.CaselessKeyword("OR") | not_word
+
+    quoted = pp.QuotedString(
+        '"', esc_char="\\", convert_whitespace_escapes=False
+    ) | pp.QuotedString("'", esc_char="\\", convert_whitespace_escapes=False)
+    # A bare word may hold '-', '!', "'" inside ("COVID-19", "don't") but may not start with an
+    # operator character, and never swallows `&&` / `||`.
+    bare_word = pp.Regex(r"""(?![-!'"])(?:(?!&&|\|\|)[^\s()"^])+""")
+    bare = pp.original_text_for(pp.OneOrMore(~keyword + bare_word))
+    weight = pp.Suppress("^") - pp.Regex(r"\d+(?:\.\d*)?|\.\d+").set_name("a number")
+
+    term = (_located(quoted | bare) + pp.Optional(weight)).set_name("a term")
+    term.set_parse_action(_make_term)
+
+    disj = pp.Forward().set_name("a term")
+    group = pp.Suppress("(") - disj - pp.Suppress(")")
+    atom = (term | group).set_name("a term")
+    negation = pp.Forward().set_name("a term")
+    negation <<= (_located(not_op - negation).set_parse_action(_make_not) | atom).set_name("a term")
+    implicit_not = pp.FollowedBy(prefix_not) + negation
+    conj = _located(negation + pp.ZeroOrMore((and_op - negation) | implicit_not))
+    conj.set_parse_action(lambda t: _make_nary(And, t))
+    disj <<= _located(conj + pp.ZeroOrMore(or_op - conj)).set_parse_action(
+        lambda t: _make_nary(Or, t)
+    )
+    return disj
+
+
+def _make_term(text: str, loc: int, tokens: pp.ParseResults) -> Term:
+    start, end = _span(tokens)
+    raw = tokens[1][0]
+    value = " ".join(raw.split()) if text[start] not in "\"'" else raw
+    if not value.strip():
+        raise QuerySyntaxError("empty term: write some text between the quotes", start, text)
+    weight = float(tokens[3]) if len(tokens) > 3 else 1.0
+    if len(tokens) > 3:
+        end = text.index("^", end) + 1 + len(tokens[3])
+    return Term(value, weight, (start, end))
+
+
+def _make_not(tokens: pp.ParseResults) -> Not:
+    return Not(tokens[1][0], _span(tokens))
+
+
+def _make_nary(kind: type[And] | type[Or], tokens: pp.ParseResults) -> Node:
+    operands = tuple(tokens[1])
+    if len(operands) == 1:
+        return operands[0]
+    return kind(operands, _span(tokens))
+
+
+def _check_brackets_and_quotes(text: str) -> None:
+    depth_stack: list[int] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        at_term_start = i == 0 or text[i - 1] in " \t\n(!-"
+        if char in "\"'" and (char == '"' or at_term_start):
+            close = i + 1
+            while close < len(text) and text[close] != char:
+                close += 2 if text[close] == "\\" else 1
+            if close >= len(text):
+                raise QuerySyntaxError(f"unterminated quote {char}: close it", i, text)
+            i = close + 1
+            continue
+        if char == "(":
+            depth_stack.append(i)
+        elif char == ")":
+            if not depth_stack:
+                raise QuerySyntaxError("unbalanced ')': no '(' opens it", i, text)
+            depth_stack.pop()
+        i += 1
+    if depth_stack:
+        raise QuerySyntaxError("unbalanced '(': close it with ')'", depth_stack[-1], text)
+
+
+def _explain_failure(text: str, position: int) -> str:
+    rest = text[position:]
+    if text[:position].rstrip().endswith("^") or rest.startswith("^"):
+        return "a weight needs a number after '^', e.g. \"bone health\"^0.5"
+    if not rest.strip():
+        return "query ends after an operator: expected a term"
+    if _BINARY_OPERATOR.match(rest):
+        operator = _BINARY_OPERATOR.match(rest).group(0)
+        return f"expected a term before {operator!r}"
+    if rest.startswith(")"):
+        return "expected a term before ')'"
+    return "expected AND, OR or NOT between terms (quote text that contains operators)"
+
+
+def parse(text: str) -> Query:
+    """Parse a logical query; raise QuerySyntaxError pointing at the problem."""
+    if not isinstance(text, str):
+        raise TypeError(f"query must be a str, not {type(text).__name__}")
+    if not text.strip():
+        raise QuerySyntaxError("empty query: write at least one term", 0, text)
+    _check_brackets_and_quotes(text)
+    try:
+        result = _grammar().parse_string(text, parse_all=True)
+    except pp.ParseBaseException as failure:
+        position = min(max(failure.loc, 0), len(text))
+        while position < len(text) and text[position].isspace():
+            position += 1
+        raise QuerySyntaxError(_explain_failure(text, position), position, text) from None
+    except RecursionError:
+        raise QuerySyntaxError("query is nested too deeply", 0, text) from None
+    return Query(result[0], text)

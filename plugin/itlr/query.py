@@ -1,0 +1,165 @@
+"""The logical query tree: small frozen nodes that remember where they came from.
+
+Spans never take part in equality, so a parsed tree equals the tree parsed from its canonical
+form even though the two texts differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from itlr.program import Program
+    from itlr.scoring import Operators
+
+Span = tuple[int, int]
+NO_SPAN: Span = (0, 0)
+
+
+@dataclass(frozen=True)
+class Term:
+    text: str
+    weight: float = 1.0
+    span: Span = field(default=NO_SPAN, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        escaped = self.text.replace("\\", "\\\\").replace('"', '\\"')
+        suffix = "" if self.weight == 1.0 else f"^{self.weight:g}"
+        return f'"{escaped}"{suffix}'
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Node
+    span: Span = field(default=NO_SPAN, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"NOT {self.operand}"
+
+
+@dataclass(frozen=True)
+class And:
+    operands: tuple[Node, ...]
+    span: Span = field(default=NO_SPAN, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return "(" + " AND ".join(str(o) for o in self.operands) + ")"
+
+
+@dataclass(frozen=True)
+class Or:
+    operands: tuple[Node, ...]
+    span: Span = field(default=NO_SPAN, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return "(" + " OR ".join(str(o) for o in self.operands) + ")"
+
+
+Node = Union[Term, Not, And, Or]  # noqa: UP007 - a runtime alias used in isinstance-free typing
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Pre-order traversal."""
+    yield node
+    if isinstance(node, Not):
+        yield from walk(node.operand)
+    elif isinstance(node, And | Or):
+        for child in node.operands:
+            yield from walk(child)
+
+
+def _node_to_dict(node: Node) -> dict:
+    if isinstance(node, Term):
+        return {"term": node.text, "weight": node.weight, "span": list(node.span)}
+    if isinstance(node, Not):
+        return {"not": _node_to_dict(node.operand), "span": list(node.span)}
+    key = "and" if isinstance(node, And) else "or"
+    return {key: [_node_to_dict(o) for o in node.operands], "span": list(node.span)}
+
+
+@dataclass(frozen=True)
+class Query:
+    """A parsed logical query: the tree plus the text it came from."""
+
+    root: Node
+    source: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """Distinct term texts in order of first appearance: each is embedded once."""
+        seen: dict[str, None] = {}
+        for node in walk(self.root):
+            if isinstance(node, Term):
+                seen.setdefault(node.text)
+        return tuple(seen)
+
+    @property
+    def positive_terms(self) -> tuple[str, ...]:
+        """Terms reached through an even number of NOTs: the ones that gather candidates."""
+        found: dict[str, None] = {}
+
+        def visit(node: Node, negated: bool) -> None:
+            if isinstance(node, Term):
+                if not negated:
+                    found.setdefault(node.text)
+            elif isinstance(node, Not):
+                visit(node.operand, not negated)
+            else:
+                for child in node.operands:
+                    visit(child, negated)
+
+        visit(self.root, False)
+        return tuple(found)
+
+    @property
+    def excluded_terms(self) -> tuple[str, ...]:
+        """Terms of NOT-literals that are conjuncts of the root: safe to hard-filter.
+
+        A document whose truth for such a term is high can never score well, whatever the other
+        terms say, which is not true of a NOT below an OR.
+        """
+        conjuncts = self.root.operands if isinstance(self.root, And) else (self.root,)
+        found: dict[str, None] = {}
+        for node in conjuncts:
+            if isinstance(node, Not) and isinstance(node.operand, Term):
+                found.setdefault(node.operand.text)
+        return tuple(found)
+
+    @property
+    def has_positive_term(self) -> bool:
+        return bool(self.positive_terms)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        if self.has_positive_term:
+            return ()
+        return (
+            "query has no positive term: nothing to gather candidates with, "
+            "so every document is scored (exact mode)",
+        )
+
+    @property
+    def program(self) -> Program:
+        from itlr.program import compile_query
+
+        return compile_query(self)
+
+    def evaluate(
+        self,
+        truths: Mapping[str, float | np.ndarray],
+        ops: Operators | None = None,
+    ) -> float | np.ndarray:
+        """Compose per-term truth values (floats or arrays over documents) into one score."""
+        from itlr.scoring import Operators
+
+        return self.program.evaluate(truths, ops or Operators())
+
+    def to_dict(self) -> dict:
+        return {"query": str(self), "tree": _node_to_dict(self.root), "terms": list(self.terms)}

@@ -1,0 +1,52 @@
+"""The one obvious call: text in, ranked hits out, on any engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from itlr.embed import Embedder
+from itlr.engines import Backend
+from itlr.parser import parse
+from itlr.query import Query
+from itlr.search import Hit, SearchOptions
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    query: Query
+    hits: list[Hit]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {
+            "query": str(self.query),
+            "terms": list(self.query.terms),
+            "warnings": list(self.warnings),
+            "hits": [h.to_dict() for h in self.hits],
+        }
+
+
+class Retriever:
+    def __init__(self, backend: Backend, embedder: Embedder) -> None:
+        self.backend = backend
+        self.embedder = embedder
+
+    def embed_terms(self, query: Query) -> np.ndarray:
+        """All distinct terms in one batched encode call."""
+        return self.embedder.encode(list(query.terms))
+
+    def search(self, query: str | Query, options: SearchOptions | None = None) -> SearchResult:
+        options = options or SearchOptions()
+        if isinstance(query, str):
+            query = parse(query)
+        warnings = query.warnings
+        if options.mode == "knn" and not query.has_positive_term:
+            options = replace(options, mode="exact")
+        hits = self.backend.search(query, self.embed_terms(query), options)
+        return SearchResult(query, hits, warnings)
+
+    def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
+        """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
+        return self.backend.search_vector(self.embedder.encode([text])[0], k, filter)

@@ -1,0 +1,156 @@
+"""Fuzzy operators and the map from cosine similarity to truth values.
+
+Names and defaults follow the paper (section 2.3): AND = product, OR = sum, NOT = complement.
+Every choice has a small integer code because the Painless scripts receive them as params.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from itlr.errors import ConfigurationError
+
+AndName = Literal["product", "sum", "min", "lukasiewicz"]
+OrName = Literal["sum", "max", "probsum"]
+NotName = Literal["complement", "reciprocal"]
+TruthName = Literal["clamp", "shift", "sigmoid"]
+
+AND_CODES: dict[str, int] = {"product": 0, "sum": 1, "min": 2, "lukasiewicz": 3}
+OR_CODES: dict[str, int] = {"sum": 0, "max": 1, "probsum": 2}
+NOT_CODES: dict[str, int] = {"complement": 0, "reciprocal": 1}
+TRUTH_CODES: dict[str, int] = {"clamp": 0, "shift": 1, "sigmoid": 2}
+
+
+def _check(name: str, choices: Mapping[str, int], what: str) -> None:
+    if name not in choices:
+        raise ConfigurationError(f"unknown {what} operator {name!r}: choose one of {list(choices)}")
+
+
+@dataclass(frozen=True)
+class Operators:
+    """Which fuzzy operator each connective uses.
+
+    and_: product (paper default) | sum | min | lukasiewicz (max(0, x+y-1))
+    or_:  sum (paper default) | max | probsum (x+y-xy)
+    not_: complement 1-x (paper default) | reciprocal 1/max(x, eps)
+    """
+
+    and_: AndName = "product"
+    or_: OrName = "sum"
+    not_: NotName = "complement"
+    eps: float = 1e-3
+
+    def __post_init__(self) -> None:
+        _check(self.and_, AND_CODES, "AND")
+        _check(self.or_, OR_CODES, "OR")
+        _check(self.not_, NOT_CODES, "NOT")
+        if not self.eps > 0:
+            raise ConfigurationError(f"eps must be > 0, got {self.eps}")
+
+    @property
+    def and_identity(self) -> float:
+        """The value an AND operand takes when it should not matter (weight 0)."""
+        return 0.0 if self.and_ == "sum" else 1.0
+
+    def conjoin(self, values: Sequence[np.ndarray | float]) -> np.ndarray | float:
+        result = values[0]
+        for value in values[1:]:
+            if self.and_ == "product":
+                result = result * value
+            elif self.and_ == "sum":
+                result = result + value
+            elif self.and_ == "min":
+                result = np.minimum(result, value)
+            else:
+                result = np.maximum(0.0, result + value - 1.0)
+        return result
+
+    def disjoin(self, values: Sequence[np.ndarray | float]) -> np.ndarray | float:
+        result = values[0]
+        for value in values[1:]:
+            if self.or_ == "sum":
+                result = result + value
+            elif self.or_ == "max":
+                result = np.maximum(result, value)
+            else:
+                result = result + value - result * value
+        return result
+
+    def negate(self, value: np.ndarray | float) -> np.ndarray | float:
+        if self.not_ == "complement":
+            return 1.0 - value
+        return 1.0 / np.maximum(value, self.eps)
+
+    def to_params(self) -> dict[str, float | int]:
+        return {
+            "and_op": AND_CODES[self.and_],
+            "or_op": OR_CODES[self.or_],
+            "not_op": NOT_CODES[self.not_],
+            "eps": self.eps,
+        }
+
+
+@dataclass(frozen=True)
+class TruthMap:
+    """How a cosine similarity in [-1, 1] becomes a truth value in [0, 1].
+
+    clamp:   max(0, cos)                       (default)
+    shift:   (1 + cos) / 2
+    sigmoid: 1 / (1 + exp(-(cos - tau) * lam)) with a global (tau, lam) or one per term
+    """
+
+    kind: TruthName = "clamp"
+    tau: float = 0.5
+    lam: float = 10.0
+    per_term: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TRUTH_CODES:
+            raise ConfigurationError(
+                f"unknown truth mapping {self.kind!r}: choose one of {list(TRUTH_CODES)}"
+            )
+
+    def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-term (tau, lam) arrays, falling back to the global pair."""
+        pairs = [self.per_term.get(term, (self.tau, self.lam)) for term in terms]
+        taus = np.array([p[0] for p in pairs], dtype=np.float64)
+        lams = np.array([p[1] for p in pairs], dtype=np.float64)
+        return taus, lams
+
+    def apply(self, cosines: np.ndarray, terms: Sequence[str]) -> np.ndarray:
+        """Map a (documents x terms) cosine matrix to truth values, column j being terms[j]."""
+        cosines = np.asarray(cosines, dtype=np.float64)
+        if self.kind == "clamp":
+            return np.clip(cosines, 0.0, 1.0)
+        if self.kind == "shift":
+            return np.clip((1.0 + cosines) / 2.0, 0.0, 1.0)
+        taus, lams = self.parameters(terms)
+        return 1.0 / (1.0 + np.exp(-(cosines - taus) * lams))
+
+    def to_params(self, terms: Sequence[str]) -> dict[str, object]:
+        taus, lams = self.parameters(terms)
+        return {"truth": TRUTH_CODES[self.kind], "tau": taus.tolist(), "lam": lams.tolist()}
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "tau": self.tau,
+            "lam": self.lam,
+            "per_term": {k: list(v) for k, v in self.per_term.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> TruthMap:
+        per_term = {
+            str(k): (float(v[0]), float(v[1])) for k, v in dict(data.get("per_term") or {}).items()
+        }
+        return cls(
+            kind=str(data.get("kind", "clamp")),  # type: ignore[arg-type]
+            tau=float(data.get("tau", 0.5)),  # type: ignore[arg-type]
+            lam=float(data.get("lam", 10.0)),  # type: ignore[arg-type]
+            per_term=per_term,
+        )

@@ -1,0 +1,68 @@
+"""What every engine takes and returns: search options and hits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from itlr.errors import ConfigurationError
+from itlr.scoring import Operators, TruthMap
+
+Mode = Literal["knn", "exact"]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to run a logical query.
+
+    mode:        knn gathers candidates with one kNN search per positive term and rescores their
+                 union exactly; exact scores every document.
+    candidates:  kNN budget per positive term (default max(100, 10 * k)).
+    hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
+    exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
+                 (OpenSearch / Elasticsearch only).
+    filter:      an engine query (JSON DSL) that every hit must match.
+    """
+
+    k: int = 10
+    mode: Mode = "knn"
+    candidates: int | None = None
+    hard_filter: float | None = None
+    exclude_lexical: bool = False
+    ops: Operators = field(default_factory=Operators)
+    truth: TruthMap = field(default_factory=TruthMap)
+    filter: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ConfigurationError(f"k must be at least 1, got {self.k}")
+        if self.mode not in ("knn", "exact"):
+            raise ConfigurationError(f"unknown mode {self.mode!r}: choose knn or exact")
+        if self.candidates is not None and self.candidates < 1:
+            raise ConfigurationError(f"candidates must be at least 1, got {self.candidates}")
+        if self.hard_filter is not None and not 0.0 <= self.hard_filter <= 1.0:
+            raise ConfigurationError(
+                f"--hard-filter is a truth threshold in [0, 1], got {self.hard_filter}"
+            )
+
+    @property
+    def candidate_budget(self) -> int:
+        return self.candidates if self.candidates is not None else max(100, 10 * self.k)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    truths: dict[str, float]
+    text: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "score": self.score,
+            "truths": self.truths,
+            "text": self.text,
+            "fields": self.fields,
+        }
