@@ -34,6 +34,10 @@ def _span(tokens: pp.ParseResults) -> tuple[int, int]:
     return int(tokens[0]), int(tokens[2])
 
 
+def _quoted(mark: str) -> pp.ParserElement:
+    return pp.QuotedString(mark, esc_char="\\", convert_whitespace_escapes=False, multiline=True)
+
+
 @cache
 def _grammar() -> pp.ParserElement:
     pp.ParserElement.enable_packrat()
@@ -44,9 +48,7 @@ def _grammar() -> pp.ParserElement:
     not_op = pp.Suppress(not_word | prefix_not)
     keyword = pp.CaselessKeyword("AND") | pp.CaselessKeyword("OR") | not_word
 
-    quoted = pp.QuotedString(
-        '"', esc_char="\\", convert_whitespace_escapes=False
-    ) | pp.QuotedString("'", esc_char="\\", convert_whitespace_escapes=False)
+    quoted = _quoted('"') | _quoted("'")
     # A bare word may hold '-', '!', "'" inside ("COVID-19", "don't") but may not start with an
     # operator character, and never swallows `&&` / `||`.
     bare_word = pp.Regex(r"""(?![-!'"])(?:(?!&&|\|\|)[^\s()"^])+""")
@@ -67,7 +69,7 @@ def _grammar() -> pp.ParserElement:
     disj <<= _located(conj + pp.ZeroOrMore(or_op - conj)).set_parse_action(
         lambda t: _make_nary(Or, t)
     )
-    return disj
+    return disj.parse_with_tabs()
 
 
 def _make_term(text: str, loc: int, tokens: pp.ParseResults) -> Term:

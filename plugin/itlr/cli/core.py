@@ -1,94 +1,33 @@
-"""The `itlr` command line."""
+"""Core commands: parse, ingest, search, demo."""
 
 from __future__ import annotations
 
 import json
-import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
+from itlr.cli.app import (
+    AndOp,
+    Engine,
+    EngineOpt,
+    IndexOpt,
+    Mode,
+    ModelOpt,
+    NotOp,
+    OrOp,
+    Truth,
+    app,
+    err,
+    out,
+    run_guarded,
+)
+from itlr.errors import ConfigurationError
 from itlr.parser import parse
 from itlr.scoring import Operators, TruthMap
 from itlr.search import SearchOptions
-
-app = typer.Typer(
-    help="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console()
-err = Console(stderr=True)
-
-
-class Engine(StrEnum):
-    memory = "memory"
-    opensearch = "opensearch"
-    elasticsearch = "elasticsearch"
-    auto = "auto"
-
-
-class Mode(StrEnum):
-    knn = "knn"
-    exact = "exact"
-
-
-class AndOp(StrEnum):
-    product = "product"
-    sum = "sum"
-    min = "min"
-    lukasiewicz = "lukasiewicz"
-
-
-class OrOp(StrEnum):
-    sum = "sum"
-    max = "max"
-    probsum = "probsum"
-
-
-class NotOp(StrEnum):
-    complement = "complement"
-    reciprocal = "reciprocal"
-
-
-class Truth(StrEnum):
-    clamp = "clamp"
-    shift = "shift"
-    sigmoid = "sigmoid"
-
-
-def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
-def run_guarded(action):
-    """Turn our errors into one line and exit status 2 instead of a traceback."""
-    try:
-        return action()
-    except QuerySyntaxError as bad:
-        err.print(bad.render(), highlight=False, markup=False)
-        raise typer.Exit(2) from None
-    except ItlrError as bad:
-        raise fail(str(bad)) from None
-
-
-IndexOpt = Annotated[
-    str, typer.Option("--index", "-i", help="Index name (or a folder path for the memory engine).")
-]
-EngineOpt = Annotated[Engine, typer.Option(help="Where the index lives; memory needs no server.")]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Embedding model: a sentence-transformers path or name (default: bundled all-MiniLM-L6-v2)."
-    ),
-]
 
 
 @app.command("parse")
@@ -276,11 +215,3 @@ def demo(
     from itlr.demo import run_demo
 
     run_guarded(lambda: run_demo(out, k=k, rebuild=rebuild))
-
-
-def main() -> None:  # pragma: no cover - console entry point for `python -m itlr`
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

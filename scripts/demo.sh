@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Set-up and the main job on the embedded engine: no server, no network beyond installing.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
+exec itlr demo "$@"
