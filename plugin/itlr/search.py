@@ -22,6 +22,7 @@ class SearchOptions:
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
     filter:      an engine query (JSON DSL) that every hit must match.
+    explain:     return each hit's per-term truth values (the embedded engine always does).
     """
 
     k: int = 10
@@ -32,6 +33,7 @@ class SearchOptions:
     ops: Operators = field(default_factory=Operators)
     truth: TruthMap = field(default_factory=TruthMap)
     filter: dict[str, Any] | None = None
+    explain: bool = False
 
     def __post_init__(self) -> None:
         if self.k < 1:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -75,10 +79,144 @@ def run_guarded(action):
 IndexOpt = Annotated[
     str, typer.Option("--index", "-i", help="Index name (or a folder path for the memory engine).")
 ]
-EngineOpt = Annotated[Engine, typer.Option(help="Where the index lives; memory needs no server.")]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
         help="Embedding model: a sentence-transformers path or name (default: bundled all-MiniLM-L6-v2)."
     ),
 ]
+
+
+_ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "engine": (
+        Annotated[
+            Engine | None,
+            typer.Option(
+                help="Where the index lives: memory (embedded, no server), opensearch, "
+                "elasticsearch, or auto (ask the cluster). Default: auto with --url, else memory.",
+                rich_help_panel="Engine",
+            ),
+        ],
+        None,
+    ),
+    "url": (
+        Annotated[
+            str | None,
+            typer.Option(
+                envvar="ITLR_URL",
+                help="Cluster URL, e.g. http://localhost:9200.",
+                rich_help_panel="Engine",
+            ),
+        ],
+        None,
+    ),
+    "vector_field": (
+        Annotated[str, typer.Option(help="Vector field of the index.", rich_help_panel="Engine")],
+        "embedding",
+    ),
+    "text_field": (
+        Annotated[str, typer.Option(help="Text field of the index.", rich_help_panel="Engine")],
+        "text",
+    ),
+    "inline_script": (
+        Annotated[
+            bool,
+            typer.Option(
+                help="Send the fixed Painless source with each request instead of a stored "
+                "script (for clusters that forbid stored scripts).",
+                rich_help_panel="Engine",
+            ),
+        ],
+        False,
+    ),
+    "user": (
+        Annotated[
+            str | None,
+            typer.Option(envvar="ITLR_USER", help="Basic-auth user.", rich_help_panel="Engine"),
+        ],
+        None,
+    ),
+    "password": (
+        Annotated[
+            str | None,
+            typer.Option(
+                envvar="ITLR_PASSWORD",
+                help="Basic-auth password (prefer the env var).",
+                show_default=False,
+                rich_help_panel="Engine",
+            ),
+        ],
+        None,
+    ),
+    "api_key": (
+        Annotated[
+            str | None,
+            typer.Option(
+                envvar="ITLR_API_KEY",
+                help="API key (Elasticsearch).",
+                show_default=False,
+                rich_help_panel="Engine",
+            ),
+        ],
+        None,
+    ),
+    "ca_file": (
+        Annotated[
+            str | None,
+            typer.Option(
+                envvar="ITLR_CA_FILE", help="CA bundle for TLS.", rich_help_panel="Engine"
+            ),
+        ],
+        None,
+    ),
+}
+
+
+def _build_spec(index: str, values: dict[str, Any]):
+    from itlr.engines.factory import Connection, EngineSpec
+    from itlr.engines.remote import IndexLayout
+
+    engine = values["engine"]
+    url = values["url"]
+    name = engine.value if engine else ("auto" if url else "memory")
+    connection = None
+    if url and name != "memory":
+        connection = Connection.from_env(
+            url,
+            user=values["user"],
+            password=values["password"],
+            api_key=values["api_key"],
+            ca_file=values["ca_file"],
+        )
+    return EngineSpec(
+        engine=name,
+        index=index,
+        connection=connection,
+        layout=IndexLayout(values["vector_field"], values["text_field"]),
+        inline_script=values["inline_script"],
+    )
+
+
+def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the shared engine options; it receives them as `spec` (an EngineSpec)."""
+    signature = inspect.signature(func)
+    own = [p for p in signature.parameters.values() if p.name != "spec"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        for name, (hint, default) in _ENGINE_OPTIONS.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in _ENGINE_OPTIONS}
+        kwargs["spec"] = run_guarded(lambda: _build_spec(kwargs.get("index", "default"), values))
+        return func(**kwargs)
+
+    hints = typing.get_type_hints(func, include_extras=True)
+    hints.pop("spec", None)
+    hints.update({name: hint for name, (hint, _default) in _ENGINE_OPTIONS.items()})
+    wrapper.__annotations__ = hints
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
+    )
+    return wrapper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,8 +12,6 @@ from rich.table import Table
 
 from itlr.cli.app import (
     AndOp,
-    Engine,
-    EngineOpt,
     IndexOpt,
     Mode,
     ModelOpt,
@@ -20,6 +19,7 @@ from itlr.cli.app import (
     OrOp,
     Truth,
     app,
+    engine_command,
     err,
     out,
     run_guarded,
@@ -51,33 +51,28 @@ def parse_command(
     run_guarded(action)
 
 
-def _require_memory(engine: Engine) -> None:
-    if engine is not Engine.memory:
-        raise ConfigurationError(
-            f"--engine {engine.value} is not available in this version of itlr yet: "
-            "use --engine memory"
-        )
-
-
-def _open_embedded(index: str, model: str | None, create: bool):
+def _open(spec, model: str | None, create: bool):
     from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex, index_path
+    from itlr.engines.factory import open_backend
 
-    path = index_path(index)
     embedder = get_embedder(model)
-    if create:
-        return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims), embedder
-    backend = EmbeddedIndex.open(path)
-    backend.check_compatible(embedder.name, embedder.dims)
+    backend = open_backend(spec, embedder, create=create)
+    for warning in getattr(backend, "warnings", ()):
+        err.print(f"[yellow]warning:[/] {warning}")
     return backend, embedder
 
 
 @app.command()
+@engine_command
 def ingest(
     source: Annotated[Path, typer.Argument(help="A .jsonl or .csv file, or a BEIR folder.")],
     index: IndexOpt,
-    engine: EngineOpt = Engine.memory,
+    spec: Any = None,
     model: ModelOpt = None,
+    knn_engine: Annotated[
+        str | None,
+        typer.Option(help="k-NN engine for a new OpenSearch index: lucene (default) or faiss."),
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
 ) -> None:
     """Embed documents and add them to an index (re-running adds only what is missing)."""
@@ -86,9 +81,8 @@ def ingest(
     from itlr.progress import document_progress
 
     def action() -> None:
-        _require_memory(engine)
         documents = list(read_documents(source))
-        backend, embedder = _open_embedded(index, model, create=True)
+        backend, embedder = _open(replace(spec, knn_engine=knn_engine), model, create=True)
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = run_ingest(
@@ -115,6 +109,8 @@ def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
     table.add_column("#", justify="right")
     table.add_column("id")
     table.add_column("score", justify="right")
+    explained = any(hit.truths for hit in hits)
+    terms = terms if explained else ()
     for term in terms:
         table.add_column(term[:24], justify="right")
     table.add_column("text", overflow="fold", max_width=70)
@@ -125,10 +121,11 @@ def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
 
 
 @app.command()
+@engine_command
 def search(
     query: Annotated[str, typer.Argument(help="A logical query.")],
     index: IndexOpt,
-    engine: EngineOpt = Engine.memory,
+    spec: Any = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
     mode: Annotated[
         Mode,
@@ -160,6 +157,16 @@ def search(
             "--filter", help='JSON query every hit must match, e.g. \'{"term": {"lang": "en"}}\'.'
         ),
     ] = None,
+    exclude_lexical: Annotated[
+        bool,
+        typer.Option(
+            help="Also drop documents whose text contains a root-level NOT term as a phrase "
+            "(match_phrase in must_not; OpenSearch/Elasticsearch)."
+        ),
+    ] = False,
+    explain: Annotated[
+        bool, typer.Option(help="Show each hit's per-term truth values (one round trip).")
+    ] = False,
     model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
@@ -167,7 +174,6 @@ def search(
     from itlr.retriever import Retriever
 
     def action() -> None:
-        _require_memory(engine)
         parsed = parse(query)
         options = SearchOptions(
             k=k,
@@ -177,8 +183,10 @@ def search(
             ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
             truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
             filter=_parse_filter(filter),
+            exclude_lexical=exclude_lexical,
+            explain=explain,
         )
-        backend, embedder = _open_embedded(index, model, create=False)
+        backend, embedder = _open(spec, model, create=False)
         result = Retriever(backend, embedder).search(parsed, options)
         for warning in result.warnings:
             err.print(f"[yellow]warning:[/] {warning}")

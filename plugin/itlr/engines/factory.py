@@ -1,0 +1,144 @@
+"""Choosing and opening an engine from command-line style settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from itlr.embed import Embedder
+from itlr.engines.remote import IndexLayout
+from itlr.errors import ConfigurationError, EngineError
+
+ENGINES = ("memory", "opensearch", "elasticsearch", "auto")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach a cluster. Secrets come from flags or ITLR_* environment variables and are
+    never printed."""
+
+    url: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    verify_certs: bool = True
+
+    @classmethod
+    def from_env(cls, url: str, **given: Any) -> Connection:
+        values = {
+            "user": given.get("user") or os.environ.get("ITLR_USER"),
+            "password": given.get("password") or os.environ.get("ITLR_PASSWORD"),
+            "api_key": given.get("api_key") or os.environ.get("ITLR_API_KEY"),
+            "ca_file": given.get("ca_file") or os.environ.get("ITLR_CA_FILE"),
+        }
+        return cls(url.rstrip("/"), verify_certs=given.get("verify_certs", True), **values)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine: str = "memory"
+    index: str = "default"
+    connection: Connection | None = None
+    layout: IndexLayout = field(default_factory=IndexLayout)
+    inline_script: bool = False
+    knn_engine: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigurationError(f"unknown engine {self.engine!r}: choose one of {ENGINES}")
+        if self.engine != "memory" and self.connection is None:
+            raise ConfigurationError(
+                f"--engine {self.engine} needs --url (e.g. http://localhost:9200)"
+            )
+
+
+def detect_engine(connection: Connection) -> tuple[str, str]:
+    """(engine, version) from the cluster's root endpoint."""
+    request = urllib.request.Request(connection.url + "/")
+    if connection.api_key:
+        request.add_header("Authorization", f"ApiKey {connection.api_key}")
+    elif connection.user:
+        import base64
+
+        token = base64.b64encode(f"{connection.user}:{connection.password or ''}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    context = None
+    if connection.url.startswith("https"):
+        import ssl
+
+        context = ssl.create_default_context(cafile=connection.ca_file)
+        if not connection.verify_certs:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            info = json.load(response)
+    except urllib.error.HTTPError as refused:
+        raise EngineError(
+            f"{connection.url} answered {refused.code} to GET /: check the URL and credentials"
+        ) from None
+    except (urllib.error.URLError, OSError) as down:
+        raise EngineError(
+            f"cannot reach {connection.url} ({down}): is it running? check --url"
+        ) from None
+    version = info.get("version", {})
+    number = str(version.get("number", "?"))
+    if version.get("distribution") == "opensearch":
+        return "opensearch", number
+    if "tagline" in info or version.get("build_flavor"):
+        return "elasticsearch", number
+    raise EngineError(
+        f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / said {info}"
+    )
+
+
+def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
+    """An engine for the spec's index; `create` makes a missing index (ingestion)."""
+    if spec.engine == "memory":
+        from itlr.engines.embedded import EmbeddedIndex, index_path
+
+        path = index_path(spec.index)
+        if create:
+            return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims)
+        backend = EmbeddedIndex.open(path)
+        backend.check_compatible(embedder.name, embedder.dims)
+        return backend
+
+    backend = remote_backend(spec, embedder.name, embedder.dims)
+    if create:
+        backend.ensure_index(spec.knn_engine)
+    else:
+        backend.check_index()
+    return backend
+
+
+def remote_backend(spec: EngineSpec, model: str, dims: int):
+    """A cluster backend for the spec, without touching its index yet."""
+    if spec.connection is None:
+        raise ConfigurationError("this command needs a cluster: give --url")
+    engine = spec.engine
+    if engine == "auto":
+        engine, _version = detect_engine(spec.connection)
+    if engine == "opensearch":
+        from itlr.engines.opensearch import OpenSearchBackend, connect
+
+        conn = spec.connection
+        client = connect(conn.url, conn.user, conn.password, conn.ca_file, conn.verify_certs)
+        return OpenSearchBackend(
+            client,
+            spec.index,
+            model,
+            dims,
+            layout=spec.layout,
+            inline_script=spec.inline_script,
+            url=conn.url,
+        )
+    raise ConfigurationError(
+        "--engine elasticsearch is not available in this version of itlr yet: "
+        "use --engine opensearch or memory"
+    )
