@@ -344,7 +344,8 @@ def _field(row: _Row, name: str) -> Any:
         return row.id
     if name == "text":
         return row.text
-    return row.fields.get(name)
+    # Remote engines keep user fields under "metadata."; accept the same filter here.
+    return row.fields.get(name.removeprefix("metadata."))
 
 
 def _compile_filter(spec: dict[str, Any]):

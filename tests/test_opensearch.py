@@ -1,0 +1,348 @@
+"""Against a real OpenSearch: the engine must agree with the embedded engine to 1e-4."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import itlr
+from itlr import And, IndexStateError, Not, Operators, Or, Term, TruthMap
+from itlr.cli import app
+from itlr.documents import read_jsonl
+from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.factory import Connection, EngineSpec, open_backend
+from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend, connect
+from itlr.errors import EngineError
+from itlr.ingest import ingest
+from itlr.query import Query
+from itlr.resources import data_file
+from itlr.search import SearchOptions
+
+pytestmark = pytest.mark.opensearch
+
+VOCABULARY = [
+    "vitamin D",
+    "bone health",
+    "immune system",
+    "depression and mood",
+    "electric car batteries",
+    "charging stations",
+    "purchase price",
+    "Python",
+    "data analysis",
+    "web frameworks",
+    "coffee and sleep",
+    "brewing methods",
+    "Paris museums",
+    "French food",
+    "running injuries",
+    "Roman army",
+    "solar power",
+    "dog training",
+    "guitar",
+    "copyright law",
+]
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    return list(read_jsonl(data_file("demo", "corpus.jsonl")))
+
+
+@pytest.fixture(scope="session")
+def corpus_vectors(corpus, embedder) -> np.ndarray:
+    return embedder.encode([d.text for d in corpus])
+
+
+@pytest.fixture(scope="session")
+def vocabulary_vectors(embedder) -> dict[str, np.ndarray]:
+    return dict(zip(VOCABULARY, embedder.encode(VOCABULARY), strict=True))
+
+
+@pytest.fixture(scope="session")
+def client(opensearch_url: str):
+    return connect(opensearch_url)
+
+
+@pytest.fixture(scope="session")
+def demo_backend(client, opensearch_url, corpus, corpus_vectors, embedder) -> OpenSearchBackend:
+    backend = OpenSearchBackend(
+        client,
+        f"itlr-parity-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=opensearch_url,
+    )
+    backend.ensure_index()
+    failures = backend.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    assert failures == {}
+    backend.refresh()
+    return backend
+
+
+@pytest.fixture(scope="session")
+def embedded(tmp_path_factory, corpus, corpus_vectors, embedder) -> EmbeddedIndex:
+    index = EmbeddedIndex.create(
+        tmp_path_factory.mktemp("parity") / "idx", embedder.name, embedder.dims
+    )
+    index.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    return index
+
+
+def random_tree(rng: random.Random, depth: int = 0):
+    if depth >= 2 or rng.random() < 0.35:
+        weight = rng.choice([1.0, 1.0, 1.0, 0.5, 2.0])
+        return Term(rng.choice(VOCABULARY), weight)
+    kind = rng.choice(["and", "or", "not", "and"])
+    if kind == "not":
+        return Not(random_tree(rng, depth + 1))
+    children = tuple(random_tree(rng, depth + 1) for _ in range(rng.randint(2, 3)))
+    return And(children) if kind == "and" else Or(children)
+
+
+def random_queries(count: int, seed: int = 7) -> list[tuple[Query, SearchOptions]]:
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < count:
+        query = itlr.parse(str(Query(random_tree(rng))))
+        ops = Operators(
+            rng.choice(["product", "sum", "min", "lukasiewicz"]),
+            rng.choice(["sum", "max", "probsum"]),
+            rng.choice(["complement", "reciprocal"]),
+        )
+        truth = rng.choice(
+            [TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", tau=0.3, lam=8.0)]
+        )
+        cases.append((query, SearchOptions(k=10, mode="exact", ops=ops, truth=truth)))
+    return cases
+
+
+def term_vectors(query: Query, vocabulary_vectors) -> np.ndarray:
+    return np.stack([vocabulary_vectors[t] for t in query.terms])
+
+
+def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
+    assert len(remote) == len(local)
+    for mine, theirs in zip(remote, local, strict=True):
+        assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
+        if mine.id != theirs.id:
+            # Only a tie may swap two documents.
+            assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
+
+
+PARITY_CASES = random_queries(60)
+
+
+def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
+    demo_backend, embedded, vocabulary_vectors
+) -> None:
+    identical_top10 = 0
+    for query, options in PARITY_CASES:
+        vectors = term_vectors(query, vocabulary_vectors)
+        remote = demo_backend.search(query, vectors, options)
+        local = embedded.search(query, vectors, options)
+        assert_same_ranking(remote, local)
+        identical_top10 += [h.id for h in remote] == [h.id for h in local]
+    assert identical_top10 >= 55
+
+
+def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
+    demo_backend, embedded, vocabulary_vectors, corpus
+) -> None:
+    for query, options in PARITY_CASES[:20]:
+        if not query.has_positive_term:
+            continue
+        vectors = term_vectors(query, vocabulary_vectors)
+        knn = SearchOptions(**{**options.__dict__, "mode": "knn", "candidates": len(corpus)})
+        assert_same_ranking(
+            demo_backend.search(query, vectors, knn), embedded.search(query, vectors, options)
+        )
+
+
+def test_hard_filter_drops_the_same_documents(demo_backend, embedded, vocabulary_vectors) -> None:
+    query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
+    vectors = term_vectors(query, vocabulary_vectors)
+    for theta in (0.25, 0.4):
+        options = SearchOptions(k=50, mode="exact", hard_filter=theta, explain=True)
+        remote = demo_backend.search(query, vectors, options)
+        local = embedded.search(query, vectors, options)
+        assert [h.id for h in remote] == [h.id for h in local]
+        assert all(h.truths["bone health"] < theta for h in remote)
+
+
+def test_user_filters_apply_inside_knn_and_outside(
+    demo_backend, embedded, vocabulary_vectors
+) -> None:
+    query = itlr.parse('"vitamin D" OR "coffee and sleep"')
+    vectors = term_vectors(query, vocabulary_vectors)
+    topic_filter = {"term": {"metadata.topic": "coffee"}}
+    for mode in ("knn", "exact"):
+        options = SearchOptions(k=10, mode=mode, filter=topic_filter)
+        remote = demo_backend.search(query, vectors, options)
+        assert remote and all(h.fields["topic"] == "coffee" for h in remote)
+        assert_same_ranking(remote, embedded.search(query, vectors, options))
+
+
+def test_lexical_exclusion_drops_documents_containing_the_phrase(
+    demo_backend, vocabulary_vectors
+) -> None:
+    query = itlr.parse('"vitamin D" AND NOT "bone health"')
+    options = SearchOptions(k=30, exclude_lexical=True)
+    hits = demo_backend.search(query, term_vectors(query, vocabulary_vectors), options)
+    assert hits and not any("bone health" in h.text.lower() for h in hits)
+
+
+def test_hits_come_without_vectors_unless_explained(demo_backend, vocabulary_vectors) -> None:
+    query = itlr.parse('"vitamin D" AND NOT "bone health"')
+    vectors = term_vectors(query, vocabulary_vectors)
+    body = demo_backend.build_request(query, vectors, SearchOptions())
+    assert body["_source"] == {"excludes": ["embedding"]}
+    plain = demo_backend.search(query, vectors, SearchOptions(k=3))
+    assert all(h.truths == {} for h in plain)
+    explained = demo_backend.search(query, vectors, SearchOptions(k=3, explain=True))
+    assert set(explained[0].truths) == {"vitamin D", "bone health"}
+
+
+HOSTILE_TERMS = [
+    '"; return 1e9; //',
+    '\\"}}]} params.vectors.clear(); \\u0000',
+    "doc['embedding'] + ' OR \" AND )(",
+    "{{mustache}} ${injection} </script>",
+]
+
+
+def test_hostile_terms_change_nothing_but_their_vectors(demo_backend, embedder) -> None:
+    text = " AND ".join(
+        '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in HOSTILE_TERMS
+    )
+    query = itlr.parse(text)
+    assert query.terms == tuple(HOSTILE_TERMS)
+    vectors = embedder.encode(list(query.terms))
+    body = demo_backend.build_request(query, vectors, SearchOptions(hard_filter=0.5))
+    script = body["query"]["script_score"]["script"]
+    assert set(script) == {"id", "params"} and script["id"] == SCORE_SCRIPT.id
+    serialized = json.dumps(body)
+    assert not any(t in serialized or json.dumps(t)[1:-1] in serialized for t in HOSTILE_TERMS)
+    hits = demo_backend.search(query, vectors, SearchOptions(k=5))
+    assert len(hits) == 5
+
+
+def test_inline_mode_sends_the_fixed_source(demo_backend, embedder) -> None:
+    inline = OpenSearchBackend(
+        demo_backend.client, demo_backend.index, embedder.name, embedder.dims, inline_script=True
+    )
+    query = itlr.parse('"vitamin D" AND NOT "bone health"')
+    vectors = embedder.encode(list(query.terms))
+    body = inline.build_request(query, vectors, SearchOptions(hard_filter=0.5))
+    assert body["query"]["script_score"]["script"]["source"] == SCORE_SCRIPT.source
+    exclusion = body["query"]["script_score"]["query"]["bool"]["must_not"][0]["script_score"]
+    assert exclusion["script"]["source"] == EXCLUDE_SCRIPT.source
+    stored = demo_backend.search(query, vectors, SearchOptions(k=5))
+    assert [h.id for h in inline.search(query, vectors, SearchOptions(k=5))] == [
+        h.id for h in stored
+    ]
+
+
+def test_install_is_idempotent(demo_backend) -> None:
+    demo_backend.install_scripts()
+    assert demo_backend.install_scripts() == []
+    assert demo_backend.client.get_script(id=SCORE_SCRIPT.id)["found"]
+
+
+def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
+    client, opensearch_url, corpus, embedder
+) -> None:
+    documents = corpus[:40]
+    broken = list(documents)
+    # A real mapping conflict: metadata.topic is a keyword, this one is an object.
+    broken[17] = type(broken[17])(broken[17].id, broken[17].text, {"topic": {"nested": "x"}})
+    spec = EngineSpec(
+        "opensearch", f"itlr-ingest-{uuid.uuid4().hex[:8]}", Connection(opensearch_url)
+    )
+    backend = open_backend(spec, embedder, create=True)
+    first = ingest(broken, backend, embedder, batch_size=16)
+    assert first.failed.keys() == {documents[17].id}
+    assert "metadata.topic" in first.failed[documents[17].id]
+    assert backend.count() == 39
+    second = ingest(documents, backend, embedder, batch_size=16)
+    assert (second.added, second.skipped, second.failed) == (1, 39, {})
+    assert backend.count() == 40
+
+
+def test_index_with_other_dimensions_is_refused(client, opensearch_url, embedder) -> None:
+    name = f"itlr-dims-{uuid.uuid4().hex[:8]}"
+    OpenSearchBackend(client, name, "tiny-model", 8, url=opensearch_url).ensure_index()
+    spec = EngineSpec("opensearch", name, Connection(opensearch_url))
+    with pytest.raises(IndexStateError, match="8-dim vectors"):
+        open_backend(spec, embedder)
+
+
+def test_index_recording_another_model_warns(client, opensearch_url, embedder) -> None:
+    name = f"itlr-model-{uuid.uuid4().hex[:8]}"
+    OpenSearchBackend(
+        client, name, "someone-elses-model", embedder.dims, url=opensearch_url
+    ).ensure_index()
+    with pytest.warns(UserWarning, match="someone-elses-model"):
+        open_backend(EngineSpec("opensearch", name, Connection(opensearch_url)), embedder)
+
+
+def test_unreachable_engine_is_one_actionable_line(embedder) -> None:
+    spec = EngineSpec("opensearch", "x", Connection("http://127.0.0.1:9"))
+    with pytest.raises(EngineError, match=r"cannot reach OpenSearch at http://127\.0\.0\.1:9"):
+        open_backend(spec, embedder)
+
+
+# -- the CLI against the server ----------------------------------------------------------
+
+runner = CliRunner()
+
+
+def test_cli_search_on_opensearch_returns_the_embedded_ranking(opensearch_url, tmp_path) -> None:
+    source = data_file("demo", "corpus.jsonl")
+    name = f"itlr-cli-{uuid.uuid4().hex[:8]}"
+    ingested = runner.invoke(app, ["ingest", str(source), "--url", opensearch_url, "--index", name])
+    assert ingested.exit_code == 0, ingested.output
+    runner.invoke(app, ["ingest", str(source), "--index", str(tmp_path / "local")])
+    query = '"vitamin D benefits" AND NOT "bone health"'
+    remote = runner.invoke(
+        app, ["search", query, "--url", opensearch_url, "--index", name, "--json"]
+    )
+    local = runner.invoke(app, ["search", query, "--index", str(tmp_path / "local"), "--json"])
+    assert remote.exit_code == 0, remote.output
+    remote_ids = [h["id"] for h in json.loads(remote.stdout)["hits"]]
+    assert remote_ids == [h["id"] for h in json.loads(local.stdout)["hits"]]
+    auto = runner.invoke(
+        app,
+        ["search", query, "--engine", "auto", "--url", opensearch_url, "--index", name, "--json"],
+    )
+    assert [h["id"] for h in json.loads(auto.stdout)["hits"]] == remote_ids
+
+
+def test_cli_errors_exit_2_with_one_line(opensearch_url) -> None:
+    missing = runner.invoke(
+        app,
+        [
+            "search",
+            "x",
+            "--url",
+            opensearch_url,
+            "--engine",
+            "opensearch",
+            "--index",
+            "no-such-index",
+        ],
+    )
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.stderr and "itlr ingest" in missing.stderr
+    down = runner.invoke(app, ["search", "x", "--url", "http://127.0.0.1:9", "--index", "demo"])
+    assert down.exit_code == 2 and "cannot reach" in down.stderr
+    assert "Traceback" not in missing.output + down.output
