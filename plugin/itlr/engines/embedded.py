@@ -258,7 +258,7 @@ class EmbeddedIndex:
         if options.mode == "knn" and positive:
             rows = self._knn_candidates(rows, term_vectors[positive], options.candidate_budget)
         # One matrix product scores every term against every candidate.
-        cosines = self._vectors[rows] @ term_vectors.T
+        cosines = self._matrix(rows) @ term_vectors.T
         truths = options.truth.apply(cosines, terms)
         keep = np.ones(len(rows), dtype=bool)
         if options.hard_filter is not None:
@@ -278,13 +278,19 @@ class EmbeddedIndex:
         rows = self._filtered_rows(filter)
         if rows.size == 0:
             return []
-        scores = self._vectors[rows] @ vector
+        scores = self._matrix(rows) @ vector
         return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
 
+    def _matrix(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of these rows; without a copy when they are all rows in order."""
+        if len(rows) == len(self._rows) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
+            return self._vectors
+        return self._vectors[rows]
+
     def _knn_candidates(self, rows: np.ndarray, vectors: np.ndarray, budget: int) -> np.ndarray:
-        cosines = self._vectors[rows] @ vectors.T
         if budget >= len(rows):
             return rows
+        cosines = self._matrix(rows) @ vectors.T
         chosen = np.argpartition(-cosines, budget - 1, axis=0)[:budget]
         return rows[np.unique(chosen)]
 
@@ -296,9 +302,15 @@ class EmbeddedIndex:
         terms: Sequence[str],
         k: int,
     ) -> list[Hit]:
-        ids = [self._rows[r].id for r in rows]  # type: ignore[union-attr]
+        scores = np.asarray(scores)
+        shortlist = np.arange(len(rows))
+        if len(rows) > k:
+            # Everything scoring at least the k-th best, ties included, then an exact sort.
+            kth = np.partition(scores, len(rows) - k)[len(rows) - k]
+            shortlist = np.flatnonzero(scores >= kth)
+        ids = {int(i): self._rows[rows[i]].id for i in shortlist}  # type: ignore[union-attr]
         # Highest score first; ties in id order so that results are reproducible.
-        order = sorted(range(len(rows)), key=lambda i: (-float(scores[i]), ids[i]))[:k]
+        order = sorted(ids, key=lambda i: (-float(scores[i]), ids[i]))[:k]
         hits = []
         for i in order:
             row = self._rows[rows[i]]

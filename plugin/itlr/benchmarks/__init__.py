@@ -1,0 +1,1 @@
+"""Speed benchmarks behind `itlr bench latency|ingest|encode`; results go to docs/benchmarks.md."""
