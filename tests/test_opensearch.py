@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import And, IndexStateError, Not, Operators, Or, Term, TruthMap
+from itlr import IndexStateError, Operators, TruthMap
+from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries
 from itlr.cli import app
 from itlr.documents import read_jsonl
 from itlr.engines.embedded import EmbeddedIndex
@@ -25,28 +26,7 @@ from itlr.search import SearchOptions
 
 pytestmark = pytest.mark.opensearch
 
-VOCABULARY = [
-    "vitamin D",
-    "bone health",
-    "immune system",
-    "depression and mood",
-    "electric car batteries",
-    "charging stations",
-    "purchase price",
-    "Python",
-    "data analysis",
-    "web frameworks",
-    "coffee and sleep",
-    "brewing methods",
-    "Paris museums",
-    "French food",
-    "running injuries",
-    "Roman army",
-    "solar power",
-    "dog training",
-    "guitar",
-    "copyright law",
-]
+VOCABULARY = DEMO_PHRASES
 
 
 @pytest.fixture(scope="session")
@@ -98,22 +78,11 @@ def embedded(tmp_path_factory, corpus, corpus_vectors, embedder) -> EmbeddedInde
     return index
 
 
-def random_tree(rng: random.Random, depth: int = 0):
-    if depth >= 2 or rng.random() < 0.35:
-        weight = rng.choice([1.0, 1.0, 1.0, 0.5, 2.0])
-        return Term(rng.choice(VOCABULARY), weight)
-    kind = rng.choice(["and", "or", "not", "and"])
-    if kind == "not":
-        return Not(random_tree(rng, depth + 1))
-    children = tuple(random_tree(rng, depth + 1) for _ in range(rng.randint(2, 3)))
-    return And(children) if kind == "and" else Or(children)
-
-
-def random_queries(count: int, seed: int = 7) -> list[tuple[Query, SearchOptions]]:
+def random_cases(count: int, seed: int = 7) -> list[tuple[Query, SearchOptions]]:
     rng = random.Random(seed)
     cases = []
-    while len(cases) < count:
-        query = itlr.parse(str(Query(random_tree(rng))))
+    for tree_query in random_queries(VOCABULARY, count, rng):
+        query = itlr.parse(str(tree_query))
         ops = Operators(
             rng.choice(["product", "sum", "min", "lukasiewicz"]),
             rng.choice(["sum", "max", "probsum"]),
@@ -139,7 +108,7 @@ def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
             assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
 
 
-PARITY_CASES = random_queries(60)
+PARITY_CASES = random_cases(60)
 
 
 def test_exact_scores_match_the_embedded_engine_on_60_random_queries(

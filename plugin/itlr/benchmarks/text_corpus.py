@@ -1,0 +1,62 @@
+"""Real text for measurements that depend on meaning, and random logical queries over it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from itlr.documents import Document, read_jsonl
+from itlr.query import And, Node, Not, Or, Query, Term
+from itlr.resources import data_file
+
+DEMO_PHRASES = [
+    "vitamin D",
+    "bone health",
+    "immune system",
+    "depression and mood",
+    "electric car batteries",
+    "charging stations",
+    "purchase price",
+    "Python",
+    "data analysis",
+    "web frameworks",
+    "coffee and sleep",
+    "brewing methods",
+    "Paris museums",
+    "French food",
+    "running injuries",
+    "Roman army",
+    "solar power",
+    "dog training",
+    "guitar",
+    "copyright law",
+]
+
+
+def random_tree(rng: random.Random, vocabulary: list[str], depth: int = 0) -> Node:
+    """A random logical tree: n-ary AND/OR, NOT, occasional weights, at most 3 levels."""
+    if depth >= 2 or rng.random() < 0.35:
+        return Term(rng.choice(vocabulary), rng.choice([1.0, 1.0, 1.0, 0.5, 2.0]))
+    kind = rng.choice(["and", "or", "not", "and"])
+    if kind == "not":
+        return Not(random_tree(rng, vocabulary, depth + 1))
+    children = tuple(random_tree(rng, vocabulary, depth + 1) for _ in range(rng.randint(2, 3)))
+    return And(children) if kind == "and" else Or(children)
+
+
+def random_queries(vocabulary: list[str], count: int, rng: random.Random) -> list[Query]:
+    return [Query(random_tree(rng, vocabulary)) for _ in range(count)]
+
+
+def recall_corpus() -> tuple[list[Document], list[str]]:
+    """The demo corpus plus every topic-bank sentence as its own passage, and a phrase list."""
+    documents = list(read_jsonl(data_file("demo", "corpus.jsonl")))
+    vocabulary = list(DEMO_PHRASES)
+    topics_path = data_file("topics.json")
+    if topics_path.exists():
+        topics = json.loads(topics_path.read_text())["topics"]
+        for topic in topics:
+            vocabulary.append(topic["name"])
+            for number, sentence in enumerate(topic["sentences"]):
+                documents.append(Document(f"{topic['name']}-{number}", sentence, {}))
+    return documents, vocabulary
