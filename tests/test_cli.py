@@ -104,3 +104,24 @@ def test_demo_runs_offline_and_shows_both_methods() -> None:
     assert result.exit_code == 0, result.output
     assert "vitamin D benefits" in result.stdout
     assert "dense" in result.stdout and "itlr" in result.stdout
+
+
+def test_search_rewrites_a_question_with_the_rule_rewriter(tmp_path) -> None:
+    corpus = tmp_path / "d.jsonl"
+    corpus.write_text(
+        '{"id": "imm", "text": "Vitamin D supports the immune system against infections."}\n'
+        '{"id": "bone", "text": "Vitamin D helps calcium absorption for strong bones."}\n'
+    )
+    invoke("ingest", str(corpus), "--index", "rw")
+    question = "What are the benefits of vitamin D, other than bone health?"
+    result = invoke("search", question, "--rewrite", "rules", "--index", "rw", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["query"] == '("benefits of vitamin D" AND NOT "bone health")'
+    assert payload["rewrite"]["method"] == "rules"
+    assert payload["hits"][0]["id"] == "imm"
+
+
+def test_calibrated_truth_without_a_calibration_says_how_to_make_one() -> None:
+    result = invoke("search", "x", "--index", "vit", "--truth", "calibrated")
+    assert result.exit_code == 2 and "itlr calibrate" in result.stderr

@@ -1,6 +1,14 @@
 """The `itlr` command line: `app` is the console entry point."""
 
-from itlr.cli import cluster, core  # noqa: F401  (registers commands)
+from itlr.cli import (  # noqa: F401  (importing a module registers its commands)
+    bench,
+    cluster,
+    core,
+    evaluate,
+    perf,
+    rewrite,
+    translate,
+)
 from itlr.cli.app import app
 
 __all__ = ["app"]

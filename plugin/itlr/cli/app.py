@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from itlr.errors import ItlrError, QuerySyntaxError
 
@@ -58,10 +59,17 @@ class Truth(StrEnum):
     clamp = "clamp"
     shift = "shift"
     sigmoid = "sigmoid"
+    calibrated = "calibrated"
+
+
+class Rewrite(StrEnum):
+    none = "none"
+    rules = "rules"
+    llm = "llm"
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -17,12 +17,20 @@ from itlr.cli.app import (
     ModelOpt,
     NotOp,
     OrOp,
+    Rewrite,
     Truth,
     app,
     engine_command,
     err,
     out,
     run_guarded,
+)
+from itlr.cli.rewrite import (
+    LLMBaseUrlOpt,
+    LLMKeyEnvOpt,
+    LLMModelOpt,
+    LLMTimeoutOpt,
+    llm_config,
 )
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
@@ -147,7 +155,11 @@ def search(
     or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
     not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
     truth: Annotated[
-        Truth, typer.Option(help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid.")
+        Truth,
+        typer.Option(
+            help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with "
+            "--tau/--lam, or calibrated (the sigmoid `itlr calibrate` saved for the model)."
+        ),
     ] = Truth.clamp,
     tau: Annotated[float, typer.Option(help="Sigmoid centre.")] = 0.5,
     lam: Annotated[float, typer.Option(help="Sigmoid steepness.")] = 10.0,
@@ -167,6 +179,17 @@ def search(
     explain: Annotated[
         bool, typer.Option(help="Show each hit's per-term truth values (one round trip).")
     ] = False,
+    rewrite: Annotated[
+        Rewrite,
+        typer.Option(
+            help="Treat QUERY as a natural-language question and rewrite it first: rules "
+            "(offline) or llm (--llm-model, any OpenAI-compatible endpoint)."
+        ),
+    ] = Rewrite.none,
+    llm_base_url: LLMBaseUrlOpt = None,
+    llm_model: LLMModelOpt = None,
+    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
+    llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
@@ -174,14 +197,27 @@ def search(
     from itlr.retriever import Retriever
 
     def action() -> None:
-        parsed = parse(query)
+        rewritten = None
+        if rewrite is Rewrite.none:
+            parsed = parse(query)
+        else:
+            from itlr.rewrite import rewrite_for_search
+
+            config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+            if rewrite is Rewrite.llm and config is None:
+                raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
+            rewritten = rewrite_for_search(query, rewrite.value, config)
+            parsed = rewritten.query
+            for warning in rewritten.warnings:
+                err.print(f"[yellow]warning:[/] {warning}")
+            err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
         options = SearchOptions(
             k=k,
             mode=mode.value,  # type: ignore[arg-type]
             candidates=candidates,
             hard_filter=hard_filter,
             ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
-            truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
+            truth=_truth_map(truth, tau, lam, model),
             filter=_parse_filter(filter),
             exclude_lexical=exclude_lexical,
             explain=explain,
@@ -191,11 +227,28 @@ def search(
         for warning in result.warnings:
             err.print(f"[yellow]warning:[/] {warning}")
         if as_json:
-            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            payload = result.to_dict()
+            if rewritten is not None:
+                payload["rewrite"] = rewritten.to_dict()
+            print(json.dumps(payload, indent=2, ensure_ascii=False))
         else:
             _print_hits(str(result.query), result.hits, result.query.terms)
 
     run_guarded(action)
+
+
+def _truth_map(truth: Truth, tau: float, lam: float, model: str | None) -> TruthMap:
+    if truth is not Truth.calibrated:
+        return TruthMap(truth.value, tau, lam)  # type: ignore[arg-type]
+    from itlr.evaluation.calibration import load_calibration
+
+    calibrated = load_calibration(model)
+    if calibrated is None:
+        raise ConfigurationError(
+            "no calibration saved for this model: run `itlr calibrate DATASET` first, "
+            "or use --truth sigmoid --tau T --lam L"
+        )
+    return calibrated
 
 
 def _parse_filter(text: str | None) -> dict[str, Any] | None:

@@ -122,8 +122,15 @@ def remote_backend(spec: EngineSpec, model: str, dims: int):
     if spec.connection is None:
         raise ConfigurationError("this command needs a cluster: give --url")
     engine = spec.engine
+    version: str | None = None
     if engine == "auto":
-        engine, _version = detect_engine(spec.connection)
+        engine, version = detect_engine(spec.connection)
+        if engine == "elasticsearch":
+            from itlr.engines.elasticsearch import unsupported_version
+
+            problem = unsupported_version(version)
+            if problem:
+                raise EngineError(problem)
     if engine == "opensearch":
         from itlr.engines.opensearch import OpenSearchBackend, connect
 
@@ -138,7 +145,24 @@ def remote_backend(spec: EngineSpec, model: str, dims: int):
             inline_script=spec.inline_script,
             url=conn.url,
         )
+    if engine == "elasticsearch":
+        from itlr.engines import elasticsearch as es
+
+        conn = spec.connection
+        client = es.connect(
+            conn.url, conn.user, conn.password, conn.api_key, conn.ca_file, conn.verify_certs
+        )
+        # Without auto detection the version is learned on the first request (knn features).
+        return es.ElasticsearchBackend(
+            client,
+            spec.index,
+            model,
+            dims,
+            layout=spec.layout,
+            inline_script=spec.inline_script,
+            url=conn.url,
+            version=None if version in (None, "?") else version,
+        )
     raise ConfigurationError(
-        "--engine elasticsearch is not available in this version of itlr yet: "
-        "use --engine opensearch or memory"
+        f"--engine {engine} needs no cluster: drop --url, or use opensearch or elasticsearch"
     )

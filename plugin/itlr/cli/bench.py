@@ -1,0 +1,94 @@
+"""`itlr bench ...`: reproducible benchmarks. Other modules add subcommands to `bench_app`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from itlr.cli.app import ModelOpt, app, out, run_guarded
+from itlr.errors import ConfigurationError
+
+bench_app = typer.Typer(
+    help="Benchmarks: the paper's synthetic tables (and speed benchmarks).",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command()
+def synthetic(
+    queries_per_template: Annotated[
+        int, typer.Option(help="Queries per template (32 templates); the paper uses 100.")
+    ] = 100,
+    chain_queries: Annotated[
+        int | None,
+        typer.Option(help="Queries per chain length for Figure 3 (default: as per template)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the generator.")] = 0,
+    topics: Annotated[
+        int | None,
+        typer.Option(help="Use only the first N topics of the bank (quick runs; at least 12)."),
+    ] = None,
+    calibration_docs: Annotated[
+        int, typer.Option(help="Calibration documents per term and side (positive, negative).")
+    ] = 20,
+    hard_filter: Annotated[
+        float | None, typer.Option(help="Theta of itlr-hard.", metavar="THETA")
+    ] = None,
+    model: ModelOpt = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+        "results/synthetic"
+    ),
+) -> None:
+    """Table 1 (nDCG@10 by negations), Table 2 (operator families), Figure 3 (chains)."""
+
+    def action() -> None:
+        from itlr.cli.evaluate import staged_progress
+        from itlr.embed import get_embedder
+        from itlr.evaluation.benchmark import run_synthetic
+        from itlr.evaluation.methods import DEFAULT_HARD_FILTER
+        from itlr.evaluation.report import synthetic_markdown, synthetic_plots
+        from itlr.evaluation.synthetic import TopicBank
+
+        if queries_per_template < 1:
+            raise ConfigurationError(
+                f"--queries-per-template must be at least 1, got {queries_per_template}"
+            )
+        if calibration_docs < 1:
+            raise ConfigurationError(
+                f"--calibration-docs must be at least 1, got {calibration_docs}"
+            )
+        bank = TopicBank.load(seed=seed)
+        if topics is not None:
+            if not 12 <= topics <= len(bank.topics):
+                raise ConfigurationError(
+                    f"--topics must be between 12 and {len(bank.topics)}, got {topics}"
+                )
+            bank = TopicBank(bank.topics[:topics])
+        embedder = get_embedder(model)
+        with staged_progress() as (on_stage, on_progress):
+            report = run_synthetic(
+                embedder,
+                per_template=queries_per_template,
+                per_chain=chain_queries,
+                seed=seed,
+                bank=bank,
+                calibration_per_side=calibration_docs,
+                hard_filter=DEFAULT_HARD_FILTER if hard_filter is None else hard_filter,
+                on_stage=on_stage,
+                on_progress=on_progress,
+            )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        markdown = synthetic_markdown(report)
+        (out_dir / "synthetic.md").write_text(markdown, encoding="utf-8")
+        (out_dir / "results.json").write_text(
+            json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8"
+        )
+        synthetic_plots(report, out_dir)
+        out.print(markdown, markup=False, highlight=False, soft_wrap=True)
+        out.print(f"wrote synthetic.md, results.json and PNGs to {out_dir}", highlight=False)
+
+    run_guarded(action)

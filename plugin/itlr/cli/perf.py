@@ -1,0 +1,267 @@
+"""`itlr bench latency|ingest|encode`: speed, measured in one run on one machine."""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from itlr.cli.app import out, run_guarded
+from itlr.cli.bench import bench_app
+
+OutFile = Annotated[
+    Path | None, typer.Option("--out", help="Append the markdown report to this file.")
+]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(help="Also measure this OpenSearch cluster (it gets a throw-away index)."),
+]
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def _emit(lines: list[str], destination: Path | None) -> None:
+    text = "\n".join(lines) + "\n"
+    out.print(text, markup=False, highlight=False)
+    if destination:
+        with open(destination, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+
+
+def _timing_table(timings, reference) -> list[str]:
+    rows = ["| measurement | p50 ms | p95 ms | p50 / plain kNN |", "|---|---:|---:|---:|"]
+    for timing in timings:
+        rows.append(
+            f"| {timing.name} | {timing.p50_ms:.2f} | {timing.p95_ms:.2f} | "
+            f"{timing.ratio_to(reference):.2f}x |"
+        )
+    return rows
+
+
+def _random_opensearch(url: str, count: int, dims: int):
+    import uuid
+
+    from itlr.benchmarks.latency import random_unit
+    from itlr.engines.opensearch import OpenSearchBackend, connect
+
+    client = connect(url, timeout=120)
+    backend = OpenSearchBackend(
+        client, f"itlr-bench-{uuid.uuid4().hex[:8]}", "random", dims, url=url
+    )
+    backend.ensure_index()
+    step = 2000
+    for start in range(0, count, step):
+        vectors = random_unit(min(step, count - start), dims, seed=start)
+        ids = [f"r{start + i}" for i in range(len(vectors))]
+        backend.add(ids, [""] * len(ids), vectors)
+    # One segment, so that latency does not depend on how the merges happened to go.
+    client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
+    backend.refresh()
+    return backend
+
+
+@bench_app.command()
+def latency(
+    docs: Annotated[str, typer.Option(help="Index sizes, comma-separated.")] = "10000,100000",
+    url: UrlOpt = None,
+    repeats: Annotated[int, typer.Option(help="Timed runs per measurement.")] = 50,
+    dims: Annotated[int, typer.Option(help="Vector dimensions.")] = 384,
+    out_file: OutFile = None,
+) -> None:
+    """Plain kNN vs logical queries (1, 3, 5 terms; knn and exact mode), p50/p95, same index.
+
+    Vectors are random unit vectors: latency does not depend on what they mean.
+    """
+    from itlr.benchmarks.latency import measure_backend, memory_pass, random_unit
+    from itlr.engines.embedded import EmbeddedIndex
+
+    def action() -> None:
+        lines = [
+            f"### Latency (`itlr bench latency --docs {docs} --repeats {repeats}"
+            + (" --url URL" if url else "")
+            + "`)",
+            "",
+            f"Machine: {machine()}.",
+            "",
+        ]
+        for count in (int(n) for n in docs.split(",")):
+            with tempfile.TemporaryDirectory() as folder:
+                index = EmbeddedIndex.create(Path(folder) / "bench", "random", dims)
+                vectors = random_unit(count, dims, seed=1)
+                index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
+                floor = memory_pass(index._vectors, repeats)
+                timings = measure_backend(index, dims, repeats)
+                lines += [f"**Embedded engine, {count:,} random {dims}-dim vectors**", ""]
+                lines += _timing_table([floor, *timings], timings[0])
+                exact3 = next(t for t in timings if t.name == "itlr 3-term, exact mode")
+                lines += [
+                    "",
+                    f"3-term exact scoring / one memory pass: {exact3.p50_ms / floor.p50_ms:.2f}x",
+                    "",
+                ]
+            if url:
+                backend = _random_opensearch(url, count, dims)
+                try:
+                    timings = measure_backend(backend, dims, repeats)
+                finally:
+                    backend.client.indices.delete(index=backend.index)
+                lines += [
+                    f"**OpenSearch at {url}, {count:,} random {dims}-dim vectors (lucene HNSW, 1 segment)**",
+                    "",
+                ]
+                lines += _timing_table(timings, timings[0])
+                knn3 = next(t for t in timings if t.name == "itlr 3-term, knn mode")
+                lines += ["", f"3-term knn mode / plain kNN: {knn3.ratio_to(timings[0]):.2f}x", ""]
+        _emit(lines, out_file)
+
+    run_guarded(action)
+
+
+@bench_app.command()
+def recall(
+    budgets: Annotated[
+        str, typer.Option(help="Candidate budgets, comma-separated.")
+    ] = "10,20,50,100,200",
+    queries: Annotated[int, typer.Option(help="Random logical queries to average over.")] = 100,
+    out_file: OutFile = None,
+) -> None:
+    """Top-10 overlap of knn mode with exact mode per candidate budget, on real text."""
+    import random
+
+    from itlr.benchmarks.latency import candidate_recall
+    from itlr.benchmarks.text_corpus import random_queries, recall_corpus
+    from itlr.embed import get_embedder
+    from itlr.engines.embedded import EmbeddedIndex
+
+    def action() -> None:
+        embedder = get_embedder()
+        documents, vocabulary = recall_corpus()
+        with tempfile.TemporaryDirectory() as folder:
+            index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
+            index.add(
+                [d.id for d in documents],
+                [d.text for d in documents],
+                embedder.encode([d.text for d in documents]),
+            )
+            term_vectors = dict(zip(vocabulary, embedder.encode(vocabulary), strict=True))
+            sample = random_queries(vocabulary, queries, random.Random(3))
+            import numpy as np
+
+            overlap = candidate_recall(
+                index,
+                lambda q: np.stack([term_vectors[t] for t in q.terms]),
+                sample,
+                [int(b) for b in budgets.split(",")],
+            )
+        lines = [
+            f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}`)",
+            "",
+            f"{len(documents)} real-text passages (demo corpus + topic bank sentences), "
+            f"{queries} random logical queries over {len(vocabulary)} phrases, top-10.",
+            "",
+            "| candidates per positive term | top-10 overlap with exact |",
+            "|---:|---:|",
+        ]
+        lines += [f"| {b} | {v:.3f} |" for b, v in overlap.items()]
+        _emit(lines, out_file)
+
+    run_guarded(action)
+
+
+@bench_app.command("ingest")
+def ingest_speed(
+    url: UrlOpt = None,
+    copies: Annotated[
+        int, typer.Option(help="Ingest the demo corpus this many times (new ids).")
+    ] = 3,
+    out_file: OutFile = None,
+) -> None:
+    """Documents per second and the share of wall time outside the encoder."""
+    import uuid
+
+    from itlr.benchmarks.ingest import measure_ingest
+    from itlr.documents import Document, read_jsonl
+    from itlr.embed import get_embedder
+    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.resources import data_file
+
+    def action() -> None:
+        embedder = get_embedder()
+        base = list(read_jsonl(data_file("demo", "corpus.jsonl")))
+        documents = [Document(f"{d.id}-{c}", d.text, d.fields) for c in range(copies) for d in base]
+        measurements = []
+        with tempfile.TemporaryDirectory() as folder:
+            index = EmbeddedIndex.create(Path(folder) / "ingest", embedder.name, embedder.dims)
+            measurements.append(measure_ingest("embedded", index, embedder, documents))
+        if url:
+            from itlr.engines.opensearch import OpenSearchBackend, connect
+
+            backend = OpenSearchBackend(
+                connect(url),
+                f"itlr-ingest-{uuid.uuid4().hex[:8]}",
+                embedder.name,
+                embedder.dims,
+                url=url,
+            )
+            backend.ensure_index()
+            try:
+                measurements.append(measure_ingest("opensearch", backend, embedder, documents))
+            finally:
+                backend.client.indices.delete(index=backend.index)
+        lines = [
+            f"### Ingestion (`itlr bench ingest --copies {copies}"
+            + (" --url URL" if url else "")
+            + "`)",
+            "",
+            f"Machine: {machine()}. {len(documents)} demo passages, batch size 64, bundled MiniLM on CPU.",
+            "",
+            "| engine | docs | seconds | docs/s | encoder share | outside the encoder |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for m in measurements:
+            lines.append(
+                f"| {m.engine} | {m.documents} | {m.seconds:.1f} | {m.docs_per_second:.1f} | "
+                f"{1 - m.engine_share:.1%} | {m.engine_share:.1%} |"
+            )
+        _emit(lines, out_file)
+
+    run_guarded(action)
+
+
+@bench_app.command()
+def encode(
+    out_file: OutFile = None,
+) -> None:
+    """Encoding T terms in one batch vs one call per term vs the original question."""
+    from itlr.benchmarks.ingest import measure_term_encoding
+    from itlr.embed import get_embedder
+
+    def action() -> None:
+        embedder = get_embedder()
+        question = "What are the benefits of vitamin D for the immune system and mood, other than bone health or muscle strength?"
+        terms = ["benefits of vitamin D", "immune system", "mood", "bone health", "muscle strength"]
+        rows = []
+        for count in (1, 3, 5):
+            m = measure_term_encoding(embedder, terms[:count], question)
+            rows.append(
+                f"| {count} | {m.batched_ms:.1f} | {m.one_by_one_ms:.1f} | {m.question_ms:.1f} |"
+            )
+        lines = [
+            "### Term encoding (`itlr bench encode`)",
+            "",
+            f"Machine: {machine()}. Median of 20 runs.",
+            "",
+            "| terms | one batch ms | one call per term ms | whole question once ms |",
+            "|---:|---:|---:|---:|",
+            *rows,
+        ]
+        _emit(lines, out_file)
+
+    run_guarded(action)

@@ -1,0 +1,543 @@
+"""Elasticsearch backend (8.x, 9.x): knn candidates per positive term, one stored Painless script
+composing the terms' similarities, optional hard filter, bulk ingestion.
+
+Everything that is not engine-specific (params, mapping layout, bulk actions, hits) is shared
+with OpenSearch through itlr.engines.remote; what differs is the request shape (`knn` query with
+`query_vector` / `num_candidates`), the Painless source (no cosineSimilarity class bindings) and
+the client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from itlr.engines.remote import (
+    IndexLayout,
+    StoredScript,
+    bulk_actions,
+    derive_mapping,
+    exclusion_params,
+    hits_from_response,
+    score_params,
+)
+from itlr.errors import EngineError, IndexStateError
+from itlr.query import Query
+from itlr.search import Hit, SearchOptions
+
+SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score_elasticsearch.painless")
+EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude_elasticsearch.painless")
+
+# num_candidates may not exceed this (a hard limit of the knn query).
+MAX_NUM_CANDIDATES = 10_000
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a given Elasticsearch version can run. `None` version: assume the newest."""
+
+    version: str | None = None
+
+    @property
+    def numbers(self) -> tuple[int, int]:
+        if not self.version:
+            return (99, 0)
+        match = re.match(r"(\d+)\.(\d+)", self.version)
+        return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
+
+    @property
+    def knn_query(self) -> bool:
+        """The `knn` query (usable inside bool / script_score) arrived in 8.12."""
+        return self.numbers >= (8, 12)
+
+    @property
+    def knn_query_k(self) -> bool:
+        """The knn query's own `k` arrived in 8.15; later releases default it to `size`."""
+        return self.numbers >= (8, 15)
+
+    @property
+    def knn_section(self) -> bool:
+        """The top-level `knn` search section (8.4+): enough for plain dense retrieval."""
+        return self.numbers >= (8, 4)
+
+    @property
+    def vectors_left_out_of_source(self) -> bool:
+        """From 9.2 new indices keep vectors out of _source unless asked not to."""
+        return self.numbers >= (9, 2)
+
+    def refuse_knn_mode(self) -> None:
+        if not self.knn_query:
+            raise EngineError(
+                f"Elasticsearch {self.version} has no knn query (it arrived in 8.12), so --mode "
+                "knn cannot gather candidates for rescoring: use --mode exact, or upgrade"
+            )
+
+
+def unsupported_version(version: str) -> str | None:
+    """One line explaining why itlr cannot use this Elasticsearch at all, or None."""
+    if Capabilities(version).numbers < (8, 0):
+        return (
+            f"Elasticsearch {version} is too old for itlr: it needs 8.0+ for indexed "
+            "dense_vector fields (8.12+ for --mode knn)"
+        )
+    return None
+
+
+# -- client --------------------------------------------------------------------------------
+
+
+def _client_major() -> int:
+    from elasticsearch import __versionstr__
+
+    return int(__versionstr__.split(".", 1)[0])
+
+
+_COMPAT = re.compile(r"(compatible-with=)(\d+)")
+
+
+def _transport_class() -> type:
+    """A transport that asks the server for its own major version's REST format.
+
+    The 9.x Python client sends `Accept: ...; compatible-with=9`, which an 8.x server refuses
+    with a 400 (an 8.x client talking to a 9.x server is fine: servers accept N-1). Rather than
+    pin the client, the transport learns the server's version once (a plain-JSON `GET /`, or
+    `GET /_nodes/_local` where the root endpoint is missing) and lowers the compatibility
+    version in the headers when the server is older than the client.
+    """
+    from elastic_transport import Transport
+
+    class VersionMatchingTransport(Transport):
+        server_version: str | None = None
+        _probed = False
+
+        def perform_request(self, method: str, target: str, *, headers: Any = None, **kwargs: Any):  # type: ignore[override]
+            if not isinstance(headers, Mapping):
+                headers = {}
+            if not self._probed:
+                self._probed = True
+                self.server_version = self._probe(headers)
+            major = Capabilities(self.server_version).numbers[0] if self.server_version else None
+            if major is not None and major < _client_major():
+                headers = {
+                    name: _COMPAT.sub(rf"\g<1>{major}", value)
+                    if name.lower() in ("accept", "content-type")
+                    else value
+                    for name, value in headers.items()
+                }
+            return super().perform_request(method, target, headers=headers, **kwargs)
+
+        def _probe(self, headers: Mapping[str, str]) -> str | None:
+            plain = {
+                k: v for k, v in headers.items() if k.lower() not in ("accept", "content-type")
+            }
+            plain["accept"] = "application/json"
+            for target in ("/", "/_nodes/_local?filter_path=nodes.*.version"):
+                try:
+                    # No retries: an unreachable node should fail once, on the real request.
+                    response = super().perform_request("GET", target, headers=plain, max_retries=0)
+                except Exception:  # the real request will report what is wrong
+                    continue
+                if response.meta.status >= 300 or not isinstance(response.body, dict):
+                    continue
+                body = response.body
+                if "version" in body:
+                    return str(body["version"].get("number") or "") or None
+                nodes = body.get("nodes") or {}
+                for node in nodes.values():
+                    return str(node.get("version") or "") or None
+            return None
+
+    return VersionMatchingTransport
+
+
+def connect(
+    url: str,
+    user: str | None = None,
+    password: str | None = None,
+    api_key: str | None = None,
+    ca_file: str | None = None,
+    verify_certs: bool = True,
+    timeout: float = 30.0,
+):
+    from elasticsearch import Elasticsearch
+
+    kwargs: dict[str, Any] = {
+        "hosts": [url],
+        "request_timeout": timeout,
+        "transport_class": _transport_class(),
+        # 5xx and timeouts are retried by the client; 429 by the bulk helper.
+        "retry_on_timeout": True,
+        "max_retries": 3,
+    }
+    if api_key:
+        kwargs["api_key"] = api_key
+    elif user is not None:
+        kwargs["basic_auth"] = (user, password or "")
+    if url.startswith("https"):
+        kwargs.update(verify_certs=verify_certs, ssl_show_warn=False)
+        if ca_file:
+            kwargs["ca_certs"] = ca_file
+    return Elasticsearch(**kwargs)
+
+
+@contextlib.contextmanager
+def engine_errors(url: str, index: str) -> Iterator[None]:
+    """Client exceptions become one actionable line."""
+    import elastic_transport
+    from elasticsearch import exceptions as es_errors
+
+    try:
+        yield
+    except es_errors.AuthenticationException:
+        raise EngineError(
+            f"Elasticsearch at {url} refused the credentials: check --user/--password or --api-key"
+        ) from None
+    except es_errors.AuthorizationException as denied:
+        raise EngineError(
+            f"Elasticsearch at {url} denied the request ({_reason(denied)}): "
+            "the user or API key needs read/write on the index and manage on scripts"
+        ) from None
+    except es_errors.NotFoundError as missing:
+        if "index_not_found" in str(missing):
+            raise IndexStateError(
+                f"index {index!r} does not exist at {url}: create it with "
+                f"`itlr ingest FILE --engine elasticsearch --url {url} --index {index}`"
+            ) from None
+        raise EngineError(f"Elasticsearch at {url}: {_reason(missing)}") from None
+    except es_errors.UnsupportedProductError:
+        raise EngineError(
+            f"{url} is not Elasticsearch (the client's product check failed): "
+            "use --engine opensearch or --engine auto"
+        ) from None
+    except es_errors.ApiError as refused:
+        reason = _reason(refused)
+        if "script_lang not supported [painless]" in reason or "lang [painless]" in reason:
+            reason += " (this node has no lang-painless module: use a full distribution)"
+        if "media_type_header_exception" in reason:
+            reason += (
+                " (the Python client is newer than the server and its version could not be "
+                "read from GET /: install elasticsearch<9 for an 8.x server)"
+            )
+        raise EngineError(f"Elasticsearch at {url} refused the request: {reason}") from None
+    except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
+        raise EngineError(
+            f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
+            "is it running? check --url"
+        ) from None
+    except elastic_transport.TransportError as failed:
+        raise EngineError(f"Elasticsearch at {url}: {failed}") from None
+
+
+def _reason(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        cause = body.get("error", {})
+        if isinstance(cause, dict):
+            root = (cause.get("root_cause") or [{}])[0]
+            caused = cause.get("caused_by") or {}
+            return (
+                f"{root.get('type') or cause.get('type')}: "
+                f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
+            )
+    return str(getattr(error, "message", error))
+
+
+# -- backend ---------------------------------------------------------------------------------
+
+
+class ElasticsearchBackend:
+    engine = "elasticsearch"
+
+    def __init__(
+        self,
+        client: Any,
+        index: str,
+        model: str,
+        dims: int,
+        layout: IndexLayout | None = None,
+        inline_script: bool = False,
+        url: str = "",
+        version: str | None = None,
+    ) -> None:
+        """`version` shapes the requests (knn query, its `k`); None asks the server when it is
+        first needed, or assumes the newest Elasticsearch when there is no client (translate)."""
+        self.client = client
+        self.index = index
+        self.model = model
+        self.dims = dims
+        self.layout = layout or IndexLayout()
+        self.inline_script = inline_script
+        self.url = url or "the cluster"
+        self.warnings: list[str] = []
+        self._version = version
+        self._scripts_ready = inline_script
+
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return engine_errors(self.url, self.index)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._version is None and self.client is not None:
+            transport = getattr(self.client, "transport", None)
+            if getattr(transport, "server_version", None) is None:
+                # Any request makes the transport learn the version; ping never raises.
+                self.client.ping()
+            self._version = getattr(transport, "server_version", None)
+            problem = unsupported_version(self._version) if self._version else None
+            if problem:
+                raise EngineError(problem)
+        return Capabilities(self._version)
+
+    # -- index ---------------------------------------------------------------------------
+
+    def ensure_index(self, knn_engine: str | None = None) -> bool:
+        """Create the index from mappings/elasticsearch.json if missing; True if created.
+
+        `knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here.
+        """
+        with self._errors():
+            if self.client.indices.exists(index=self.index):
+                self.check_index()
+                return False
+            body = derive_mapping("elasticsearch", self.layout, self.dims, self.model)
+            if self.capabilities.vectors_left_out_of_source:
+                # --explain (and any reindexing tool) reads the vectors from _source.
+                body["settings"]["index"]["mapping.exclude_source_vectors"] = False
+            self.client.indices.create(
+                index=self.index, settings=body["settings"], mappings=body["mappings"]
+            )
+            return True
+
+    def check_index(self) -> None:
+        """Refuse an index whose vectors cannot match the model; warn about another model."""
+        with self._errors():
+            mapping = self.client.indices.get_mapping(index=self.index)
+        (index_mapping,) = dict(mapping).values()
+        mappings = index_mapping["mappings"]
+        vector = mappings.get("properties", {}).get(self.layout.vector_field)
+        if vector is None or vector.get("type") != "dense_vector":
+            raise IndexStateError(
+                f"index {self.index!r} has no dense_vector field {self.layout.vector_field!r}: "
+                "name the right one with --vector-field"
+            )
+        # Since 8.11 dims may be absent until the first vector arrives.
+        dims = vector.get("dims")
+        if dims is not None and int(dims) != self.dims:
+            raise IndexStateError(
+                f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
+                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching --model"
+            )
+        meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
+        if meta_model and meta_model != self.model:
+            self._warn(
+                f"index {self.index!r} records model {meta_model!r} in _meta, but searching with "
+                f"{self.model!r}: scores will be meaningless unless they share a vector space"
+            )
+        if vector.get("index") is False:
+            self._warn(
+                f"field {self.layout.vector_field!r} of index {self.index!r} is not indexed for "
+                "kNN (index: false): only --mode exact can search it"
+            )
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        warnings.warn(message, stacklevel=3)
+
+    def count(self) -> int:
+        with self._errors():
+            self.client.indices.refresh(index=self.index)
+            return int(self.client.count(index=self.index)["count"])
+
+    def refresh(self) -> None:
+        with self._errors():
+            self.client.indices.refresh(index=self.index)
+
+    # -- scripts -------------------------------------------------------------------------
+
+    def install_scripts(self) -> list[str]:
+        """Register the stored scripts (idempotent); returns the ids newly installed."""
+        from elasticsearch import NotFoundError
+
+        installed = []
+        with self._errors():
+            for script in (SCORE_SCRIPT, EXCLUDE_SCRIPT):
+                try:
+                    self.client.get_script(id=script.id)
+                except NotFoundError:
+                    self.client.put_script(id=script.id, script=script.body()["script"])
+                    installed.append(script.id)
+        self._scripts_ready = True
+        return installed
+
+    # -- writes --------------------------------------------------------------------------
+
+    def add(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        fields: Sequence[dict[str, Any]] | None = None,
+    ) -> dict[str, str]:
+        """Bulk-index documents; returns {id: reason} for documents the engine refused."""
+        from elasticsearch import helpers
+
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
+            raise IndexStateError(
+                f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
+            )
+        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields)
+        failures: dict[str, str] = {}
+        with self._errors():
+            # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
+            for ok, item in helpers.streaming_bulk(
+                self.client,
+                actions,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=5,
+                initial_backoff=1,
+                max_backoff=30,
+            ):
+                if not ok:
+                    (result,) = item.values()
+                    error = result.get("error", {})
+                    reason = error.get("reason", str(error)) if isinstance(error, dict) else error
+                    failures[str(result.get("_id"))] = str(reason)
+        return failures
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        if not ids:
+            return set()
+        with self._errors():
+            found = self.client.mget(index=self.index, ids=ids, source=False)
+        return {d["_id"] for d in found["docs"] if d.get("found")}
+
+    # -- search --------------------------------------------------------------------------
+
+    def _knn(self, vector: np.ndarray, budget: int, filter: dict | None) -> dict[str, Any]:
+        """One `knn` query clause that yields `budget` nearest neighbours per shard."""
+        budget = min(budget, MAX_NUM_CANDIDATES)
+        knn: dict[str, Any] = {
+            "field": self.layout.vector_field,
+            "query_vector": np.asarray(vector, dtype=np.float32).tolist(),
+            # Extra candidates keep HNSW recall high; `k` (8.15+) is how many come back.
+            "num_candidates": min(MAX_NUM_CANDIDATES, max(budget, 2 * budget)),
+        }
+        if self.capabilities.knn_query_k:
+            # Without `k`, newer releases keep only `size` neighbours per clause.
+            knn["k"] = budget
+        else:
+            # Before 8.15 a knn query returns num_candidates neighbours per shard.
+            knn["num_candidates"] = budget
+        if filter:
+            knn["filter"] = filter
+        return {"knn": knn}
+
+    def build_request(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+    ) -> dict[str, Any]:
+        """The search body: script_score over knn candidates (or every document)."""
+        field = self.layout.vector_field
+        term_vectors = np.asarray(term_vectors, dtype=np.float32)
+        user_filter = [options.filter] if options.filter else []
+        must_not: list[dict[str, Any]] = []
+        if options.hard_filter is not None:
+            for term in query.excluded_terms:
+                params = exclusion_params(query, term_vectors, options, self.layout, term)
+                must_not.append(
+                    {
+                        "script_score": {
+                            "query": {"match_all": {}},
+                            "script": EXCLUDE_SCRIPT.reference(params, self.inline_script),
+                            "min_score": options.hard_filter,
+                        }
+                    }
+                )
+        if options.exclude_lexical:
+            must_not += [
+                {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
+            ]
+        inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
+        if options.mode == "knn" and query.has_positive_term:
+            self.capabilities.refuse_knn_mode()
+            if options.candidate_budget > MAX_NUM_CANDIDATES:
+                self.warnings.append(
+                    f"--candidates {options.candidate_budget} exceeds Elasticsearch's "
+                    f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
+                )
+            inner["should"] = [
+                self._knn(
+                    term_vectors[query.terms.index(t)], options.candidate_budget, options.filter
+                )
+                for t in query.positive_terms
+            ]
+            inner["minimum_should_match"] = 1
+        else:
+            inner["must"] = [{"match_all": {}}]
+        params = score_params(query, term_vectors, options, self.layout)
+        return {
+            "size": options.k,
+            "query": {
+                "script_score": {
+                    "query": {"bool": inner},
+                    "script": SCORE_SCRIPT.reference(params, self.inline_script),
+                }
+            },
+            "sort": [{"_score": "desc"}, {"doc_id": "asc"}],
+            "track_scores": True,
+            # With explain the hits' vectors come back so truths can be shown; never otherwise.
+            "_source": self._explained_source() if options.explain else {"excludes": [field]},
+        }
+
+    def _explained_source(self) -> dict[str, Any]:
+        source: dict[str, Any] = {"includes": ["*"]}
+        if self.capabilities.vectors_left_out_of_source:
+            # An index made elsewhere on 9.2+ may keep its vectors out of _source by default.
+            source["exclude_vectors"] = False
+        return source
+
+    def search(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+    ) -> list[Hit]:
+        body = self.build_request(query, term_vectors, options)
+        if not self._scripts_ready:
+            self.install_scripts()
+        with self._errors():
+            response = self.client.search(index=self.index, body=body)
+        return hits_from_response(dict(response), query, term_vectors, options, self.layout)
+
+    def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
+        """Plain kNN on one vector: the dense baseline."""
+        caps = self.capabilities
+        excludes = {"excludes": [self.layout.vector_field]}
+        if caps.knn_query:
+            body: dict[str, Any] = {
+                "size": k,
+                "query": self._knn(vector, k, filter),
+                "_source": excludes,
+            }
+        elif caps.knn_section:
+            knn = self._knn(vector, k, filter)["knn"]
+            knn["k"] = k
+            knn["num_candidates"] = min(MAX_NUM_CANDIDATES, max(k, 2 * k))
+            body = {"size": k, "knn": knn, "_source": excludes}
+        else:
+            raise EngineError(
+                f"Elasticsearch {caps.version} has no kNN search (it arrived in 8.4): upgrade"
+            )
+        with self._errors():
+            response = self.client.search(index=self.index, body=body)
+        return hits_from_response(dict(response), None, None, None, self.layout)

@@ -1,0 +1,1 @@
+"""Evaluation: BEIR datasets, the paper's synthetic benchmark, baselines, metrics, calibration."""

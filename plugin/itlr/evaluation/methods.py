@@ -1,0 +1,186 @@
+"""The retrieval methods compared in one table: same run, same model, same vectors.
+
+Every method scores the documents of one query from two cosine matrices computed once per query:
+the documents against each distinct term of the logical query (query.terms order) and against
+the whole query text. A score of -inf means "not retrieved".
+
+dense            cosine to the whole query text embedded as one vector (the paper's Base).
+itlr             fuzzy composition: TruthMap.apply then Program.evaluate_matrix, clamped at 0,
+                 which is exactly what the embedded engine's exact mode computes.
+itlr-hard        itlr, dropping documents whose truth for a root-level NOT term is >= theta.
+itlr-calibrated  itlr with sigmoid truth values: per-term (tau, lambda) in the synthetic benchmark,
+                 the model's saved global pair (`itlr calibrate`) on a BEIR folder.
+setops           the BoolQuestions decomposition baseline, defined in SetOps below.
+random           seeded random scores: the floor a method must beat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from itlr.errors import ConfigurationError
+from itlr.query import And, Node, Not, Or, Query, Term
+from itlr.scoring import Operators, TruthMap
+
+METHOD_NAMES = ("dense", "itlr", "itlr-hard", "setops", "itlr-calibrated", "random")
+# For clamped cosines of the bundled MiniLM: on the synthetic benchmark's documents, 0.3 drops
+# about 87 % of the documents that cover an excluded topic and under 1 % of those that do not.
+DEFAULT_HARD_FILTER = 0.3
+
+
+@dataclass(frozen=True)
+class Case:
+    """One query to evaluate: the text dense embeds and the logical query the others run."""
+
+    id: str
+    text: str
+    query: Query
+    rows: tuple[int, ...] | None = None  # its own small corpus (synthetic); None = every document
+
+
+class Method(Protocol):
+    name: str
+
+    def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
+        """One float per document, -inf for documents the method does not retrieve."""
+        ...
+
+
+@dataclass(frozen=True)
+class Dense:
+    name: str = "dense"
+
+    def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
+        return np.asarray(text_cosines, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Logical:
+    """Fuzzy logical scoring, optionally with the hard filter on root-level NOT terms."""
+
+    name: str = "itlr"
+    ops: Operators = field(default_factory=Operators)
+    truth: TruthMap = field(default_factory=TruthMap)
+    hard_filter: float | None = None
+
+    def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
+        terms = case.query.terms
+        truths = self.truth.apply(term_cosines, terms)
+        scores = np.maximum(case.query.program.evaluate_matrix(truths, self.ops), 0.0)
+        scores = np.asarray(scores, dtype=np.float64)
+        if self.hard_filter is not None:
+            for term in case.query.excluded_terms:
+                scores[truths[:, terms.index(term)] >= self.hard_filter] = -np.inf
+        return scores
+
+
+@dataclass(frozen=True)
+class SetOps:
+    """BoolQuestions' "Boolean operation on decomposed query" baseline.
+
+    Each term retrieves its top `depth` documents by cosine (default 2k, k the evaluation cutoff
+    of 10). The query tree then combines (set, score) pairs, every score being defined on all
+    documents so that a subtraction is always possible:
+        term   (top-depth set of the term, cosine)
+        AND    intersection of the sets, sum of the scores
+        OR     union of the sets, max of the scores
+        NOT    complement of the set, negated score; under an AND this is the set difference
+               with the excluded term's cosine subtracted: A AND NOT B = top(A) minus top(B),
+               scored cos(A) - cos(B)
+    Only documents in the final set are retrieved, ranked by score. On the synthetic benchmark's
+    corpora of at most six documents top-2k would be every document and every NOT would be empty,
+    so there the depth is a share of the corpus instead (`share`, 0.5 in `itlr bench synthetic`:
+    about the share of a query's documents that cover any one of its terms).
+    """
+
+    name: str = "setops"
+    depth: int = 20
+    share: float | None = None
+
+    def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
+        cosines = np.asarray(term_cosines, dtype=np.float64)
+        count = cosines.shape[0]
+        depth = math.ceil(self.share * count) if self.share is not None else self.depth
+        depth = max(1, min(depth, count))
+        top = np.zeros_like(cosines, dtype=bool)
+        if count:
+            # Stable sort: on equal cosines the earlier document wins, reproducibly.
+            order = np.argsort(-cosines, axis=0, kind="stable")[:depth]
+            np.put_along_axis(top, order, True, axis=0)
+        terms = case.query.terms
+        members, scores = _setops(case.query.root, cosines, top, terms)
+        return np.where(members, scores, -np.inf)
+
+
+def _setops(
+    node: Node, cosines: np.ndarray, top: np.ndarray, terms: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(node, Term):
+        column = terms.index(node.text)
+        return top[:, column], cosines[:, column] * node.weight
+    if isinstance(node, Not):
+        members, scores = _setops(node.operand, cosines, top, terms)
+        return ~members, -scores
+    parts = [_setops(child, cosines, top, terms) for child in node.operands]
+    if isinstance(node, And):
+        return np.logical_and.reduce([m for m, _ in parts]), np.sum([s for _, s in parts], axis=0)
+    assert isinstance(node, Or)
+    return np.logical_or.reduce([m for m, _ in parts]), np.max([s for _, s in parts], axis=0)
+
+
+@dataclass(frozen=True)
+class RandomScores:
+    name: str = "random"
+    seed: int = 0
+
+    def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
+        digest = hashlib.sha256(f"{self.seed}:{case.id}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        return rng.random(len(text_cosines))
+
+
+def build_methods(
+    names: list[str],
+    ops: Operators | None = None,
+    truth: TruthMap | None = None,
+    hard_filter: float = DEFAULT_HARD_FILTER,
+    calibrated: TruthMap | None = None,
+    setops_depth: int = 20,
+    setops_share: float | None = None,
+) -> list[Method]:
+    """Methods by name, all sharing the operator family and truth mapping given."""
+    ops = ops or Operators()
+    truth = truth or TruthMap()
+    unknown = [n for n in names if n not in METHOD_NAMES]
+    if unknown:
+        raise ConfigurationError(
+            f"unknown method(s) {unknown}: choose from {', '.join(METHOD_NAMES)}"
+        )
+    if "itlr-calibrated" in names and calibrated is None:
+        raise ConfigurationError(
+            "itlr-calibrated needs a calibration: run `itlr calibrate DATASET --model MODEL` first"
+        )
+    made: dict[str, Method] = {
+        "dense": Dense(),
+        "itlr": Logical("itlr", ops, truth),
+        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter),
+        "setops": SetOps(depth=setops_depth, share=setops_share),
+        "random": RandomScores(),
+    }
+    if calibrated is not None:
+        made["itlr-calibrated"] = Logical("itlr-calibrated", ops, calibrated)
+    return [made[n] for n in dict.fromkeys(names)]
+
+
+def parse_method_names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigurationError(
+            f"--methods lists no method: choose from {', '.join(METHOD_NAMES)}"
+        )
+    return names

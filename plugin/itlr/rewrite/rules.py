@@ -1,0 +1,544 @@
+"""The offline rule rewriter: a question in, a logical query plus the evidence for it out.
+
+It is a handful of small, explainable heuristics over word tokens, with no model:
+
+1. Scaffolding ("What are the", "Tell me about", "How do I", "?") is dropped, so terms are the
+   meaningful phrases of the question.
+2. An exclusion cue ("other than", "excluding", "without", "that don't mention", a parenthetical
+   "(not X)", ...) splits the question: what comes before is the topic, what follows is a list of
+   things to exclude, each becoming a NOT literal at the root AND (which the hard filter can use).
+3. The topic is split on "or" / "and/or" into alternatives, or on "and" into conjuncts, and the
+   shared context is distributed so every term stands on its own ("side effects of ibuprofen or
+   naproxen" -> "side effects of ibuprofen" OR "side effects of naproxen").
+4. "and" is split only when the result is plausible: never inside a fixed binomial ("salt and
+   pepper"), never in a comparison ("difference between X and Y"), never when both sides are
+   single words, and never as premodifiers at the start of a phrase ("Mac and cheese recipes").
+
+Whatever is not detected stays a single term, which is plain dense retrieval.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from itlr.errors import RewriteError
+from itlr.query import And, Node, Not, Or, Query, Span, Term
+
+MarkKind = Literal["scaffold", "cue", "term", "shared", "kept"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A piece of the question the rewriter acted on, and what it took it for."""
+
+    kind: MarkKind
+    start: int
+    end: int
+    text: str
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "span": [self.start, self.end],
+            "text": self.text,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class RuleRewrite:
+    """The rule rewriter's answer: the query, and the marks that explain it."""
+
+    question: str
+    query: Query
+    marks: tuple[Mark, ...] = field(default=())
+
+    @property
+    def detected_logic(self) -> bool:
+        return any(mark.kind == "cue" for mark in self.marks)
+
+    def explain(self) -> list[str]:
+        return explain_marks(self.marks)
+
+
+def explain_marks(marks: tuple[Mark, ...]) -> list[str]:
+    """One line per mark, in question order: what was read as what."""
+    lines = []
+    for mark in sorted(marks, key=lambda m: (m.start, m.end)):
+        note = f"  {mark.note}" if mark.note else ""
+        lines.append(f"{mark.kind:<8} [{mark.start}:{mark.end}] {mark.text!r}{note}")
+    return lines
+
+
+@dataclass(frozen=True)
+class _Tok:
+    text: str
+    start: int
+    end: int
+    low: str
+
+
+# Commas between digits belong to the number ("$10,000"); every other comma, bracket and
+# sentence mark is its own token so it can act as a boundary.
+_TOKEN = re.compile(r"[()?!;:]|,(?!\d)|(?:[^\s(),?!;:]|,(?=\d))+")
+_END_PUNCT = {"?", "!", ".", ";", ":"}
+
+_SCAFFOLD = re.compile(
+    r"""^(?:
+        (?:can|could|would)\s+you\s+(?:please\s+)?(?:recommend|suggest|find|show\s+me|list|tell\s+me\s+about|give\s+me)
+      | please\s+(?:find|show\s+me|list|tell\s+me\s+about|give\s+me)
+      | tell\s+me(?:\s+more)?\s+about | tell\s+me
+      | show\s+me | find\s+me | find | list | give\s+me | search\s+for | recommend | suggest
+      | (?:i'?m|i\s+am)\s+looking\s+for | looking\s+for | i\s+(?:need|want)
+      | what\s+(?:kinds?|types?|sorts?)\s+of
+      | what(?:'s|\s+is|\s+are|\s+was|\s+were)
+      | which(?:\s+(?:is|are|was|were))?
+      | who(?:'s|\s+is|\s+are|\s+was|\s+were)
+      | are\s+there(?:\s+any)? | is\s+there
+      | how\s+(?:do|can|should|would)\s+(?:i|we|you|one) | how\s+to
+      | everything\s+about | anything\s+about
+      | (?:articles?|papers?|documents?|posts?|pages?|news|information|info|stuff|something)
+        \s+(?:about|on|regarding)
+      | any
+    )\b""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_DETERMINERS = {"the", "a", "an", "some", "any"}
+# Words that open an excluded item without being part of it: "not sushi and not ramen".
+_ITEM_LEADERS = _DETERMINERS | {"not", "no", "about", "either", "neither"}
+
+# Cues that open an exclusion, longest first so "except for" wins over "except". A leading
+# "," is part of the cue for the bare ones ("..., not adults") to keep "not" inside phrases
+# ("not related to" aside) from triggering.
+_EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
+    sorted(
+        (
+            ("not", "related", "to"),
+            ("unrelated", "to"),
+            ("not", "including"),
+            ("excluding",),
+            ("except", "for"),
+            ("except",),
+            ("other", "than"),
+            ("but", "not"),
+            ("and", "not"),
+            ("apart", "from"),
+            ("aside", "from"),
+            ("besides",),
+            ("rather", "than"),
+            ("without", "mentioning"),
+            ("without",),
+            ("not", "mentioning"),
+            (",", "not"),
+            (",", "no"),
+        ),
+        key=len,
+        reverse=True,
+    )
+)
+# "that don't mention X", "which does not use X": a negated verb of content.
+_NEGATED_VERB = re.compile(
+    r"^(?:(?:that|which|who)\s+)?(?:do|does|did)(?:n't|\s+not)\s+"
+    r"(?:mention|use|include|involve|contain|discuss|cover|feature|talk\s+about)$"
+)
+# Looked up by first word: matching every cue at every position was most of the run time.
+_CUES_BY_FIRST_WORD: dict[str, tuple[tuple[str, ...], ...]] = {}
+for _cue in _EXCLUSION_CUES:
+    _CUES_BY_FIRST_WORD[_cue[0]] = (*_CUES_BY_FIRST_WORD.get(_cue[0], ()), _cue)
+_NEGATION_STARTS = {"that", "which", "who", "do", "does", "did", "don't", "doesn't", "didn't"}
+_LEADING_EXCLUSION = (
+    ("apart", "from"),
+    ("aside", "from"),
+    ("other", "than"),
+    ("except", "for"),
+    ("besides",),
+    ("excluding",),
+)
+
+# Words after which a phrase's variable part starts: "side effects of | ibuprofen".
+_BOUNDARY = {
+    "of", "for", "in", "on", "at", "to", "from", "with", "by", "about", "into", "onto", "under",
+    "over", "near", "across", "through", "via", "using", "including", "involving", "featuring",
+    "containing", "like", "during", "after", "before", "between", "within", "among", "against",
+    "that", "which", "who", "whose", "where",
+}  # fmt: skip
+_RELATIVE = {"that", "which", "who", "whose", "where"}
+# Common verbs that open a second predicate: "hotels that have a pool and | allow pets".
+_VERBS = {
+    "have", "has", "had", "allow", "allows", "support", "supports", "run", "runs", "offer",
+    "offers", "include", "includes", "use", "uses", "accept", "accepts", "provide", "provides",
+    "serve", "serves", "track", "tracks", "are", "is", "was", "were", "can", "could", "will",
+    "cover", "covers", "focus", "focuses", "work", "works", "need", "needs", "require",
+    "requires", "take", "takes", "make", "makes", "help", "helps", "let", "lets", "show", "shows",
+    "contain", "contains", "teach", "teaches", "sell", "sells", "ship", "ships", "deliver",
+    "delivers", "speak", "speaks", "play", "plays", "cost", "costs", "come", "comes", "get",
+    "gets", "give", "gives", "do", "does", "don't", "doesn't",
+}  # fmt: skip
+# A comparison or choice is one topic, not a conjunction or disjunction of two.
+_GUARD_WORDS = {
+    "between", "compare", "compared", "comparing", "comparison", "vs", "vs.", "versus",
+    "better", "worse", "difference", "differences", "relationship", "whether",
+}  # fmt: skip
+_AUXILIARIES = {
+    "is", "are", "was", "were", "should", "would", "could", "can", "do", "does", "did", "will",
+    "shall", "may", "might",
+}  # fmt: skip
+# Fixed binomials: "X and Y" that names one thing.
+_BINOMIALS = {
+    ("salt", "pepper"), ("bread", "butter"), ("fish", "chips"), ("mac", "cheese"),
+    ("macaroni", "cheese"), ("rock", "roll"), ("trial", "error"), ("pros", "cons"),
+    ("dos", "don'ts"), ("do's", "don'ts"), ("black", "white"), ("bed", "breakfast"),
+    ("research", "development"), ("supply", "demand"), ("terms", "conditions"),
+    ("war", "peace"), ("pride", "prejudice"), ("crime", "punishment"), ("sense", "sensibility"),
+    ("romeo", "juliet"), ("law", "order"), ("cause", "effect"), ("checks", "balances"),
+    ("arts", "crafts"), ("odds", "ends"), ("nuts", "bolts"), ("wear", "tear"), ("ups", "downs"),
+    ("health", "safety"), ("mergers", "acquisitions"), ("oil", "gas"), ("food", "drink"),
+    ("food", "beverage"), ("rules", "regulations"), ("sweet", "sour"), ("hide", "seek"),
+    ("back", "forth"), ("give", "take"), ("questions", "answers"), ("q", "a"), ("r", "d"),
+    ("search", "rescue"), ("bits", "pieces"), ("ladies", "gentlemen"), ("bosnia", "herzegovina"),
+    ("trinidad", "tobago"), ("antigua", "barbuda"), ("johnson", "johnson"),
+    ("procter", "gamble"), ("dungeons", "dragons"), ("lord", "lady"), ("peanut butter", "jelly"),
+    ("butter", "jelly"), ("bride", "groom"), ("cheese", "crackers"), ("milk", "cookies"),
+    ("gin", "tonic"), ("rum", "coke"), ("ham", "cheese"), ("sweet", "savory"),
+    ("hot", "cold"), ("cut", "paste"), ("copy", "paste"), ("drag", "drop"), ("plug", "play"),
+    ("hit", "run"), ("stop", "go"), ("touch", "go"), ("wait", "see"), ("pick", "mix"),
+    ("pen", "paper"), ("bow", "arrow"), ("cat", "mouse"), ("horse", "carriage"),
+    ("brick", "mortar"), ("bricks", "mortar"), ("arts", "sciences"), ("pins", "needles"),
+}  # fmt: skip
+_OR_WORDS = {"or", "and/or"}
+
+
+def _tokens(text: str) -> list[_Tok]:
+    return [
+        _Tok(m.group(0), m.start(), m.end(), m.group(0).lower().replace("’", "'"))
+        for m in _TOKEN.finditer(text)
+    ]
+
+
+def _text(question: str, toks: list[_Tok]) -> str:
+    """The tokens' words as written; a dropped token in between (a parenthetical) leaves a space."""
+    parts = []
+    for before, tok in zip([None, *toks], toks, strict=False):
+        if before is not None and question[before.end : tok.start] != "":
+            parts.append(" ")
+        parts.append(tok.text)
+    return "".join(parts)
+
+
+def _span(toks: list[_Tok]) -> Span:
+    return (toks[0].start, toks[-1].end) if toks else (0, 0)
+
+
+def _strip_edges(toks: list[_Tok]) -> list[_Tok]:
+    start, end = 0, len(toks)
+    while start < end and toks[start].low in {",", ";", ":"}:
+        start += 1
+    while end > start and (toks[end - 1].low in _END_PUNCT or toks[end - 1].low == ","):
+        end -= 1
+    return toks[start:end]
+
+
+def _strip_determiner(toks: list[_Tok]) -> list[_Tok]:
+    # Keep a lone determiner: "A" on its own is a term, not nothing.
+    if len(toks) > 1 and toks[0].low in _DETERMINERS:
+        return toks[1:]
+    return toks
+
+
+def _matches(toks: list[_Tok], at: int, words: tuple[str, ...]) -> bool:
+    return len(toks) - at >= len(words) and all(toks[at + k].low == w for k, w in enumerate(words))
+
+
+@dataclass
+class _Builder:
+    """Collects marks while the rewrite runs: the tree is assembled at the end."""
+
+    question: str
+    marks: list[Mark] = field(default_factory=list)
+
+    def mark(self, kind: MarkKind, toks: list[_Tok], note: str = "") -> None:
+        if toks:
+            start, end = _span(toks)
+            self.marks.append(Mark(kind, start, end, self.question[start:end], note))
+
+    def term(self, toks: list[_Tok], note: str = "") -> Term:
+        self.mark("term", toks, note)
+        return Term(_text(self.question, toks), span=_span(toks))
+
+    def joined(self, parts: list[list[_Tok]], own: list[_Tok]) -> Term:
+        """A term made of the alternative `own` plus shared context around it."""
+        self.mark("term", own)
+        text = " ".join(_text(self.question, p) for p in parts if p)
+        return Term(text, span=_span(own))
+
+
+def _drop_scaffold(b: _Builder, toks: list[_Tok]) -> list[_Tok]:
+    toks = _strip_edges(toks)
+    if not toks:
+        return toks
+    base = toks[0].start
+    match = _SCAFFOLD.match(b.question[base : toks[-1].end])
+    if match:
+        cut = base + match.end()
+        dropped = [t for t in toks if t.end <= cut]
+        rest = [t for t in toks if t.start >= cut]
+        if rest:
+            b.mark("scaffold", dropped, "question words, not part of the topic")
+            toks = rest
+    stripped = _strip_determiner(toks)
+    if len(stripped) < len(toks):
+        b.mark("scaffold", toks[:1], "leading article")
+    return stripped
+
+
+def _cue_at(toks: list[_Tok], at: int) -> int:
+    """Length of the exclusion cue starting at `at`, or 0."""
+    first = toks[at].low
+    for cue in _CUES_BY_FIRST_WORD.get(first, ()):
+        if _matches(toks, at, cue):
+            if first == ",":
+                # ", not including X": the longer cue after the comma wins.
+                return 1 + (_cue_at(toks, at + 1) or len(cue) - 1)
+            return len(cue)
+    if first in _NEGATION_STARTS:
+        for width in (5, 4, 3, 2):
+            words = " ".join(t.low for t in toks[at : at + width])
+            if len(toks) - at >= width and _NEGATED_VERB.match(words):
+                return width
+    return 0
+
+
+def _find_exclusion(toks: list[_Tok]) -> tuple[int, int] | None:
+    """(cue start, cue end) of the first exclusion cue, if any."""
+    for i in range(len(toks)):
+        # A leading comma cue needs something before it to exclude from.
+        width = _cue_at(toks, i) if i > 0 or toks[i].low != "," else 0
+        if width:
+            return i, i + width
+    return None
+
+
+def _split_items(b: _Builder, toks: list[_Tok]) -> list[list[_Tok]]:
+    """Split an exclusion list on commas and conjunctions, keeping binomials whole."""
+    items: list[list[_Tok]] = [[]]
+    for i, tok in enumerate(toks):
+        is_and = tok.low == "and"
+        if is_and and 0 < i < len(toks) - 1 and _is_binomial(toks, i):
+            b.mark("kept", [toks[i - 1], tok, toks[i + 1]], "fixed expression, not split")
+        elif tok.low in {",", "or", "nor", "and/or", "&"} or is_and:
+            items.append([])
+            continue
+        items[-1].append(tok)
+    cleaned = []
+    for item in items:
+        while item and item[0].low in _ITEM_LEADERS:
+            item = item[1:]
+        if item:
+            cleaned.append(item)
+    return cleaned
+
+
+def _is_binomial(toks: list[_Tok], at: int) -> bool:
+    left, right = toks[at - 1].low, toks[at + 1].low
+    two_left = f"{toks[at - 2].low} {left}" if at >= 2 else ""
+    return (left, right) in _BINOMIALS or (two_left, right) in _BINOMIALS
+
+
+def _exclusions(b: _Builder, toks: list[_Tok]) -> tuple[list[_Tok], list[Term]]:
+    """Take exclusions out of the question: (what remains, the excluded terms)."""
+    excluded: list[Term] = []
+    toks = _leading_exclusion(b, toks, excluded)
+    toks = _parenthetical_exclusions(b, toks, excluded)
+    found = _find_exclusion(toks)
+    if found is not None:
+        start, end = found
+        b.mark("cue", toks[start:end], "NOT: exclude what follows")
+        for item in _split_items(b, _strip_edges(toks[end:])):
+            excluded.append(b.term(item, "excluded"))
+        toks = toks[:start]
+    return toks, excluded
+
+
+def _leading_exclusion(b: _Builder, toks: list[_Tok], excluded: list[Term]) -> list[_Tok]:
+    """ "Apart from the Louvre, what are the best museums in Paris?" """
+    for cue in _LEADING_EXCLUSION:
+        if _matches(toks, 0, cue):
+            comma = next((i for i, t in enumerate(toks) if t.low == ","), None)
+            if comma is None or comma == len(toks) - 1:
+                return toks
+            b.mark("cue", toks[: len(cue)], "NOT: exclude what follows")
+            for item in _split_items(b, toks[len(cue) : comma]):
+                excluded.append(b.term(item, "excluded"))
+            return toks[comma + 1 :]
+    return toks
+
+
+def _parenthetical_exclusions(b: _Builder, toks: list[_Tok], excluded: list[Term]) -> list[_Tok]:
+    """ "Best budget smartphones (not iPhones)" """
+    kept: list[_Tok] = []
+    i = 0
+    while i < len(toks):
+        if toks[i].low == "(":
+            close = next((j for j in range(i + 1, len(toks)) if toks[j].low == ")"), None)
+            inner = toks[i + 1 : close] if close else []
+            # "(excluding X)", "(but not X)", and a bare "(not X)" / "(no X)".
+            cue_end = (_cue_at(inner, 0) or int(inner[0].low in {"not", "no"})) if inner else 0
+            if cue_end and len(inner) > cue_end:
+                b.mark("cue", [toks[i], *inner[:cue_end]], "NOT: parenthetical exclusion")
+                for item in _split_items(b, inner[cue_end:]):
+                    excluded.append(b.term(item, "excluded"))
+                i = close + 1  # type: ignore[operator]
+                continue
+        kept.append(toks[i])
+        i += 1
+    return kept
+
+
+def _guarded(b: _Builder, toks: list[_Tok]) -> bool:
+    guard = next((t for t in toks if t.low in _GUARD_WORDS), None)
+    if guard is not None:
+        b.mark("kept", [guard], "a comparison is one topic: not split")
+        return True
+    if toks and toks[0].low in _AUXILIARIES and any(t.low in _OR_WORDS for t in toks):
+        b.mark("kept", toks[:1], "a yes/no or choice question is one topic: not split")
+        return True
+    return False
+
+
+def _coordinators(b: _Builder, toks: list[_Tok]) -> tuple[str, list[int]]:
+    """The operator and the positions of the words that coordinate the topic's parts."""
+    ors = [i for i, t in enumerate(toks) if t.low in _OR_WORDS and 0 < i < len(toks) - 1]
+    if ors:
+        return "or", ors
+    ands = []
+    for i, tok in enumerate(toks):
+        if tok.low in {"and", "&"} and 0 < i < len(toks) - 1:
+            if _is_binomial(toks, i):
+                b.mark("kept", toks[i - 1 : i + 2], "fixed expression, not split")
+            else:
+                ands.append(i)
+    return "and", ands
+
+
+def _tail(first: list[_Tok], ref: list[_Tok]) -> int:
+    """Where the first alternative starts inside the first segment (the rest is shared)."""
+    if ref and ref[0].low in _VERBS:
+        # A second predicate: share everything up to the relative pronoun.
+        rel = max((i for i, t in enumerate(first) if t.low in _RELATIVE), default=-1)
+        return rel + 1
+    if any(t.low in _BOUNDARY for t in ref):
+        # The next alternative is a whole phrase ("trains to Porto"): nothing is shared.
+        return 0
+    start = max((i + 1 for i, t in enumerate(first) if t.low in _BOUNDARY), default=0)
+    if len(first) - start > len(ref):
+        start = len(first) - len(ref)
+        # "the US or Canada": the article goes with the alternative, not the shared part.
+        while start > 0 and first[start - 1].low in _DETERMINERS:
+            start -= 1
+    return start
+
+
+def _topic(b: _Builder, toks: list[_Tok]) -> Node | None:
+    """The positive part: one term, or alternatives / conjuncts with shared context."""
+    toks = _strip_edges(toks)
+    if not toks:
+        return None
+    whole = _strip_determiner(toks)
+    if _guarded(b, toks):
+        return b.term(whole, "one topic")
+    kind, positions = _coordinators(b, toks)
+    if not positions:
+        return b.term(whole, "topic, kept as one phrase")
+
+    # "either X or Y" / "both X and Y": the marker opens the first alternative.
+    opener = {"or": "either", "and": "both"}[kind]
+    open_at = next((i for i, t in enumerate(toks[: positions[0]]) if t.low == opener), None)
+
+    # Segments: the text between coordinators, with list commas as separators too.
+    segments: list[list[_Tok]] = []
+    cut = 0
+    for pos in positions:
+        segments.append(toks[cut:pos])
+        cut = pos + 1
+    segments.append(toks[cut:])
+    head, *rest = segments
+    items: list[list[_Tok]] = []
+    pieces = _split_on_commas(head)
+    head, middle = pieces[0], pieces[1:]
+    for segment in [*middle, *rest]:
+        items.extend(_split_on_commas(segment))
+    items = [item for item in (_strip_edges(i) for i in items) if item]
+    head = _strip_edges(head)
+    if not head or not items:
+        return b.term(whole, "topic, kept as one phrase")
+
+    prefix: list[_Tok] = []
+    if open_at is not None:
+        prefix, head = head[:open_at], head[open_at + 1 :]
+        if not head:
+            return b.term(whole, "topic, kept as one phrase")
+        b.mark("cue", [toks[open_at]], f"{kind.upper()}: opens the first alternative")
+    ref = items[0]
+
+    suffix: list[_Tok] = []
+    if not prefix and len(head) == 1 and len(items) == 1 and len(ref) >= 2:
+        if kind == "and":
+            # "Mac and cheese recipes", "Peace and conflict studies": premodifiers naming
+            # one thing.
+            b.mark("kept", toks, "'and' between premodifiers names one thing: not split")
+            return b.term(whole, "one topic")
+        # "Italian or French wine regions": the right side's head noun is shared.
+        suffix, items = ref[1:], [ref[:1]]
+        b.mark("shared", suffix, "shared by every alternative")
+    elif not prefix:
+        start = _tail(head, ref)
+        prefix, head = head[:start], head[start:]
+    if kind == "and" and open_at is None and len(head) == 1 and all(len(i) == 1 for i in items):
+        b.mark("kept", toks, "single words joined by 'and' name one thing: not split")
+        return b.term(whole, "one topic")
+
+    for pos in positions:
+        b.mark("cue", [toks[pos]], f"{kind.upper()}: alternatives" if kind == "or" else "AND")
+    if prefix:
+        b.mark("shared", prefix, "shared by every alternative")
+    prefix = _strip_determiner(prefix) if prefix else prefix
+    terms = []
+    for own in [head, *items]:
+        own_text = own if prefix else _strip_determiner(own)
+        terms.append(b.joined([prefix, own_text, suffix], own))
+    return (Or if kind == "or" else And)(tuple(terms), span=_span(toks))
+
+
+def _split_on_commas(toks: list[_Tok]) -> list[list[_Tok]]:
+    parts: list[list[_Tok]] = [[]]
+    for tok in toks:
+        if tok.low == ",":
+            parts.append([])
+        else:
+            parts[-1].append(tok)
+    return [p for p in parts if p] or [[]]
+
+
+def rewrite_rules(question: str) -> RuleRewrite:
+    """Rewrite a natural-language question into a logical query with explainable rules."""
+    b = _Builder(question)
+    toks = _tokens(question)
+    if not toks:
+        raise RewriteError("empty question: ask something, e.g. 'pancakes without eggs'")
+    rest, excluded = _exclusions(b, _strip_edges(toks))
+    rest = _drop_scaffold(b, rest)
+    topic = _topic(b, rest)
+    if topic is None:
+        # Nothing positive is left ("Not about cats"): the question is the topic.
+        b.marks.clear()
+        whole = _drop_scaffold(b, toks)
+        topic, excluded = b.term(whole or toks, "the whole question is the topic"), []
+    if not excluded:
+        root: Node = topic
+    else:
+        positives = topic.operands if isinstance(topic, And) else (topic,)
+        root = And((*positives, *(Not(t, span=t.span) for t in excluded)))
+    return RuleRewrite(question, Query(root, question), tuple(b.marks))
