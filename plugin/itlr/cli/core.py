@@ -25,6 +25,22 @@ from itlr.cli.app import (
     out,
     run_guarded,
 )
+from itlr.cli.options import (
+    AndOpt,
+    CandidatesOpt,
+    ExcludeLexicalOpt,
+    ExplainOpt,
+    FilterOpt,
+    HardFilterOpt,
+    KOpt,
+    LamOpt,
+    ModeOpt,
+    NotOpt,
+    OrOpt,
+    TauOpt,
+    TruthOpt,
+    search_options,
+)
 from itlr.cli.rewrite import (
     LLMBaseUrlOpt,
     LLMKeyEnvOpt,
@@ -34,8 +50,6 @@ from itlr.cli.rewrite import (
 )
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
-from itlr.scoring import Operators, TruthMap
-from itlr.search import SearchOptions
 
 
 @app.command("parse")
@@ -134,51 +148,19 @@ def search(
     query: Annotated[str, typer.Argument(help="A logical query.")],
     index: IndexOpt,
     spec: Any = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
-    mode: Annotated[
-        Mode,
-        typer.Option(
-            help="knn: per-term kNN candidates, rescored exactly; exact: score every document."
-        ),
-    ] = Mode.knn,
-    candidates: Annotated[
-        int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
-    ] = None,
-    hard_filter: Annotated[
-        float | None,
-        typer.Option(
-            help="Drop documents whose truth for a NOT term at the root's AND is >= THETA. A NOT under an OR stays fuzzy.",
-            metavar="THETA",
-        ),
-    ] = None,
-    and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
-    or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
-    not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
-    truth: Annotated[
-        Truth,
-        typer.Option(
-            help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with "
-            "--tau/--lam, or calibrated (the sigmoid `itlr calibrate` saved for the model)."
-        ),
-    ] = Truth.clamp,
-    tau: Annotated[float, typer.Option(help="Sigmoid centre.")] = 0.5,
-    lam: Annotated[float, typer.Option(help="Sigmoid steepness.")] = 10.0,
-    filter: Annotated[
-        str | None,
-        typer.Option(
-            "--filter", help='JSON query every hit must match, e.g. \'{"term": {"lang": "en"}}\'.'
-        ),
-    ] = None,
-    exclude_lexical: Annotated[
-        bool,
-        typer.Option(
-            help="Also drop documents whose text contains a root-level NOT term as a phrase "
-            "(match_phrase in must_not; OpenSearch/Elasticsearch)."
-        ),
-    ] = False,
-    explain: Annotated[
-        bool, typer.Option(help="Show each hit's per-term truth values (one round trip).")
-    ] = False,
+    k: KOpt = 10,
+    mode: ModeOpt = Mode.knn,
+    candidates: CandidatesOpt = None,
+    hard_filter: HardFilterOpt = None,
+    and_: AndOpt = AndOp.product,
+    or_: OrOpt = OrOp.sum,
+    not_: NotOpt = NotOp.complement,
+    truth: TruthOpt = Truth.clamp,
+    tau: TauOpt = 0.5,
+    lam: LamOpt = 10.0,
+    filter: FilterOpt = None,
+    exclude_lexical: ExcludeLexicalOpt = False,
+    explain: ExplainOpt = False,
     rewrite: Annotated[
         Rewrite,
         typer.Option(
@@ -211,16 +193,21 @@ def search(
             for warning in rewritten.warnings:
                 err.print(f"[yellow]warning:[/] {warning}")
             err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
-        options = SearchOptions(
+        options = search_options(
             k=k,
-            mode=mode.value,  # type: ignore[arg-type]
+            mode=mode,
             candidates=candidates,
             hard_filter=hard_filter,
-            ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
-            truth=_truth_map(truth, tau, lam, model),
-            filter=_parse_filter(filter),
+            and_=and_,
+            or_=or_,
+            not_=not_,
+            truth=truth,
+            tau=tau,
+            lam=lam,
+            filter=filter,
             exclude_lexical=exclude_lexical,
             explain=explain,
+            model=model,
         )
         backend, embedder = _open(spec, model, create=False)
         result = Retriever(backend, embedder).search(parsed, options)
@@ -235,36 +222,6 @@ def search(
             _print_hits(str(result.query), result.hits, result.query.terms)
 
     run_guarded(action)
-
-
-def _truth_map(truth: Truth, tau: float, lam: float, model: str | None) -> TruthMap:
-    if truth is not Truth.calibrated:
-        return TruthMap(truth.value, tau, lam)  # type: ignore[arg-type]
-    from itlr.evaluation.calibration import load_calibration
-
-    calibrated = load_calibration(model)
-    if calibrated is None:
-        raise ConfigurationError(
-            "no calibration saved for this model: run `itlr calibrate DATASET` first, "
-            "or use --truth sigmoid --tau T --lam L"
-        )
-    return calibrated
-
-
-def _parse_filter(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as bad:
-        raise ConfigurationError(
-            f"--filter is not valid JSON: {bad.msg} at character {bad.pos}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ConfigurationError(
-            '--filter must be a JSON object, e.g. \'{"term": {"lang": "en"}}\''
-        )
-    return value
 
 
 @app.command()

@@ -5,23 +5,27 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from itlr.cli.app import AndOp, Engine, ModelOpt, NotOp, OrOp, Truth, app, err, out, run_guarded
+from itlr.cli.app import (
+    AndOp,
+    Engine,
+    ModelOpt,
+    NotOp,
+    OrOp,
+    Rewrite,
+    Truth,
+    app,
+    err,
+    out,
+    run_guarded,
+)
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
-
-
-class Rewrite(StrEnum):
-    none = "none"
-    rules = "rules"
-    llm = "llm"
-
 
 DEFAULT_METHODS = "dense,itlr,itlr-hard,setops"
 SplitOpt = Annotated[str, typer.Option(help="Which qrels/<split>.tsv to use.")]

@@ -15,9 +15,24 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import AndOp, Mode, ModelOpt, NotOp, OrOp, Truth, app, run_guarded
+from itlr.cli.options import (
+    AndOpt,
+    CandidatesOpt,
+    ExcludeLexicalOpt,
+    ExplainOpt,
+    FilterOpt,
+    HardFilterOpt,
+    KOpt,
+    LamOpt,
+    ModeOpt,
+    NotOpt,
+    OrOpt,
+    TauOpt,
+    TruthOpt,
+    search_options,
+)
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
-from itlr.scoring import Operators, TruthMap
 from itlr.search import SearchOptions
 
 HEREDOC = "ITLR_JSON"
@@ -169,42 +184,19 @@ def translate(
             metavar="X.Y",
         ),
     ] = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
-    mode: Annotated[
-        Mode,
-        typer.Option(
-            help="knn: per-term kNN candidates, rescored exactly; exact: score every document."
-        ),
-    ] = Mode.knn,
-    candidates: Annotated[
-        int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
-    ] = None,
-    hard_filter: Annotated[
-        float | None,
-        typer.Option(
-            help="Drop documents whose truth for a root-level NOT term is >= THETA.",
-            metavar="THETA",
-        ),
-    ] = None,
-    and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
-    or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
-    not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
-    truth: Annotated[
-        Truth, typer.Option(help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid.")
-    ] = Truth.clamp,
-    tau: Annotated[float, typer.Option(help="Sigmoid centre.")] = 0.5,
-    lam: Annotated[float, typer.Option(help="Sigmoid steepness.")] = 10.0,
-    filter: Annotated[
-        str | None,
-        typer.Option("--filter", help="JSON query every hit must match."),
-    ] = None,
-    exclude_lexical: Annotated[
-        bool,
-        typer.Option(help="Also drop documents containing a root-level NOT term as a phrase."),
-    ] = False,
-    explain: Annotated[
-        bool, typer.Option(help="Return the hits' vectors so per-term truths can be computed.")
-    ] = False,
+    k: KOpt = 10,
+    mode: ModeOpt = Mode.knn,
+    candidates: CandidatesOpt = None,
+    hard_filter: HardFilterOpt = None,
+    and_: AndOpt = AndOp.product,
+    or_: OrOpt = OrOp.sum,
+    not_: NotOpt = NotOp.complement,
+    truth: TruthOpt = Truth.clamp,
+    tau: TauOpt = 0.5,
+    lam: LamOpt = 10.0,
+    filter: FilterOpt = None,
+    exclude_lexical: ExcludeLexicalOpt = False,
+    explain: ExplainOpt = False,
     inline_script: Annotated[
         bool,
         typer.Option(help="Put the fixed Painless source in the request instead of a stored id."),
@@ -214,20 +206,24 @@ def translate(
     model: ModelOpt = None,
 ) -> None:
     """Print the request a logical query becomes, without a cluster (e.g. for Dev Tools)."""
-    from itlr.cli.core import _parse_filter
     from itlr.embed import get_embedder
 
     def action() -> None:
-        options = SearchOptions(
+        options = search_options(
             k=k,
-            mode=mode.value,  # type: ignore[arg-type]
+            mode=mode,
             candidates=candidates,
             hard_filter=hard_filter,
-            ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
-            truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
-            filter=_parse_filter(filter),
+            and_=and_,
+            or_=or_,
+            not_=not_,
+            truth=truth,
+            tau=tau,
+            lam=lam,
+            filter=filter,
             exclude_lexical=exclude_lexical,
             explain=explain,
+            model=model,
         )
         if output == Format.json and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads

@@ -1,0 +1,121 @@
+"""Search options shared by `search`, `translate` and `eval`, and how they become SearchOptions."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
+from itlr.errors import ConfigurationError
+from itlr.scoring import Operators, TruthMap
+from itlr.search import SearchOptions
+
+KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
+ModeOpt = Annotated[
+    Mode,
+    typer.Option(
+        help="knn: per-term kNN candidates, rescored exactly; exact: score every document."
+    ),
+]
+CandidatesOpt = Annotated[
+    int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
+]
+HardFilterOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Drop documents whose truth for a NOT term at the root's AND is >= THETA. "
+        "A NOT under an OR stays fuzzy.",
+        metavar="THETA",
+    ),
+]
+AndOpt = Annotated[AndOp, typer.Option("--and", help="AND operator.")]
+OrOpt = Annotated[OrOp, typer.Option("--or", help="OR operator.")]
+NotOpt = Annotated[NotOp, typer.Option("--not", help="NOT operator.")]
+TruthOpt = Annotated[
+    Truth,
+    typer.Option(
+        help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with --tau/--lam, "
+        "or calibrated (the sigmoid `itlr calibrate` saved for the model)."
+    ),
+]
+TauOpt = Annotated[float, typer.Option(help="Sigmoid centre.")]
+LamOpt = Annotated[float, typer.Option(help="Sigmoid steepness.")]
+FilterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--filter",
+        help='JSON query every hit must match, e.g. \'{"term": {"metadata.lang": "en"}}\'.',
+    ),
+]
+ExcludeLexicalOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Also drop documents whose text contains a root-level NOT term as a phrase "
+        "(match_phrase in must_not; OpenSearch/Elasticsearch)."
+    ),
+]
+ExplainOpt = Annotated[
+    bool, typer.Option(help="Show each hit's per-term truth values (one round trip).")
+]
+
+
+def parse_filter(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as bad:
+        raise ConfigurationError(
+            f"--filter is not valid JSON: {bad.msg} at character {bad.pos}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(
+            '--filter must be a JSON object, e.g. \'{"term": {"metadata.lang": "en"}}\''
+        )
+    return value
+
+
+def truth_map(truth: Truth, tau: float, lam: float, model: str | None) -> TruthMap:
+    if truth is not Truth.calibrated:
+        return TruthMap(truth.value, tau, lam)  # type: ignore[arg-type]
+    from itlr.evaluation.calibration import load_calibration
+
+    calibrated = load_calibration(model)
+    if calibrated is None:
+        raise ConfigurationError(
+            "no calibration saved for this model: run `itlr calibrate DATASET` first, "
+            "or use --truth sigmoid --tau T --lam L"
+        )
+    return calibrated
+
+
+def search_options(
+    *,
+    k: int,
+    mode: Mode,
+    candidates: int | None,
+    hard_filter: float | None,
+    and_: AndOp,
+    or_: OrOp,
+    not_: NotOp,
+    truth: Truth,
+    tau: float,
+    lam: float,
+    filter: str | None,
+    exclude_lexical: bool,
+    explain: bool,
+    model: str | None,
+) -> SearchOptions:
+    return SearchOptions(
+        k=k,
+        mode=mode.value,  # type: ignore[arg-type]
+        candidates=candidates,
+        hard_filter=hard_filter,
+        ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
+        truth=truth_map(truth, tau, lam, model),
+        filter=parse_filter(filter),
+        exclude_lexical=exclude_lexical,
+        explain=explain,
+    )
