@@ -25,3 +25,40 @@ def embedder():
     from itlr.embed import get_embedder
 
     return get_embedder()
+
+
+# -- the demo corpus, shared by the OpenSearch and Elasticsearch parity suites ----------------
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    from itlr.documents import read_jsonl
+    from itlr.resources import data_file
+
+    return list(read_jsonl(data_file("demo", "corpus.jsonl")))
+
+
+@pytest.fixture(scope="session")
+def corpus_vectors(corpus, embedder):
+    return embedder.encode([d.text for d in corpus])
+
+
+@pytest.fixture(scope="session")
+def vocabulary_vectors(embedder):
+    from parity import VOCABULARY
+
+    return dict(zip(VOCABULARY, embedder.encode(VOCABULARY), strict=True))
+
+
+@pytest.fixture(scope="session")
+def embedded(tmp_path_factory, corpus, corpus_vectors, embedder):
+    """The embedded engine over the demo corpus: the reference the remote engines must match."""
+    from itlr.engines.embedded import EmbeddedIndex
+
+    index = EmbeddedIndex.create(
+        tmp_path_factory.mktemp("parity") / "idx", embedder.name, embedder.dims
+    )
+    index.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    return index

@@ -16,7 +16,6 @@ Three tiers, because not every Elasticsearch runs Painless:
 from __future__ import annotations
 
 import json
-import random
 import re
 import urllib.request
 import uuid
@@ -26,9 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import And, IndexStateError, Not, Operators, Or, Term, TruthMap
+from itlr import IndexStateError, Operators, TruthMap
 from itlr.cli import app
-from itlr.documents import read_jsonl
 from itlr.engines.elasticsearch import (
     EXCLUDE_SCRIPT,
     MAX_NUM_CANDIDATES,
@@ -38,111 +36,15 @@ from itlr.engines.elasticsearch import (
     connect,
     unsupported_version,
 )
-from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
 from itlr.engines.remote import IndexLayout, derive_mapping, score_params
 from itlr.errors import EngineError
 from itlr.ingest import ingest
-from itlr.query import Query
 from itlr.resources import data_file
 from itlr.search import SearchOptions
+from parity import HOSTILE_TERMS, assert_same_ranking, random_cases, term_vectors
 
 DIMS = 384
-
-VOCABULARY = [
-    "vitamin D",
-    "bone health",
-    "immune system",
-    "depression and mood",
-    "electric car batteries",
-    "charging stations",
-    "purchase price",
-    "Python",
-    "data analysis",
-    "web frameworks",
-    "coffee and sleep",
-    "brewing methods",
-    "Paris museums",
-    "French food",
-    "running injuries",
-    "Roman army",
-    "solar power",
-    "dog training",
-    "guitar",
-    "copyright law",
-]
-
-HOSTILE_TERMS = [
-    '"; return 1e9; //',
-    '\\"}}]} params.vectors.clear(); \\u0000',
-    "doc['embedding'] + ' OR \" AND )(",
-    "{{mustache}} ${injection} </script>",
-]
-
-
-def random_tree(rng: random.Random, depth: int = 0):
-    if depth >= 2 or rng.random() < 0.35:
-        return Term(rng.choice(VOCABULARY), rng.choice([1.0, 1.0, 1.0, 0.5, 2.0]))
-    kind = rng.choice(["and", "or", "not", "and"])
-    if kind == "not":
-        return Not(random_tree(rng, depth + 1))
-    children = tuple(random_tree(rng, depth + 1) for _ in range(rng.randint(2, 3)))
-    return And(children) if kind == "and" else Or(children)
-
-
-def random_queries(count: int, seed: int = 7) -> list[tuple[Query, SearchOptions]]:
-    """Random trees (NOT, weights, nesting) with random operators and truth maps."""
-    rng = random.Random(seed)
-    cases = []
-    while len(cases) < count:
-        query = itlr.parse(str(Query(random_tree(rng))))
-        ops = Operators(
-            rng.choice(["product", "sum", "min", "lukasiewicz"]),
-            rng.choice(["sum", "max", "probsum"]),
-            rng.choice(["complement", "reciprocal"]),
-        )
-        truth = rng.choice(
-            [TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", tau=0.3, lam=8.0)]
-        )
-        cases.append((query, SearchOptions(k=10, mode="exact", ops=ops, truth=truth)))
-    return cases
-
-
-def term_vectors(query: Query, vocabulary_vectors) -> np.ndarray:
-    return np.stack([vocabulary_vectors[t] for t in query.terms])
-
-
-def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
-    """Same scores rank by rank; ids may differ only where two scores tie."""
-    assert len(remote) == len(local)
-    for mine, theirs in zip(remote, local, strict=True):
-        assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
-
-
-@pytest.fixture(scope="session")
-def corpus():
-    return list(read_jsonl(data_file("demo", "corpus.jsonl")))
-
-
-@pytest.fixture(scope="session")
-def corpus_vectors(corpus, embedder) -> np.ndarray:
-    return embedder.encode([d.text for d in corpus])
-
-
-@pytest.fixture(scope="session")
-def vocabulary_vectors(embedder) -> dict[str, np.ndarray]:
-    return dict(zip(VOCABULARY, embedder.encode(VOCABULARY), strict=True))
-
-
-@pytest.fixture(scope="session")
-def embedded(tmp_path_factory, corpus, corpus_vectors, embedder) -> EmbeddedIndex:
-    index = EmbeddedIndex.create(
-        tmp_path_factory.mktemp("es-parity") / "idx", embedder.name, embedder.dims
-    )
-    index.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    return index
 
 
 def offline(version: str | None = "8.19.0", **kwargs) -> ElasticsearchBackend:
@@ -394,7 +296,7 @@ def test_es_score_script_on_a_real_painless_matches_the_embedded_engine_on_60_qu
     opensearch_demo, embedded, vocabulary_vectors, embedder
 ) -> None:
     es = offline("8.19.0")
-    for query, options in random_queries(60, seed=11):
+    for query, options in random_cases(60, seed=11, trees_first=False):
         vectors = term_vectors(query, vocabulary_vectors)
         remote = run_es_script_on_opensearch(
             opensearch_demo, es.build_request(query, vectors, options)
@@ -641,7 +543,7 @@ def painless_demo(elasticsearch_painless_url, es_demo) -> ElasticsearchBackend:
     return es_demo
 
 
-PARITY_CASES = random_queries(60)
+PARITY_CASES = random_cases(60, trees_first=False)
 
 
 @pytest.mark.elasticsearch

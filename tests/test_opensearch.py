@@ -3,45 +3,23 @@
 from __future__ import annotations
 
 import json
-import random
 import uuid
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import IndexStateError, Operators, TruthMap
-from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries
+from itlr import IndexStateError
 from itlr.cli import app
-from itlr.documents import read_jsonl
-from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend, connect
 from itlr.errors import EngineError
 from itlr.ingest import ingest
-from itlr.query import Query
 from itlr.resources import data_file
 from itlr.search import SearchOptions
+from parity import HOSTILE_TERMS, assert_same_ranking, random_cases, term_vectors
 
 pytestmark = pytest.mark.opensearch
-
-VOCABULARY = DEMO_PHRASES
-
-
-@pytest.fixture(scope="session")
-def corpus():
-    return list(read_jsonl(data_file("demo", "corpus.jsonl")))
-
-
-@pytest.fixture(scope="session")
-def corpus_vectors(corpus, embedder) -> np.ndarray:
-    return embedder.encode([d.text for d in corpus])
-
-
-@pytest.fixture(scope="session")
-def vocabulary_vectors(embedder) -> dict[str, np.ndarray]:
-    return dict(zip(VOCABULARY, embedder.encode(VOCABULARY), strict=True))
 
 
 @pytest.fixture(scope="session")
@@ -65,47 +43,6 @@ def demo_backend(client, opensearch_url, corpus, corpus_vectors, embedder) -> Op
     assert failures == {}
     backend.refresh()
     return backend
-
-
-@pytest.fixture(scope="session")
-def embedded(tmp_path_factory, corpus, corpus_vectors, embedder) -> EmbeddedIndex:
-    index = EmbeddedIndex.create(
-        tmp_path_factory.mktemp("parity") / "idx", embedder.name, embedder.dims
-    )
-    index.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    return index
-
-
-def random_cases(count: int, seed: int = 7) -> list[tuple[Query, SearchOptions]]:
-    rng = random.Random(seed)
-    cases = []
-    for tree_query in random_queries(VOCABULARY, count, rng):
-        query = itlr.parse(str(tree_query))
-        ops = Operators(
-            rng.choice(["product", "sum", "min", "lukasiewicz"]),
-            rng.choice(["sum", "max", "probsum"]),
-            rng.choice(["complement", "reciprocal"]),
-        )
-        truth = rng.choice(
-            [TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", tau=0.3, lam=8.0)]
-        )
-        cases.append((query, SearchOptions(k=10, mode="exact", ops=ops, truth=truth)))
-    return cases
-
-
-def term_vectors(query: Query, vocabulary_vectors) -> np.ndarray:
-    return np.stack([vocabulary_vectors[t] for t in query.terms])
-
-
-def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
-    assert len(remote) == len(local)
-    for mine, theirs in zip(remote, local, strict=True):
-        assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
-        if mine.id != theirs.id:
-            # Only a tie may swap two documents.
-            assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
 
 
 PARITY_CASES = random_cases(60)
@@ -179,14 +116,6 @@ def test_hits_come_without_vectors_unless_explained(demo_backend, vocabulary_vec
     assert all(h.truths == {} for h in plain)
     explained = demo_backend.search(query, vectors, SearchOptions(k=3, explain=True))
     assert set(explained[0].truths) == {"vitamin D", "bone health"}
-
-
-HOSTILE_TERMS = [
-    '"; return 1e9; //',
-    '\\"}}]} params.vectors.clear(); \\u0000',
-    "doc['embedding'] + ' OR \" AND )(",
-    "{{mustache}} ${injection} </script>",
-]
 
 
 def test_hostile_terms_change_nothing_but_their_vectors(demo_backend, embedder) -> None:

@@ -1,32 +1,26 @@
 """Elasticsearch backend (8.x, 9.x): knn candidates per positive term, one stored Painless script
 composing the terms' similarities, optional hard filter, bulk ingestion.
 
-Everything that is not engine-specific (params, mapping layout, bulk actions, hits) is shared
-with OpenSearch through itlr.engines.remote; what differs is the request shape (`knn` query with
-`query_vector` / `num_candidates`), the Painless source (no cosineSimilarity class bindings) and
-the client.
+Everything that is not engine-specific is shared with OpenSearch: params, mapping layout, bulk
+actions and hits through itlr.engines.remote; index checks, scripts, ingestion and the
+script_score request through itlr.engines.cluster. What differs is the request shape (`knn` query
+with `query_vector` / `num_candidates`), the Painless source (no cosineSimilarity class bindings)
+and the client.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from itlr.engines.remote import (
-    IndexLayout,
-    StoredScript,
-    bulk_actions,
-    derive_mapping,
-    exclusion_params,
-    hits_from_response,
-    score_params,
-)
+from itlr.engines.cluster import ClusterBackend, error_reason
+from itlr.engines.remote import IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
@@ -235,24 +229,17 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
 
 
 def _reason(error: Any) -> str:
-    body = getattr(error, "body", None)
-    if isinstance(body, dict):
-        cause = body.get("error", {})
-        if isinstance(cause, dict):
-            root = (cause.get("root_cause") or [{}])[0]
-            caused = cause.get("caused_by") or {}
-            return (
-                f"{root.get('type') or cause.get('type')}: "
-                f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
-            )
-    return str(getattr(error, "message", error))
+    return error_reason(getattr(error, "body", None), getattr(error, "message", error))
 
 
 # -- backend ---------------------------------------------------------------------------------
 
 
-class ElasticsearchBackend:
+class ElasticsearchBackend(ClusterBackend):
     engine = "elasticsearch"
+    score_script = SCORE_SCRIPT
+    exclude_script = EXCLUDE_SCRIPT
+    vector_type = "dense_vector"
 
     def __init__(
         self,
@@ -267,16 +254,8 @@ class ElasticsearchBackend:
     ) -> None:
         """`version` shapes the requests (knn query, its `k`); None asks the server when it is
         first needed, or assumes the newest Elasticsearch when there is no client (translate)."""
-        self.client = client
-        self.index = index
-        self.model = model
-        self.dims = dims
-        self.layout = layout or IndexLayout()
-        self.inline_script = inline_script
-        self.url = url or "the cluster"
-        self.warnings: list[str] = []
+        super().__init__(client, index, model, dims, layout, inline_script, url)
         self._version = version
-        self._scripts_ready = inline_script
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         return engine_errors(self.url, self.index)
@@ -296,128 +275,44 @@ class ElasticsearchBackend:
 
     # -- index ---------------------------------------------------------------------------
 
-    def ensure_index(self, knn_engine: str | None = None) -> bool:
-        """Create the index from mappings/elasticsearch.json if missing; True if created.
+    def _create_index(self, knn_engine: str | None) -> None:
+        """`knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here."""
+        body = derive_mapping("elasticsearch", self.layout, self.dims, self.model)
+        if self.capabilities.vectors_left_out_of_source:
+            # --explain (and any reindexing tool) reads the vectors from _source.
+            body["settings"]["index"]["mapping.exclude_source_vectors"] = False
+        self.client.indices.create(
+            index=self.index, settings=body["settings"], mappings=body["mappings"]
+        )
 
-        `knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here.
-        """
-        with self._errors():
-            if self.client.indices.exists(index=self.index):
-                self.check_index()
-                return False
-            body = derive_mapping("elasticsearch", self.layout, self.dims, self.model)
-            if self.capabilities.vectors_left_out_of_source:
-                # --explain (and any reindexing tool) reads the vectors from _source.
-                body["settings"]["index"]["mapping.exclude_source_vectors"] = False
-            self.client.indices.create(
-                index=self.index, settings=body["settings"], mappings=body["mappings"]
-            )
-            return True
-
-    def check_index(self) -> None:
-        """Refuse an index whose vectors cannot match the model; warn about another model."""
-        with self._errors():
-            mapping = self.client.indices.get_mapping(index=self.index)
-        (index_mapping,) = dict(mapping).values()
-        mappings = index_mapping["mappings"]
-        vector = mappings.get("properties", {}).get(self.layout.vector_field)
-        if vector is None or vector.get("type") != "dense_vector":
-            raise IndexStateError(
-                f"index {self.index!r} has no dense_vector field {self.layout.vector_field!r}: "
-                "name the right one with --vector-field"
-            )
+    def _mapped_dims(self, vector: dict[str, Any]) -> Any:
         # Since 8.11 dims may be absent until the first vector arrives.
-        dims = vector.get("dims")
-        if dims is not None and int(dims) != self.dims:
-            raise IndexStateError(
-                f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
-                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching --model"
-            )
-        meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
-        if meta_model and meta_model != self.model:
-            self._warn(
-                f"index {self.index!r} records model {meta_model!r} in _meta, but searching with "
-                f"{self.model!r}: scores will be meaningless unless they share a vector space"
-            )
+        return vector.get("dims")
+
+    def _check_vector(self, vector: dict[str, Any]) -> None:
         if vector.get("index") is False:
             self._warn(
                 f"field {self.layout.vector_field!r} of index {self.index!r} is not indexed for "
                 "kNN (index: false): only --mode exact can search it"
             )
 
-    def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        warnings.warn(message, stacklevel=3)
+    # -- scripts and writes --------------------------------------------------------------
 
-    def count(self) -> int:
-        with self._errors():
-            self.client.indices.refresh(index=self.index)
-            return int(self.client.count(index=self.index)["count"])
-
-    def refresh(self) -> None:
-        with self._errors():
-            self.client.indices.refresh(index=self.index)
-
-    # -- scripts -------------------------------------------------------------------------
-
-    def install_scripts(self) -> list[str]:
-        """Register the stored scripts (idempotent); returns the ids newly installed."""
+    def _not_found_error(self) -> type[Exception]:
         from elasticsearch import NotFoundError
 
-        installed = []
-        with self._errors():
-            for script in (SCORE_SCRIPT, EXCLUDE_SCRIPT):
-                try:
-                    self.client.get_script(id=script.id)
-                except NotFoundError:
-                    self.client.put_script(id=script.id, script=script.body()["script"])
-                    installed.append(script.id)
-        self._scripts_ready = True
-        return installed
+        return NotFoundError
 
-    # -- writes --------------------------------------------------------------------------
+    def _put_script(self, script: StoredScript) -> None:
+        self.client.put_script(id=script.id, script=script.body()["script"])
 
-    def add(
-        self,
-        ids: Sequence[str],
-        texts: Sequence[str],
-        vectors: np.ndarray,
-        fields: Sequence[dict[str, Any]] | None = None,
-    ) -> dict[str, str]:
-        """Bulk-index documents; returns {id: reason} for documents the engine refused."""
+    def _bulk_helpers(self) -> ModuleType:
         from elasticsearch import helpers
 
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
-            raise IndexStateError(
-                f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
-            )
-        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields)
-        failures: dict[str, str] = {}
-        with self._errors():
-            # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
-            for ok, item in helpers.streaming_bulk(
-                self.client,
-                actions,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=5,
-                initial_backoff=1,
-                max_backoff=30,
-            ):
-                if not ok:
-                    (result,) = item.values()
-                    error = result.get("error", {})
-                    reason = error.get("reason", str(error)) if isinstance(error, dict) else error
-                    failures[str(result.get("_id"))] = str(reason)
-        return failures
+        return helpers
 
-    def existing_ids(self, ids: list[str]) -> set[str]:
-        if not ids:
-            return set()
-        with self._errors():
-            found = self.client.mget(index=self.index, ids=ids, source=False)
-        return {d["_id"] for d in found["docs"] if d.get("found")}
+    def _mget(self, ids: list[str]) -> Any:
+        return self.client.mget(index=self.index, ids=ids, source=False)
 
     # -- search --------------------------------------------------------------------------
 
@@ -440,64 +335,19 @@ class ElasticsearchBackend:
             knn["filter"] = filter
         return {"knn": knn}
 
-    def build_request(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> dict[str, Any]:
-        """The search body: script_score over knn candidates (or every document)."""
-        field = self.layout.vector_field
-        term_vectors = np.asarray(term_vectors, dtype=np.float32)
-        user_filter = [options.filter] if options.filter else []
-        must_not: list[dict[str, Any]] = []
-        if options.hard_filter is not None:
-            for term in query.excluded_terms:
-                params = exclusion_params(query, term_vectors, options, self.layout, term)
-                must_not.append(
-                    {
-                        "script_score": {
-                            "query": {"match_all": {}},
-                            "script": EXCLUDE_SCRIPT.reference(params, self.inline_script),
-                            "min_score": options.hard_filter,
-                        }
-                    }
-                )
-        if options.exclude_lexical:
-            must_not += [
-                {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
-            ]
-        inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
-        if options.mode == "knn" and query.has_positive_term:
-            self.capabilities.refuse_knn_mode()
-            if options.candidate_budget > MAX_NUM_CANDIDATES:
-                self.warnings.append(
-                    f"--candidates {options.candidate_budget} exceeds Elasticsearch's "
-                    f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
-                )
-            inner["should"] = [
-                self._knn(
-                    term_vectors[query.terms.index(t)], options.candidate_budget, options.filter
-                )
-                for t in query.positive_terms
-            ]
-            inner["minimum_should_match"] = 1
-        else:
-            inner["must"] = [{"match_all": {}}]
-        params = score_params(query, term_vectors, options, self.layout)
-        return {
-            "size": options.k,
-            "query": {
-                "script_score": {
-                    "query": {"bool": inner},
-                    "script": SCORE_SCRIPT.reference(params, self.inline_script),
-                }
-            },
-            "sort": [{"_score": "desc"}, {"doc_id": "asc"}],
-            "track_scores": True,
-            # With explain the hits' vectors come back so truths can be shown; never otherwise.
-            "_source": self._explained_source() if options.explain else {"excludes": [field]},
-        }
+    def _candidates(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> list[dict[str, Any]]:
+        self.capabilities.refuse_knn_mode()
+        if options.candidate_budget > MAX_NUM_CANDIDATES:
+            self.warnings.append(
+                f"--candidates {options.candidate_budget} exceeds Elasticsearch's "
+                f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
+            )
+        return [
+            self._knn(term_vectors[query.terms.index(t)], options.candidate_budget, options.filter)
+            for t in query.positive_terms
+        ]
 
     def _explained_source(self) -> dict[str, Any]:
         source: dict[str, Any] = {"includes": ["*"]}
@@ -505,19 +355,6 @@ class ElasticsearchBackend:
             # An index made elsewhere on 9.2+ may keep its vectors out of _source by default.
             source["exclude_vectors"] = False
         return source
-
-    def search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> list[Hit]:
-        body = self.build_request(query, term_vectors, options)
-        if not self._scripts_ready:
-            self.install_scripts()
-        with self._errors():
-            response = self.client.search(index=self.index, body=body)
-        return hits_from_response(dict(response), query, term_vectors, options, self.layout)
 
     def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
         """Plain kNN on one vector: the dense baseline."""
@@ -538,6 +375,4 @@ class ElasticsearchBackend:
             raise EngineError(
                 f"Elasticsearch {caps.version} has no kNN search (it arrived in 8.4): upgrade"
             )
-        with self._errors():
-            response = self.client.search(index=self.index, body=body)
-        return hits_from_response(dict(response), None, None, None, self.layout)
+        return self._hits(body, None, None, None)

@@ -4,21 +4,14 @@ the terms' similarities, optional hard filter, bulk ingestion."""
 from __future__ import annotations
 
 import contextlib
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from itlr.engines.remote import (
-    IndexLayout,
-    StoredScript,
-    bulk_actions,
-    derive_mapping,
-    exclusion_params,
-    hits_from_response,
-    score_params,
-)
+from itlr.engines.cluster import ClusterBackend, error_reason
+from itlr.engines.remote import StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
@@ -55,17 +48,7 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
 
 
 def _reason(error: Any) -> str:
-    info = getattr(error, "info", None)
-    if isinstance(info, dict):
-        cause = info.get("error", {})
-        if isinstance(cause, dict):
-            root = (cause.get("root_cause") or [{}])[0]
-            caused = cause.get("caused_by") or {}
-            return (
-                f"{root.get('type') or cause.get('type')}: "
-                f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
-            )
-    return str(getattr(error, "error", error))
+    return error_reason(getattr(error, "info", None), getattr(error, "error", error))
 
 
 def connect(
@@ -88,212 +71,53 @@ def connect(
     return OpenSearch(**kwargs)
 
 
-class OpenSearchBackend:
+class OpenSearchBackend(ClusterBackend):
     engine = "opensearch"
-
-    def __init__(
-        self,
-        client: Any,
-        index: str,
-        model: str,
-        dims: int,
-        layout: IndexLayout | None = None,
-        inline_script: bool = False,
-        url: str = "",
-    ) -> None:
-        self.client = client
-        self.index = index
-        self.model = model
-        self.dims = dims
-        self.layout = layout or IndexLayout()
-        self.inline_script = inline_script
-        self.url = url or "the cluster"
-        self.warnings: list[str] = []
-        self._scripts_ready = inline_script
+    score_script = SCORE_SCRIPT
+    exclude_script = EXCLUDE_SCRIPT
+    vector_type = "knn_vector"
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         return engine_errors(self.url, self.index)
 
-    # -- index ---------------------------------------------------------------------------
+    def _create_index(self, knn_engine: str | None) -> None:
+        body = derive_mapping("opensearch", self.layout, self.dims, self.model, knn_engine)
+        self.client.indices.create(index=self.index, body=body)
 
-    def ensure_index(self, knn_engine: str | None = None) -> bool:
-        """Create the index from mappings/opensearch.json if missing; True if created."""
-        with self._errors():
-            if self.client.indices.exists(index=self.index):
-                self.check_index()
-                return False
-            body = derive_mapping("opensearch", self.layout, self.dims, self.model, knn_engine)
-            self.client.indices.create(index=self.index, body=body)
-            return True
+    def _mapped_dims(self, vector: dict[str, Any]) -> int:
+        return int(vector.get("dimension", 0))
 
-    def check_index(self) -> None:
-        """Refuse an index whose vectors cannot match the model; warn about another model."""
-        with self._errors():
-            mapping = self.client.indices.get_mapping(index=self.index)
-        (index_mapping,) = mapping.values()
-        mappings = index_mapping["mappings"]
-        vector = mappings.get("properties", {}).get(self.layout.vector_field)
-        if vector is None or vector.get("type") != "knn_vector":
-            raise IndexStateError(
-                f"index {self.index!r} has no knn_vector field {self.layout.vector_field!r}: "
-                "name the right one with --vector-field"
-            )
-        dims = int(vector.get("dimension", 0))
-        if dims != self.dims:
-            raise IndexStateError(
-                f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
-                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching --model"
-            )
-        meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
-        if meta_model and meta_model != self.model:
-            message = (
-                f"index {self.index!r} records model {meta_model!r} in _meta, but searching with "
-                f"{self.model!r}: scores will be meaningless unless they share a vector space"
-            )
-            self.warnings.append(message)
-            warnings.warn(message, stacklevel=2)
-
-    def count(self) -> int:
-        with self._errors():
-            self.client.indices.refresh(index=self.index)
-            return int(self.client.count(index=self.index)["count"])
-
-    def refresh(self) -> None:
-        with self._errors():
-            self.client.indices.refresh(index=self.index)
-
-    # -- scripts -------------------------------------------------------------------------
-
-    def install_scripts(self) -> list[str]:
-        """Register the stored scripts (idempotent); returns the ids newly installed."""
+    def _not_found_error(self) -> type[Exception]:
         from opensearchpy import NotFoundError
 
-        installed = []
-        with self._errors():
-            for script in (SCORE_SCRIPT, EXCLUDE_SCRIPT):
-                try:
-                    self.client.get_script(id=script.id)
-                except NotFoundError:
-                    self.client.put_script(id=script.id, body=script.body())
-                    installed.append(script.id)
-        self._scripts_ready = True
-        return installed
+        return NotFoundError
 
-    # -- writes --------------------------------------------------------------------------
+    def _put_script(self, script: StoredScript) -> None:
+        self.client.put_script(id=script.id, body=script.body())
 
-    def add(
-        self,
-        ids: Sequence[str],
-        texts: Sequence[str],
-        vectors: np.ndarray,
-        fields: Sequence[dict[str, Any]] | None = None,
-    ) -> dict[str, str]:
-        """Bulk-index documents; returns {id: reason} for documents the engine refused."""
+    def _bulk_helpers(self) -> ModuleType:
         from opensearchpy import helpers
 
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
-            raise IndexStateError(
-                f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
-            )
-        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields)
-        failures: dict[str, str] = {}
-        with self._errors():
-            # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
-            for ok, item in helpers.streaming_bulk(
-                self.client,
-                actions,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=5,
-                initial_backoff=1,
-                max_backoff=30,
-            ):
-                if not ok:
-                    (result,) = item.values()
-                    error = result.get("error", {})
-                    reason = error.get("reason", str(error)) if isinstance(error, dict) else error
-                    failures[str(result.get("_id"))] = str(reason)
-        return failures
+        return helpers
 
-    def existing_ids(self, ids: list[str]) -> set[str]:
-        if not ids:
-            return set()
-        with self._errors():
-            found = self.client.mget(index=self.index, body={"ids": ids}, _source=False)
-        return {d["_id"] for d in found["docs"] if d.get("found")}
+    def _mget(self, ids: list[str]) -> Any:
+        return self.client.mget(index=self.index, body={"ids": ids}, _source=False)
 
     # -- search --------------------------------------------------------------------------
 
-    def build_request(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document)."""
-        field = self.layout.vector_field
-        term_vectors = np.asarray(term_vectors, dtype=np.float32)
-        user_filter = [options.filter] if options.filter else []
-        must_not: list[dict[str, Any]] = []
-        if options.hard_filter is not None:
-            for term in query.excluded_terms:
-                params = exclusion_params(query, term_vectors, options, self.layout, term)
-                script = EXCLUDE_SCRIPT.reference(params, self.inline_script)
-                must_not.append(
-                    {
-                        "script_score": {
-                            "query": {"match_all": {}},
-                            "script": script,
-                            "min_score": options.hard_filter,
-                        }
-                    }
-                )
-        if options.exclude_lexical:
-            must_not += [
-                {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
-            ]
-        inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
-        if options.mode == "knn" and query.has_positive_term:
-            should = []
-            for term in query.positive_terms:
-                knn: dict[str, Any] = {
-                    "vector": term_vectors[query.terms.index(term)].tolist(),
-                    "k": options.candidate_budget,
-                }
-                if options.filter:
-                    knn["filter"] = options.filter
-                should.append({"knn": {field: knn}})
-            inner.update(should=should, minimum_should_match=1)
-        else:
-            inner["must"] = [{"match_all": {}}]
-        params = score_params(query, term_vectors, options, self.layout)
-        return {
-            "size": options.k,
-            "query": {
-                "script_score": {
-                    "query": {"bool": inner},
-                    "script": SCORE_SCRIPT.reference(params, self.inline_script),
-                }
-            },
-            "sort": [{"_score": "desc"}, {"doc_id": "asc"}],
-            "track_scores": True,
-            # With explain the hits' vectors come back so truths can be shown; never otherwise.
-            "_source": {"includes": ["*"]} if options.explain else {"excludes": [field]},
-        }
-
-    def search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> list[Hit]:
-        if not self._scripts_ready:
-            self.install_scripts()
-        body = self.build_request(query, term_vectors, options)
-        with self._errors():
-            response = self.client.search(index=self.index, body=body)
-        return hits_from_response(response, query, term_vectors, options, self.layout)
+    def _candidates(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> list[dict[str, Any]]:
+        should = []
+        for term in query.positive_terms:
+            knn: dict[str, Any] = {
+                "vector": term_vectors[query.terms.index(term)].tolist(),
+                "k": options.candidate_budget,
+            }
+            if options.filter:
+                knn["filter"] = options.filter
+            should.append({"knn": {self.layout.vector_field: knn}})
+        return should
 
     def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
         """Plain kNN on one vector: the dense baseline."""
@@ -305,6 +129,4 @@ class OpenSearchBackend:
             "query": {"knn": {self.layout.vector_field: knn}},
             "_source": {"excludes": [self.layout.vector_field]},
         }
-        with self._errors():
-            response = self.client.search(index=self.index, body=body)
-        return hits_from_response(response, None, None, None, self.layout)
+        return self._hits(body, None, None, None)

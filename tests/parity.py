@@ -1,0 +1,68 @@
+"""What the OpenSearch and Elasticsearch test suites share: the demo vocabulary, random logical
+queries with random operators and truth maps, hostile terms, and the parity assertion."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import itlr
+from itlr import Operators, TruthMap
+from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries, random_tree
+from itlr.query import Query
+from itlr.search import SearchOptions
+
+VOCABULARY = DEMO_PHRASES
+
+# Terms that would break out of a script or a JSON string if they were ever spliced into one.
+HOSTILE_TERMS = [
+    '"; return 1e9; //',
+    '\\"}}]} params.vectors.clear(); \\u0000',
+    "doc['embedding'] + ' OR \" AND )(",
+    "{{mustache}} ${injection} </script>",
+]
+
+
+def random_options(rng: random.Random) -> SearchOptions:
+    """Exact search with random operators and a random truth map."""
+    ops = Operators(
+        rng.choice(["product", "sum", "min", "lukasiewicz"]),
+        rng.choice(["sum", "max", "probsum"]),
+        rng.choice(["complement", "reciprocal"]),
+    )
+    truth = rng.choice(
+        [TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", tau=0.3, lam=8.0)]
+    )
+    return SearchOptions(k=10, mode="exact", ops=ops, truth=truth)
+
+
+def random_cases(
+    count: int, seed: int = 7, *, trees_first: bool = True
+) -> list[tuple[Query, SearchOptions]]:
+    """Random trees (NOT, weights, nesting) with random operators and truth maps.
+
+    `trees_first` draws every tree before any options; otherwise each case draws its tree and
+    then its options. The two orders give different (but each reproducible) cases.
+    """
+    rng = random.Random(seed)
+    if trees_first:
+        trees = random_queries(VOCABULARY, count, rng)
+        return [(itlr.parse(str(tree)), random_options(rng)) for tree in trees]
+    cases = []
+    for _ in range(count):
+        query = itlr.parse(str(Query(random_tree(rng, VOCABULARY))))
+        cases.append((query, random_options(rng)))
+    return cases
+
+
+def term_vectors(query: Query, vocabulary_vectors) -> np.ndarray:
+    return np.stack([vocabulary_vectors[t] for t in query.terms])
+
+
+def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
+    """Same scores rank by rank; ids may differ only where two scores tie."""
+    assert len(remote) == len(local)
+    for mine, theirs in zip(remote, local, strict=True):
+        assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
