@@ -4,6 +4,7 @@ queries with random operators and truth maps, hostile terms, and the parity asse
 from __future__ import annotations
 
 import random
+import uuid
 
 import numpy as np
 import pytest
@@ -11,6 +12,9 @@ import pytest
 import itlr
 from itlr import Operators, TruthMap
 from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries, random_tree
+from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
+from itlr.errors import IndexStateError
+from itlr.ingest import ingest
 from itlr.query import Query
 from itlr.search import SearchOptions
 
@@ -66,3 +70,39 @@ def assert_same_ranking(remote, local, rel: float = 1e-4) -> None:
     assert len(remote) == len(local)
     for mine, theirs in zip(remote, local, strict=True):
         assert mine.score == pytest.approx(theirs.score, rel=rel, abs=1e-6)
+
+
+# -- contracts every cluster backend keeps, run by each engine's suite ------------------------
+
+
+def check_refused_documents_are_reported_and_ingestion_resumes(
+    engine: str, url: str, corpus, embedder
+) -> None:
+    documents = corpus[:40]
+    broken = list(documents)
+    # A real mapping conflict: metadata.topic is a keyword, this one is an object.
+    broken[17] = type(broken[17])(broken[17].id, broken[17].text, {"topic": {"nested": "x"}})
+    spec = EngineSpec(engine, f"itlr-ingest-{uuid.uuid4().hex[:8]}", Connection(url))
+    backend = open_backend(spec, embedder, create=True)
+    first = ingest(broken, backend, embedder, batch_size=16)
+    assert first.failed.keys() == {documents[17].id}
+    assert "metadata.topic" in first.failed[documents[17].id]
+    assert backend.count() == 39
+    second = ingest(documents, backend, embedder, batch_size=16)
+    assert (second.added, second.skipped, second.failed) == (1, 39, {})
+    assert backend.count() == 40
+
+
+def check_index_with_other_dimensions_is_refused(engine: str, url: str, embedder) -> None:
+    name = f"itlr-dims-{uuid.uuid4().hex[:8]}"
+    remote_backend(EngineSpec(engine, name, Connection(url)), "tiny-model", 8).ensure_index()
+    with pytest.raises(IndexStateError, match="8-dim vectors"):
+        open_backend(EngineSpec(engine, name, Connection(url)), embedder)
+
+
+def check_index_recording_another_model_warns(engine: str, url: str, embedder) -> None:
+    name = f"itlr-model-{uuid.uuid4().hex[:8]}"
+    spec = EngineSpec(engine, name, Connection(url))
+    remote_backend(spec, "someone-elses-model", embedder.dims).ensure_index()
+    with pytest.warns(UserWarning, match="someone-elses-model"):
+        open_backend(spec, embedder)

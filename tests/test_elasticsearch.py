@@ -39,10 +39,17 @@ from itlr.engines.elasticsearch import (
 from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
 from itlr.engines.remote import IndexLayout, derive_mapping, score_params
 from itlr.errors import EngineError
-from itlr.ingest import ingest
 from itlr.resources import data_file
 from itlr.search import SearchOptions
-from parity import HOSTILE_TERMS, assert_same_ranking, random_cases, term_vectors
+from parity import (
+    HOSTILE_TERMS,
+    assert_same_ranking,
+    check_index_recording_another_model_warns,
+    check_index_with_other_dimensions_is_refused,
+    check_refused_documents_are_reported_and_ingestion_resumes,
+    random_cases,
+    term_vectors,
+)
 
 DIMS = 384
 
@@ -459,40 +466,19 @@ def test_dense_baseline_returns_the_exact_nearest_neighbours(
 def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
     elasticsearch_url, corpus, embedder
 ) -> None:
-    documents = corpus[:40]
-    broken = list(documents)
-    # A real mapping conflict: metadata.topic is a keyword, this one is an object.
-    broken[17] = type(broken[17])(broken[17].id, broken[17].text, {"topic": {"nested": "x"}})
-    spec = EngineSpec(
-        "elasticsearch", f"itlr-ingest-{uuid.uuid4().hex[:8]}", Connection(elasticsearch_url)
+    check_refused_documents_are_reported_and_ingestion_resumes(
+        "elasticsearch", elasticsearch_url, corpus, embedder
     )
-    backend = open_backend(spec, embedder, create=True)
-    first = ingest(broken, backend, embedder, batch_size=16)
-    assert first.failed.keys() == {documents[17].id}
-    assert "metadata.topic" in first.failed[documents[17].id]
-    assert backend.count() == 39
-    second = ingest(documents, backend, embedder, batch_size=16)
-    assert (second.added, second.skipped, second.failed) == (1, 39, {})
-    assert backend.count() == 40
 
 
 @pytest.mark.elasticsearch
 def test_index_with_other_dimensions_is_refused(elasticsearch_url, embedder) -> None:
-    name = f"itlr-dims-{uuid.uuid4().hex[:8]}"
-    ElasticsearchBackend(connect(elasticsearch_url), name, "tiny-model", 8).ensure_index()
-    spec = EngineSpec("elasticsearch", name, Connection(elasticsearch_url))
-    with pytest.raises(IndexStateError, match="8-dim vectors"):
-        open_backend(spec, embedder)
+    check_index_with_other_dimensions_is_refused("elasticsearch", elasticsearch_url, embedder)
 
 
 @pytest.mark.elasticsearch
 def test_index_recording_another_model_warns(elasticsearch_url, embedder) -> None:
-    name = f"itlr-model-{uuid.uuid4().hex[:8]}"
-    ElasticsearchBackend(
-        connect(elasticsearch_url), name, "someone-elses-model", embedder.dims
-    ).ensure_index()
-    with pytest.warns(UserWarning, match="someone-elses-model"):
-        open_backend(EngineSpec("elasticsearch", name, Connection(elasticsearch_url)), embedder)
+    check_index_recording_another_model_warns("elasticsearch", elasticsearch_url, embedder)
 
 
 @pytest.mark.elasticsearch

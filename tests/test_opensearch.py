@@ -9,15 +9,21 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import IndexStateError
 from itlr.cli import app
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend, connect
 from itlr.errors import EngineError
-from itlr.ingest import ingest
 from itlr.resources import data_file
 from itlr.search import SearchOptions
-from parity import HOSTILE_TERMS, assert_same_ranking, random_cases, term_vectors
+from parity import (
+    HOSTILE_TERMS,
+    assert_same_ranking,
+    check_index_recording_another_model_warns,
+    check_index_with_other_dimensions_is_refused,
+    check_refused_documents_are_reported_and_ingestion_resumes,
+    random_cases,
+    term_vectors,
+)
 
 pytestmark = pytest.mark.opensearch
 
@@ -157,40 +163,19 @@ def test_install_is_idempotent(demo_backend) -> None:
 
 
 def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
-    client, opensearch_url, corpus, embedder
+    opensearch_url, corpus, embedder
 ) -> None:
-    documents = corpus[:40]
-    broken = list(documents)
-    # A real mapping conflict: metadata.topic is a keyword, this one is an object.
-    broken[17] = type(broken[17])(broken[17].id, broken[17].text, {"topic": {"nested": "x"}})
-    spec = EngineSpec(
-        "opensearch", f"itlr-ingest-{uuid.uuid4().hex[:8]}", Connection(opensearch_url)
+    check_refused_documents_are_reported_and_ingestion_resumes(
+        "opensearch", opensearch_url, corpus, embedder
     )
-    backend = open_backend(spec, embedder, create=True)
-    first = ingest(broken, backend, embedder, batch_size=16)
-    assert first.failed.keys() == {documents[17].id}
-    assert "metadata.topic" in first.failed[documents[17].id]
-    assert backend.count() == 39
-    second = ingest(documents, backend, embedder, batch_size=16)
-    assert (second.added, second.skipped, second.failed) == (1, 39, {})
-    assert backend.count() == 40
 
 
-def test_index_with_other_dimensions_is_refused(client, opensearch_url, embedder) -> None:
-    name = f"itlr-dims-{uuid.uuid4().hex[:8]}"
-    OpenSearchBackend(client, name, "tiny-model", 8, url=opensearch_url).ensure_index()
-    spec = EngineSpec("opensearch", name, Connection(opensearch_url))
-    with pytest.raises(IndexStateError, match="8-dim vectors"):
-        open_backend(spec, embedder)
+def test_index_with_other_dimensions_is_refused(opensearch_url, embedder) -> None:
+    check_index_with_other_dimensions_is_refused("opensearch", opensearch_url, embedder)
 
 
-def test_index_recording_another_model_warns(client, opensearch_url, embedder) -> None:
-    name = f"itlr-model-{uuid.uuid4().hex[:8]}"
-    OpenSearchBackend(
-        client, name, "someone-elses-model", embedder.dims, url=opensearch_url
-    ).ensure_index()
-    with pytest.warns(UserWarning, match="someone-elses-model"):
-        open_backend(EngineSpec("opensearch", name, Connection(opensearch_url)), embedder)
+def test_index_recording_another_model_warns(opensearch_url, embedder) -> None:
+    check_index_recording_another_model_warns("opensearch", opensearch_url, embedder)
 
 
 def test_unreachable_engine_is_one_actionable_line(embedder) -> None:

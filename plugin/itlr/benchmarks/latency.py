@@ -34,17 +34,26 @@ class Timing:
         return self.p50_ms / reference.p50_ms if reference.p50_ms else float("nan")
 
 
-def time_calls(name: str, call: Callable[[int], object], repeats: int, warmup: int = 3) -> Timing:
+def time_interleaved(
+    calls: dict[str, Callable[[int], object]], repeats: int, warmup: int = 10
+) -> list[Timing]:
+    """p50/p95 of each call, timed round-robin so that caches warming up, merges finishing or a
+    busy neighbour weigh on every measurement alike rather than on whichever ran first."""
     for i in range(warmup):
-        call(i)
-    samples = []
+        for call in calls.values():
+            call(i)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for i in range(repeats):
-        started = time.perf_counter()
-        call(i)
-        samples.append((time.perf_counter() - started) * 1000)
-    samples.sort()
-    p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
-    return Timing(name, statistics.median(samples), p95)
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call(i)
+            samples[name].append((time.perf_counter() - started) * 1000)
+    timings = []
+    for name, values in samples.items():
+        values.sort()
+        p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+        timings.append(Timing(name, statistics.median(values), p95))
+    return timings
 
 
 def random_unit(rows: int, dims: int, seed: int) -> np.ndarray:
@@ -57,14 +66,24 @@ def query_vectors(query: Query, dims: int, seed: int) -> np.ndarray:
     return random_unit(len(query.terms), dims, seed)
 
 
-def measure_backend(backend, dims: int, repeats: int, k: int = 10) -> list[Timing]:
-    """Plain kNN, then 1/3/5-term logical queries in knn and exact mode, on one backend."""
+def measure_backend(
+    backend, dims: int, repeats: int, k: int = 10, floor: np.ndarray | None = None
+) -> list[Timing]:
+    """Plain kNN, then 1/3/5-term logical queries in knn and exact mode, on one backend.
+
+    With `floor` (the backend's vectors), the first timing is one memory pass over them (numpy's
+    gemv): the least any exact scoring must cost. It is timed on its own, before the rounds, as
+    the search calls' torch threads would otherwise slow it down.
+    """
     pool = random_unit(64, dims, seed=99)
-    timings = [
-        time_calls(
-            "plain kNN (1 vector)", lambda i: backend.search_vector(pool[i % 64], k), repeats
+    reference = []
+    if floor is not None:
+        probe = random_unit(1, dims, seed=5)[0]
+        reference = time_interleaved(
+            {"one pass over the vectors (V @ q)": lambda _i: floor @ probe}, repeats
         )
-    ]
+    calls: dict[str, Callable[[int], object]] = {}
+    calls["plain kNN (1 vector)"] = lambda i: backend.search_vector(pool[i % 64], k)
     for terms, text in QUERIES.items():
         query = parse(text)
         for mode in ("knn", "exact"):
@@ -73,14 +92,8 @@ def measure_backend(backend, dims: int, repeats: int, k: int = 10) -> list[Timin
             def run(i: int, query: Query = query, options: SearchOptions = options) -> object:
                 return backend.search(query, query_vectors(query, dims, seed=i % 64), options)
 
-            timings.append(time_calls(f"itlr {terms}-term, {mode} mode", run, repeats))
-    return timings
-
-
-def memory_pass(vectors: np.ndarray, repeats: int) -> Timing:
-    """The floor for exact scoring: one matrix-vector product that reads every vector once."""
-    probe = random_unit(1, vectors.shape[1], seed=5)[0]
-    return time_calls("one pass over the vectors (V @ q)", lambda _i: vectors @ probe, repeats)
+            calls[f"itlr {terms}-term, {mode} mode"] = run
+    return reference + time_interleaved(calls, repeats)
 
 
 def candidate_recall(

@@ -79,7 +79,7 @@ def latency(
 
     Vectors are random unit vectors: latency does not depend on what they mean.
     """
-    from itlr.benchmarks.latency import measure_backend, memory_pass, random_unit
+    from itlr.benchmarks.latency import measure_backend, random_unit
     from itlr.engines.embedded import EmbeddedIndex
 
     def action() -> None:
@@ -96,8 +96,7 @@ def latency(
                 index = EmbeddedIndex.create(Path(folder) / "bench", "random", dims)
                 vectors = random_unit(count, dims, seed=1)
                 index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
-                floor = memory_pass(index._vectors, repeats)
-                timings = measure_backend(index, dims, repeats)
+                floor, *timings = measure_backend(index, dims, repeats, floor=vectors)
                 lines += [f"**Embedded engine, {count:,} random {dims}-dim vectors**", ""]
                 lines += _timing_table([floor, *timings], timings[0])
                 exact3 = next(t for t in timings if t.name == "itlr 3-term, exact mode")
@@ -130,10 +129,18 @@ def recall(
         str, typer.Option(help="Candidate budgets, comma-separated.")
     ] = "10,20,50,100,200",
     queries: Annotated[int, typer.Option(help="Random logical queries to average over.")] = 100,
+    url: UrlOpt = None,
     out_file: OutFile = None,
 ) -> None:
-    """Top-10 overlap of knn mode with exact mode per candidate budget, on real text."""
+    """Top-10 overlap of knn mode with exact mode per candidate budget, on real text.
+
+    The embedded engine's per-term candidates are exact, so it measures only what the union of
+    candidates misses; OpenSearch adds what its HNSW graph misses.
+    """
     import random
+    import uuid
+
+    import numpy as np
 
     from itlr.benchmarks.latency import candidate_recall
     from itlr.benchmarks.text_corpus import random_queries, recall_corpus
@@ -143,33 +150,57 @@ def recall(
     def action() -> None:
         embedder = get_embedder()
         documents, vocabulary = recall_corpus()
+        ids = [d.id for d in documents]
+        texts = [d.text for d in documents]
+        vectors = embedder.encode(texts)
+        term_vectors = dict(zip(vocabulary, embedder.encode(vocabulary), strict=True))
+        sample = random_queries(vocabulary, queries, random.Random(3))
+        sizes = [int(b) for b in budgets.split(",")]
+
+        def vectors_for(query):
+            return np.stack([term_vectors[t] for t in query.terms])
+
+        columns: dict[str, dict[int, float]] = {}
         with tempfile.TemporaryDirectory() as folder:
             index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
-            index.add(
-                [d.id for d in documents],
-                [d.text for d in documents],
-                embedder.encode([d.text for d in documents]),
-            )
-            term_vectors = dict(zip(vocabulary, embedder.encode(vocabulary), strict=True))
-            sample = random_queries(vocabulary, queries, random.Random(3))
-            import numpy as np
+            index.add(ids, texts, vectors)
+            columns["embedded"] = candidate_recall(index, vectors_for, sample, sizes)
+        if url:
+            from itlr.engines.opensearch import OpenSearchBackend, connect
 
-            overlap = candidate_recall(
-                index,
-                lambda q: np.stack([term_vectors[t] for t in q.terms]),
-                sample,
-                [int(b) for b in budgets.split(",")],
+            backend = OpenSearchBackend(
+                connect(url, timeout=120),
+                f"itlr-recall-{uuid.uuid4().hex[:8]}",
+                embedder.name,
+                embedder.dims,
+                url=url,
             )
+            backend.ensure_index()
+            try:
+                backend.add(ids, texts, vectors)
+                backend.refresh()
+                columns["OpenSearch (lucene HNSW)"] = candidate_recall(
+                    backend, vectors_for, sample, sizes
+                )
+            finally:
+                backend.client.indices.delete(index=backend.index)
         lines = [
-            f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}`)",
+            f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}"
+            + (" --url URL" if url else "")
+            + "`)",
             "",
             f"{len(documents)} real-text passages (demo corpus + topic bank sentences), "
             f"{queries} random logical queries over {len(vocabulary)} phrases, top-10.",
             "",
-            "| candidates per positive term | top-10 overlap with exact |",
-            "|---:|---:|",
+            "| candidates per positive term | "
+            + " | ".join(f"{name}: top-10 overlap with exact" for name in columns)
+            + " |",
+            "|---:|" + "---:|" * len(columns),
         ]
-        lines += [f"| {b} | {v:.3f} |" for b, v in overlap.items()]
+        lines += [
+            f"| {b} | " + " | ".join(f"{column[b]:.3f}" for column in columns.values()) + " |"
+            for b in sizes
+        ]
         _emit(lines, out_file)
 
     run_guarded(action)

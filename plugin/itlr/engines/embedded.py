@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,7 +259,7 @@ class EmbeddedIndex:
         if options.mode == "knn" and positive:
             rows = self._knn_candidates(rows, term_vectors[positive], options.candidate_budget)
         # One matrix product scores every term against every candidate.
-        cosines = self._matrix(rows) @ term_vectors.T
+        cosines = cosine_matrix(self._matrix(rows), term_vectors)
         truths = options.truth.apply(cosines, terms)
         keep = np.ones(len(rows), dtype=bool)
         if options.hard_filter is not None:
@@ -278,7 +279,7 @@ class EmbeddedIndex:
         rows = self._filtered_rows(filter)
         if rows.size == 0:
             return []
-        scores = self._matrix(rows) @ vector
+        scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
         return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
 
     def _matrix(self, rows: np.ndarray) -> np.ndarray:
@@ -290,7 +291,7 @@ class EmbeddedIndex:
     def _knn_candidates(self, rows: np.ndarray, vectors: np.ndarray, budget: int) -> np.ndarray:
         if budget >= len(rows):
             return rows
-        cosines = self._matrix(rows) @ vectors.T
+        cosines = cosine_matrix(self._matrix(rows), vectors)
         chosen = np.argpartition(-cosines, budget - 1, axis=0)[:budget]
         return rows[np.unique(chosen)]
 
@@ -344,6 +345,29 @@ class EmbeddedIndex:
             [r for r in rows if matches(self._rows[r])],
             dtype=np.int64,  # type: ignore[arg-type]
         )
+
+
+def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(rows, queries) dot products of unit vectors in one matrix product, reading them once.
+
+    torch's CPU matmul (MKL) streams the vectors once for a few query columns, where numpy's
+    OpenBLAS sgemm first copies the whole matrix into packed panels (two to three memory passes)
+    and torch's own matrix-vector path runs at a third of memory speed. So every product goes
+    through torch's matmul, a single query padded to two columns. Using one BLAS also keeps
+    torch's OpenMP threads (busy after encoding the terms) from fighting OpenBLAS's for the
+    cores, which slowed numpy's products up to tenfold (docs/benchmarks.md, latency).
+    """
+    import torch
+
+    count = queries.shape[0]
+    right = np.ascontiguousarray(queries, dtype=np.float32)
+    if count == 1:
+        right = np.vstack([right, right])
+    with warnings.catch_warnings():
+        # A read-only memmap: torch warns that it could be written through, which it is not.
+        warnings.simplefilter("ignore", UserWarning)
+        left = torch.from_numpy(vectors)
+    return (left @ torch.from_numpy(right).T).numpy()[:, :count]
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
