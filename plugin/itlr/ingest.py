@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Protocol
+
+import numpy as np
 
 from itlr.documents import Document
 from itlr.embed import Embedder
@@ -40,29 +44,45 @@ def ingest(
     on_batch: Callable[[int], None] | None = None,
 ) -> IngestReport:
     """Embed and store documents. With resume, ids already in the index are skipped, so a re-run
-    after a crash adds only what is missing."""
-    import time
+    after a crash adds only what is missing.
 
+    The engine writes one batch while the encoder works on the next, so that a cluster's bulk
+    round trips hide behind encoding instead of adding to it. At most one batch is in flight;
+    an engine error surfaces at the latest when the next batch is handed over.
+    """
     report = IngestReport()
-    for batch in batched(documents, batch_size):
-        if resume:
-            present = backend.existing_ids([d.id for d in batch])
-            todo = [d for d in batch if d.id not in present]
-            report.skipped += len(batch) - len(todo)
-        else:
-            todo = batch
-        if todo:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer:
+        pending: Future[None] | None = None
+        in_flight: set[str] = set()
+
+        def write(todo: list[Document], vectors: np.ndarray) -> None:
             started = time.perf_counter()
-            vectors = embedder.encode([d.text for d in todo])
-            encoded = time.perf_counter()
             failures = backend.add(
                 [d.id for d in todo], [d.text for d in todo], vectors, [d.fields for d in todo]
             )
-            report.index_seconds += time.perf_counter() - encoded
-            report.encode_seconds += encoded - started
+            report.index_seconds += time.perf_counter() - started
             failures = failures or {}
             report.failed.update(failures)
             report.added += len(todo) - len(failures)
-        if on_batch:
-            on_batch(len(batch))
+
+        for batch in batched(documents, batch_size):
+            if resume:
+                # The batch being written counts as present: its ids may not be visible yet.
+                present = backend.existing_ids([d.id for d in batch]) | in_flight
+                todo = [d for d in batch if d.id not in present]
+                report.skipped += len(batch) - len(todo)
+            else:
+                todo = batch
+            if todo:
+                started = time.perf_counter()
+                vectors = embedder.encode([d.text for d in todo])
+                report.encode_seconds += time.perf_counter() - started
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(write, todo, vectors)
+                in_flight = {d.id for d in todo}
+            if on_batch:
+                on_batch(len(batch))
+        if pending is not None:
+            pending.result()
     return report
