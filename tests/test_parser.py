@@ -95,6 +95,34 @@ def test_not_only_query_is_allowed_but_flagged() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "anchored"),
+    [
+        ("a", True),
+        ("a AND NOT b", True),
+        ("a AND (b OR NOT c)", True),
+        ("a OR b", True),
+        ("a OR NOT b", False),
+        ("NOT (a OR b)", False),
+        ("NOT (NOT a AND NOT b)", True),
+        ("NOT (a AND NOT b)", False),
+        ("NOT NOT a", True),
+        ("NOT a", False),
+    ],
+)
+def test_a_query_is_anchored_when_scoring_well_needs_a_positive_term(
+    text: str, anchored: bool
+) -> None:
+    query = itlr.parse(text)
+    assert query.anchored is anchored
+    assert bool(query.warnings) is not anchored
+
+
+def test_a_not_under_an_or_warns_that_knn_mode_may_miss_documents() -> None:
+    (warning,) = itlr.parse('"vitamin D" OR NOT "bone health"').warnings
+    assert "--mode exact" in warning and "\n" not in warning
+
+
+@pytest.mark.parametrize(
     ("text", "position", "fragment"),
     [
         ("", 0, "empty query"),

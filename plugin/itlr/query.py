@@ -137,13 +137,42 @@ class Query:
         return bool(self.positive_terms)
 
     @property
+    def anchored(self) -> bool:
+        """Whether every way to score well needs a high truth for some positive term.
+
+        Then the best documents lie near a positive term, where knn mode gathers its candidates.
+        `"a" OR NOT "b"` is not anchored: a document far from b scores well wherever it lies,
+        and knn candidates (near a) can miss it. Negations are pushed inward (De Morgan), so
+        `NOT ("a" OR "b")` is not anchored and `NOT (NOT "a" AND NOT "b")` is.
+        """
+
+        def needs_positive(node: Node, negated: bool) -> bool:
+            if isinstance(node, Term):
+                return not negated
+            if isinstance(node, Not):
+                return needs_positive(node.operand, not negated)
+            parts = [needs_positive(child, negated) for child in node.operands]
+            # A conjunction is high only when every part is, so one anchored part suffices;
+            # under a NOT, AND and OR trade places.
+            conjunction = isinstance(node, And) != negated
+            return any(parts) if conjunction else all(parts)
+
+        return needs_positive(self.root, False)
+
+    @property
     def warnings(self) -> tuple[str, ...]:
-        if self.has_positive_term:
-            return ()
-        return (
-            "query has no positive term: nothing to gather candidates with, "
-            "so every document is scored (exact mode)",
-        )
+        if not self.has_positive_term:
+            return (
+                "query has no positive term: nothing to gather candidates with, "
+                "so every document is scored (exact mode)",
+            )
+        if not self.anchored:
+            return (
+                "documents far from every positive term can score well on this query (a NOT "
+                "under an OR): knn mode gathers candidates near positive terms only and may "
+                "miss them; use --mode exact for a complete ranking",
+            )
+        return ()
 
     @property
     def program(self) -> Program:

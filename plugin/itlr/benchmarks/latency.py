@@ -96,27 +96,51 @@ def measure_backend(
     return reference + time_interleaved(calls, repeats)
 
 
+@dataclass(frozen=True)
+class CandidateRecall:
+    """How well knn mode's top k matches exact mode's, at one candidate budget.
+
+    `scores`: the share of ranks at which knn mode returns a document scoring as high as exact
+    mode's document at that rank. Where several documents tie (often at score 0, when a query
+    has fewer than k documents that satisfy it at all) any of them is as right as another.
+    `ids`: the plain overlap of the two id sets, ties broken by id, as a stricter reading.
+    """
+
+    scores: float
+    ids: float
+
+
 def candidate_recall(
     index,
     term_vectors_for: Callable[[Query], np.ndarray],
     queries: list[Query],
     budgets: list[int],
     k: int = 10,
-) -> dict[int, float]:
-    """Mean top-k overlap of knn mode with exact mode, per candidate budget."""
-    recall: dict[int, float] = {}
-    exact_ids = {}
+) -> dict[int, CandidateRecall]:
+    """knn mode against exact mode, per candidate budget, averaged over the queries."""
+    exact = []
     for query in queries:
         vectors = term_vectors_for(query)
-        exact = index.search(query, vectors, SearchOptions(k=k, mode="exact"))
-        exact_ids[str(query)] = ({h.id for h in exact}, vectors)
+        hits = index.search(query, vectors, SearchOptions(k=k, mode="exact"))
+        if hits:
+            exact.append((query, vectors, hits))
+    recall: dict[int, CandidateRecall] = {}
     for budget in budgets:
-        overlaps = []
-        for query in queries:
-            truth, vectors = exact_ids[str(query)]
-            if not truth:
-                continue
+        by_score, by_id = [], []
+        for query, vectors, truth in exact:
             found = index.search(query, vectors, SearchOptions(k=k, mode="knn", candidates=budget))
-            overlaps.append(len(truth & {h.id for h in found}) / len(truth))
-        recall[budget] = float(np.mean(overlaps)) if overlaps else float("nan")
+            found_scores = [h.score for h in found] + [-np.inf] * (len(truth) - len(found))
+            by_score.append(
+                np.mean(
+                    [
+                        mine >= theirs.score - 1e-6 * max(1.0, abs(theirs.score))
+                        for mine, theirs in zip(found_scores, truth, strict=False)
+                    ]
+                )
+            )
+            by_id.append(len({h.id for h in truth} & {h.id for h in found}) / len(truth))
+        recall[budget] = CandidateRecall(
+            float(np.mean(by_score)) if by_score else float("nan"),
+            float(np.mean(by_id)) if by_id else float("nan"),
+        )
     return recall
