@@ -12,11 +12,13 @@ from typer.testing import CliRunner
 
 from itlr import ConfigurationError, parse
 from itlr.cli import app
+from itlr.documents import Document
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.evaluation.cache import EmbeddingCache
 from itlr.evaluation.calibration import fit_sigmoid, load_calibration
 from itlr.evaluation.datasets import load_beir, read_qrels
-from itlr.evaluation.methods import Case, Logical, SetOps
+from itlr.evaluation.engine_runs import EngineRunner, default_index_name, public_url
+from itlr.evaluation.methods import Case, Logical, SetOps, build_methods
 from itlr.evaluation.metrics import evaluate_run
 from itlr.evaluation.runner import VectorCorpus, run_methods
 from itlr.evaluation.synthetic import (
@@ -295,6 +297,116 @@ def test_logical_method_ranks_as_the_embedded_engine_exact_mode(tmp_path: Path) 
     assert list(runs["itlr-hard"]["q"]) == [hit.id for hit in engine]
 
 
+# -- runs on an engine (the cluster path, here over the embedded engine) ------------------------
+
+
+class EmbeddedAsCluster:
+    """The embedded engine behind the cluster interface EngineRunner uses; refuses `refuse`."""
+
+    engine = "test-engine"
+    url = "http://user:secret@example.test:9200/"
+
+    def __init__(self, inner: EmbeddedIndex, refuse: set[str] | None = None) -> None:
+        self.inner = inner
+        self.index = "eval-index"
+        self.refuse = refuse or set()
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        return self.inner.existing_ids(ids)
+
+    def add(self, ids, texts, vectors, fields=None) -> dict[str, str]:
+        keep = [i for i, doc_id in enumerate(ids) if doc_id not in self.refuse]
+        if keep:
+            self.inner.add(
+                [ids[i] for i in keep],
+                [texts[i] for i in keep],
+                vectors[keep],
+                [fields[i] for i in keep] if fields else None,
+            )
+        return {doc_id: "mapper_parsing_exception" for doc_id in ids if doc_id in self.refuse}
+
+    def refresh(self) -> None:
+        pass
+
+    def count(self) -> int:
+        return self.inner.count()
+
+    def search(self, query, term_vectors, options):
+        return self.inner.search(query, term_vectors, options)
+
+    def search_vector(self, vector, k, filter=None):
+        return self.inner.search_vector(vector, k, filter)
+
+
+def random_eval_setup(tmp_path: Path):
+    rng = np.random.default_rng(11)
+
+    def unit(rows: int) -> np.ndarray:
+        vectors = rng.normal(size=(rows, 8)).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    ids = [f"d{i:02d}" for i in range(40)]
+    documents = [Document(i, f"text of {i}") for i in ids]
+    corpus = VectorCorpus(tuple(ids), unit(len(ids)))
+    queries = ['"x" AND NOT "y"', '("x" OR "z") AND NOT "y"', '"z"', 'NOT "x"']
+    cases = [Case(f"q{n}", f"question {n}", parse(q)) for n, q in enumerate(queries)]
+    texts = [c.text for c in cases] + ["x", "y", "z"]
+    text_vectors = dict(zip(texts, unit(len(texts)), strict=True))
+    backend = EmbeddedAsCluster(EmbeddedIndex.create(tmp_path / "idx", "m", 8))
+    return documents, corpus, cases, text_vectors, backend
+
+
+def test_engine_runs_in_exact_mode_equal_the_in_process_runs(tmp_path: Path) -> None:
+    documents, corpus, cases, text_vectors, backend = random_eval_setup(tmp_path)
+    methods = build_methods(["dense", "itlr", "itlr-hard", "setops", "random"], hard_filter=0.4)
+    engine = EngineRunner(backend, mode="exact")
+    engine.sync(documents, corpus.vectors)
+    on_engine = engine.run(cases, methods, corpus, text_vectors, depth=100)
+    in_process = run_methods(cases, methods, corpus, text_vectors, depth=100)
+    assert list(on_engine) == list(in_process)
+    for name in in_process:
+        for case in cases:
+            # Same documents, same order, same depth - rank scores.
+            assert list(on_engine[name][case.id].items()) == list(
+                in_process[name][case.id].items()
+            ), (name, case.id)
+    config = engine.describe(methods, 100)
+    assert config["url"] == "http://example.test:9200/"  # no credentials in results.json
+    assert config["computed_in_process"] == ["setops", "random"]
+    assert (config["engine"], config["index"], config["mode"]) == (
+        "test-engine",
+        "eval-index",
+        "exact",
+    )
+
+
+def test_engine_sync_reports_refused_documents_and_then_adds_only_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    documents, corpus, _cases, _text_vectors, backend = random_eval_setup(tmp_path)
+    backend.refuse = {"d07"}
+    first = EngineRunner(backend, index_created=True, batch_size=16).sync(documents, corpus.vectors)
+    assert (first.created, first.added, first.skipped, first.count) == (True, 39, 0, 39)
+    assert first.failed == {"d07": "mapper_parsing_exception"}
+    backend.refuse = set()
+    second = EngineRunner(backend, batch_size=16).sync(documents, corpus.vectors)
+    assert (second.added, second.skipped, second.failed, second.count) == (1, 39, {}, 40)
+
+
+def test_engine_runner_caps_the_default_candidate_budget_at_the_knn_limit(tmp_path: Path) -> None:
+    backend = random_eval_setup(tmp_path)[-1]
+    assert EngineRunner(backend).candidate_budget(100) == 1000
+    assert EngineRunner(backend).candidate_budget(2000) == 10_000
+    with pytest.raises(ConfigurationError, match="between 1 and 10000"):
+        EngineRunner(backend, candidates=20_000)
+
+
+def test_default_eval_index_name_is_a_valid_lowercase_index_name() -> None:
+    name = default_index_name(Path("/data/SciFact v2"), "sentence-transformers/all-MiniLM-L6-v2")
+    assert name == "itlr-eval-scifact-v2-all-minilm-l6-v2"
+    assert public_url("https://example.test:9200") == "https://example.test:9200"
+
+
 # -- embeddings cache --------------------------------------------------------------------------
 
 
@@ -356,10 +468,20 @@ def test_eval_with_rule_rewrite_stores_the_rewritten_query(beir: Path, tmp_path:
     assert queries["q1"]["rewrite"]["method"] == "rules"
 
 
-def test_eval_refuses_engines_it_cannot_use_yet(beir: Path) -> None:
+def test_eval_on_a_cluster_engine_without_url_exits_2_in_one_line(
+    beir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ITLR_URL", raising=False)
     result = runner.invoke(app, ["eval", str(beir), "--engine", "opensearch"])
     assert result.exit_code == 2
-    assert "use --engine memory" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "needs --url" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_eval_refuses_a_depth_no_cluster_request_returns_before_any_work(beir: Path) -> None:
+    args = ["eval", str(beir), "--engine", "opensearch", "--url", "http://127.0.0.1:9"]
+    result = runner.invoke(app, [*args, "--depth", "20000"])
+    assert result.exit_code == 2
+    assert "10000" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_eval_names_unknown_methods(beir: Path) -> None:

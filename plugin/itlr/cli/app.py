@@ -217,7 +217,9 @@ def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
         values = {name: kwargs.pop(name) for name in _ENGINE_OPTIONS}
-        kwargs["spec"] = run_guarded(lambda: _build_spec(kwargs.get("index", "default"), values))
+        # A command whose --index is optional (eval) names its index itself when it is None.
+        index = kwargs.get("index") or "default"
+        kwargs["spec"] = run_guarded(lambda: _build_spec(index, values))
         return func(**kwargs)
 
     hints = typing.get_type_hints(func, include_extras=True)

@@ -6,26 +6,32 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from itlr.cli.app import (
     AndOp,
-    Engine,
+    Mode,
     ModelOpt,
     NotOp,
     OrOp,
     Rewrite,
     Truth,
     app,
+    engine_command,
     err,
     out,
     run_guarded,
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from itlr.embed import Embedder
+    from itlr.engines.factory import EngineSpec
+    from itlr.evaluation.engine_runs import EngineRunner, IndexSync
 
 DEFAULT_METHODS = "dense,itlr,itlr-hard,setops"
 SplitOpt = Annotated[str, typer.Option(help="Which qrels/<split>.tsv to use.")]
@@ -39,6 +45,37 @@ NegativesOpt = Annotated[
         help="Qrels-format file of explicit negatives (every row counts), for NegRecall@10."
     ),
 ]
+EvalIndexOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--index",
+        "-i",
+        help="Cluster index to load the corpus into and search (created if missing; only "
+        "missing documents are added). Default: itlr-eval-<dataset folder>-<model>.",
+        rich_help_panel="Engine",
+    ),
+]
+EvalModeOpt = Annotated[
+    Mode | None,
+    typer.Option(
+        help="On a cluster: knn (per-term kNN candidates, rescored exactly; the default) or "
+        "exact (score every document). The memory engine always scores every document.",
+        rich_help_panel="Engine",
+    ),
+]
+EvalCandidatesOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="On a cluster with --mode knn: kNN candidates per positive term "
+        "(default max(100, 10 x depth), at most 10000).",
+        rich_help_panel="Engine",
+    ),
+]
+# Without --depth: 1000 in process, 100 on a cluster, where every method is one request per
+# query returning `depth` hits and knn mode asks 10 x depth candidates per term (1000 would hit
+# the k-NN plugin's k limit of 10000). R@100 needs at least 100.
+MEMORY_DEPTH = 1000
+CLUSTER_DEPTH = 100
 
 
 @contextmanager
@@ -74,13 +111,15 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
 
 
 @app.command("eval")
+@engine_command
 def eval_command(
     dataset: Annotated[
         Path, typer.Argument(help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/.")
     ],
-    engine: Annotated[
-        Engine, typer.Option(help="Where to score: memory (exact, in process).")
-    ] = Engine.memory,
+    spec: Any = None,
+    index: EvalIndexOpt = None,
+    mode: EvalModeOpt = None,
+    candidates: EvalCandidatesOpt = None,
     methods: Annotated[
         str | None,
         typer.Option(
@@ -113,7 +152,13 @@ def eval_command(
     split: SplitOpt = "test",
     qrels: QrelsOpt = None,
     negatives: NegativesOpt = None,
-    depth: Annotated[int, typer.Option(help="Documents ranked per query (for MAP, R@100).")] = 1000,
+    depth: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Documents ranked per query, for MAP and R@100 (default {MEMORY_DEPTH} in "
+            f"process, {CLUSTER_DEPTH} on a cluster)."
+        ),
+    ] = None,
     model: ModelOpt = None,
     llm_base_url: LLMBaseUrlOpt = None,
     llm_model: LLMModelOpt = None,
@@ -124,7 +169,11 @@ def eval_command(
         typer.Option("--out", help="Output folder (default results/eval/<dataset name>)."),
     ] = None,
 ) -> None:
-    """Compare dense and logical retrieval on a BEIR folder: table, results.json and plots."""
+    """Compare dense and logical retrieval on a BEIR folder: table, results.json and plots.
+
+    In process by default (exact scores); with --url (or --engine opensearch|elasticsearch) the
+    corpus is loaded into a cluster index and dense and the itlr methods run there.
+    """
 
     def action() -> None:
         from itlr.embed import get_embedder
@@ -140,12 +189,19 @@ def eval_command(
         from itlr.evaluation.report import grouped_bars, metrics_markdown
         from itlr.scoring import Operators, TruthMap
 
-        if engine is not Engine.memory:
-            raise ConfigurationError(
-                f"itlr eval does not run on --engine {engine.value} yet: use --engine memory"
+        on_cluster = spec.engine != "memory"
+        ranked = depth if depth is not None else CLUSTER_DEPTH if on_cluster else MEMORY_DEPTH
+        if ranked < 100:
+            raise ConfigurationError(f"--depth must be at least 100 for R@100, got {ranked}")
+        if on_cluster:
+            from itlr.evaluation.engine_runs import check_depth
+
+            check_depth(ranked)  # before an index is created or anything encoded
+        if not on_cluster and (mode is not None or candidates is not None or index is not None):
+            err.print(
+                "[yellow]note:[/] --index, --mode and --candidates apply to a cluster (--url); "
+                "the memory engine scores every document in process"
             )
-        if depth < 100:
-            raise ConfigurationError(f"--depth must be at least 100 for R@100, got {depth}")
         # The LLM options may come from the environment: they only matter with --rewrite llm.
         config = (
             llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
@@ -172,17 +228,25 @@ def eval_command(
                 "queries.jsonl or no relevant document: skipped"
             )
         embedder = get_embedder(model)
+        runner = (
+            _engine_runner(spec, index, dataset, embedder, mode, candidates) if on_cluster else None
+        )
         with staged_progress() as (on_stage, on_progress):
             result = evaluate_beir(
                 data,
                 embedder,
                 chosen,
                 rewriter=rewriter,
-                depth=depth,
+                depth=ranked,
                 on_stage=on_stage,
                 on_progress=on_progress,
+                engine=runner,
                 config={
-                    "engine": engine.value,
+                    # In process; a cluster run overrides these four with its own.
+                    "engine": "memory",
+                    "url": None,
+                    "index": None,
+                    "mode": "exact",
                     "methods": [m.name for m in chosen],
                     "rewrite": rewrite.value,
                     "llm_model": config.model if config else None,
@@ -195,6 +259,8 @@ def eval_command(
                     "setops_depth": 20,
                 },
             )
+        if result.index_sync is not None:
+            _print_sync(result.index_sync, result.config["computed_in_process"])
         metric_names = [n for n in METRIC_NAMES if any(n in v for v in result.metrics.values())]
         _print_metrics(
             f"{data.name}: {len(data.queries)} queries, {len(data.corpus)} documents "
@@ -228,8 +294,78 @@ def eval_command(
                 "nDCG@10",
             )
         out.print(f"wrote {folder / 'results.json'} and plots in {folder}", highlight=False)
+        if result.index_sync is not None and result.index_sync.failed:
+            # As `itlr ingest`: the results are written, but a partial index is an error.
+            raise typer.Exit(1)
 
     run_guarded(action)
+
+
+def _engine_runner(
+    spec: EngineSpec,
+    index: str | None,
+    dataset: Path,
+    embedder: Embedder,
+    mode: Mode | None,
+    candidates: int | None,
+) -> EngineRunner:
+    """An EngineRunner on the spec's cluster, its index created from the mapping if missing."""
+    from dataclasses import replace
+
+    from rich.markup import escape
+
+    from itlr.engines.factory import remote_backend
+    from itlr.evaluation.engine_runs import EngineRunner, default_index_name
+
+    name = index or default_index_name(dataset, embedder.name)
+    backend = remote_backend(replace(spec, index=name), embedder.name, embedder.dims)
+    created = backend.ensure_index(spec.knn_engine)
+    for warning in backend.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    return EngineRunner(
+        backend,
+        mode=(mode or Mode.knn).value,  # type: ignore[arg-type]
+        candidates=candidates,
+        index_created=created,
+    )
+
+
+def _print_sync(sync: IndexSync, in_process: list[str]) -> None:
+    """Say what loading the corpus did, every refused document with the engine's reason."""
+    from rich.markup import escape
+
+    # soft_wrap: one report per line whatever the terminal width, so that scripts can grep it.
+    out.print(
+        f"index {sync.index}{' (created)' if sync.created else ''}: added {sync.added}, "
+        f"skipped {sync.skipped} already present, failed {len(sync.failed)}; "
+        f"it holds {sync.count} documents",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    for doc_id, reason in sync.failed.items():
+        # Engine reasons hold [field] names: escaped, or rich would read them as markup.
+        err.print(f"[red]failed[/] {escape(doc_id)}: {escape(reason)}", soft_wrap=True)
+    if sync.failed:
+        err.print(
+            f"[yellow]warning:[/] {len(sync.failed)} documents are not in the index: the "
+            "engine's runs cannot retrieve them",
+            soft_wrap=True,
+        )
+    # Every dataset document in the index was either added or skipped as present.
+    foreign = sync.count - sync.added - sync.skipped
+    if foreign > 0:
+        err.print(
+            f"[yellow]warning:[/] index {escape(sync.index)} holds {foreign} documents that are "
+            "not in the dataset: the engine's runs can retrieve them (use a fresh --index)",
+            soft_wrap=True,
+        )
+    if in_process:
+        err.print(
+            f"note: {', '.join(in_process)} computed in process (they need every cosine)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""`itlr eval`: every method on a BEIR folder, exact scoring in process (the memory engine)."""
+"""`itlr eval`: every method on a BEIR folder, scored exactly in process (the memory engine) or
+on a cluster index (engine_runs.EngineRunner)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from itlr.errors import ConfigurationError, QuerySyntaxError
 from itlr.evaluation.cache import EmbeddingCache, Encoder
 from itlr.evaluation.calibration import SigmoidFit, calibration_pairs, fit_sigmoid
 from itlr.evaluation.datasets import BeirDataset, EvalQuery
+from itlr.evaluation.engine_runs import EngineRunner, IndexSync
 from itlr.evaluation.methods import Case, Method
 from itlr.evaluation.metrics import METRIC_NAMES, evaluate_run, mean
 from itlr.evaluation.runner import VectorCorpus, run_methods
@@ -39,6 +41,8 @@ class EvalResult:
     by_negations: dict[str, dict[str, float]]
     config: dict[str, Any]
     timings: dict[str, float]
+    # What loading the corpus into a cluster index did; None in process.
+    index_sync: IndexSync | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,8 +110,17 @@ def evaluate_beir(
     on_stage: Callable[[str, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     config: dict[str, Any] | None = None,
+    engine: EngineRunner | None = None,
 ) -> EvalResult:
+    """Every method on every query, then the metrics.
+
+    With `engine` the corpus is loaded into its index (only the missing documents, with the
+    vectors computed here) and the methods the engine can run are run there; the rest, and
+    everything without `engine`, are scored in process.
+    """
     started = time.perf_counter()
+    if engine is not None:
+        engine.check_depth(depth)  # before any time goes into encoding
     resolved = [resolve(q, rewriter) for q in dataset.queries]
     cases = [r.case for r in resolved]
     doc_texts = [d.text for d in dataset.corpus]
@@ -121,10 +134,22 @@ def evaluate_beir(
     corpus = VectorCorpus(tuple(d.id for d in dataset.corpus), vectors[: len(doc_texts)])
     text_vectors = dict(zip(texts[len(doc_texts) :], vectors[len(doc_texts) :], strict=True))
 
+    sync: IndexSync | None = None
+    engine_config: dict[str, Any] = {"computed_in_process": [m.name for m in methods]}
+    if engine is not None:
+        if on_stage:
+            on_stage("indexing", len(dataset.corpus))
+        sync = engine.sync(dataset.corpus, corpus.vectors, on_progress)
+        engine_config = {**engine.describe(methods, depth), "index_sync": sync.to_dict()}
+    indexed = time.perf_counter()
+
     if on_stage:
         on_stage("scoring", len(cases))
     tick = (lambda: on_progress(1)) if on_progress else None
-    runs = run_methods(cases, methods, corpus, text_vectors, depth=depth, on_case=tick)
+    if engine is not None:
+        runs = engine.run(cases, methods, corpus, text_vectors, depth=depth, on_case=tick)
+    else:
+        runs = run_methods(cases, methods, corpus, text_vectors, depth=depth, on_case=tick)
     evaluations = {
         name: evaluate_run(run, dataset.qrels, dataset.negatives) for name, run in runs.items()
     }
@@ -162,6 +187,7 @@ def evaluate_beir(
         by_negations=by_negations,
         config={
             **(config or {}),
+            **engine_config,
             "model": encoder.name,
             "documents": len(dataset.corpus),
             "queries": len(cases),
@@ -172,8 +198,10 @@ def evaluate_beir(
             "total_s": finished - started,
             "encode_s": encoded - started,
             "encoded_texts": float(len(todo)),
-            "scoring_s": finished - encoded,
+            "index_s": indexed - encoded,
+            "scoring_s": finished - indexed,
         },
+        index_sync=sync,
     )
 
 
