@@ -125,3 +125,20 @@ def test_search_rewrites_a_question_with_the_rule_rewriter(tmp_path) -> None:
 def test_calibrated_truth_without_a_calibration_says_how_to_make_one() -> None:
     result = invoke("search", "x", "--index", "vit", "--truth", "calibrated")
     assert result.exit_code == 2 and "itlr calibrate" in result.stderr
+
+
+def test_credentials_in_the_url_move_to_auth_and_never_reach_a_message() -> None:
+    from itlr.engines.factory import Connection
+
+    connection = Connection.from_env("https://alice:s%40cret@127.0.0.1:9/")
+    assert (connection.url, connection.user, connection.password) == (
+        "https://127.0.0.1:9",
+        "alice",
+        "s@cret",
+    )
+    assert "cret" not in repr(connection)
+    down = runner.invoke(
+        app, ["search", "x", "--url", "http://alice:s3cret@127.0.0.1:9", "--index", "demo"]
+    )
+    assert down.exit_code == 2 and "cannot reach" in down.stderr
+    assert "s3cret" not in down.output and "alice" not in down.output

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.embed import Embedder
 from itlr.engines.remote import IndexLayout
@@ -30,13 +31,28 @@ class Connection:
 
     @classmethod
     def from_env(cls, url: str, **given: Any) -> Connection:
+        url, url_user, url_password = split_credentials(url)
         values = {
-            "user": given.get("user") or os.environ.get("ITLR_USER"),
-            "password": given.get("password") or os.environ.get("ITLR_PASSWORD"),
+            "user": given.get("user") or url_user or os.environ.get("ITLR_USER"),
+            "password": given.get("password") or url_password or os.environ.get("ITLR_PASSWORD"),
             "api_key": given.get("api_key") or os.environ.get("ITLR_API_KEY"),
             "ca_file": given.get("ca_file") or os.environ.get("ITLR_CA_FILE"),
         }
         return cls(url.rstrip("/"), verify_certs=given.get("verify_certs", True), **values)
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """`https://user:pass@host:9200` -> (`https://host:9200`, user, pass): the credentials
+    move to the client's auth, so that no message or log line can show them with the URL."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, None, None
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    password = unquote(parts.password) if parts.password is not None else None
+    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.username), password
 
 
 @dataclass(frozen=True)
