@@ -7,17 +7,12 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Protocol
 
 import numpy as np
 
 from itlr.documents import Document
 from itlr.embed import Embedder
 from itlr.engines import Backend
-
-
-class ResumableBackend(Backend, Protocol):
-    def existing_ids(self, ids: list[str]) -> set[str]: ...
 
 
 @dataclass
@@ -37,7 +32,7 @@ def batched(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
 
 def ingest(
     documents: Iterable[Document],
-    backend: ResumableBackend,
+    backend: Backend,
     embedder: Embedder,
     batch_size: int = 64,
     resume: bool = True,

@@ -12,7 +12,7 @@ from itlr.search import Hit, SearchOptions
 
 
 class Backend(Protocol):
-    """What the retriever and the ingestion pipeline need from an engine."""
+    """What the retriever, the ingestion pipeline and the evaluation need from an engine."""
 
     model: str
     dims: int
@@ -23,7 +23,11 @@ class Backend(Protocol):
         texts: Sequence[str],
         vectors: np.ndarray,
         fields: Sequence[dict[str, Any]] | None = None,
-    ) -> None: ...
+    ) -> dict[str, str] | None:
+        """Store documents; a cluster returns {id: reason} for those it refused."""
+        ...
+
+    def existing_ids(self, ids: list[str]) -> set[str]: ...
 
     def count(self) -> int: ...
 
@@ -34,3 +38,13 @@ class Backend(Protocol):
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None
     ) -> list[Hit]: ...
+
+
+class ClusterIndex(Backend, Protocol):
+    """An index on a cluster (engines.cluster.ClusterBackend): named, reachable, refreshable."""
+
+    engine: str
+    index: str
+    url: str
+
+    def refresh(self) -> None: ...

@@ -23,16 +23,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from itlr.documents import Document
+from itlr.engines import ClusterIndex
 from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
-from itlr.query import Query
 from itlr.search import Hit, Mode, SearchOptions
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;
@@ -40,36 +40,6 @@ from itlr.search import Hit, Mode, SearchOptions
 MAX_ENGINE_K = 10_000
 # Documents per existence check + bulk request while loading the corpus.
 SYNC_BATCH = 500
-
-
-class EvalBackend(Protocol):
-    """What the evaluation needs from a cluster backend (engines.cluster.ClusterBackend)."""
-
-    engine: str
-    index: str
-    url: str
-
-    def existing_ids(self, ids: list[str]) -> set[str]: ...
-
-    def add(
-        self,
-        ids: Sequence[str],
-        texts: Sequence[str],
-        vectors: np.ndarray,
-        fields: Sequence[dict[str, Any]] | None = None,
-    ) -> dict[str, str]: ...
-
-    def refresh(self) -> None: ...
-
-    def count(self) -> int: ...
-
-    def search(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> list[Hit]: ...
-
-    def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None
-    ) -> list[Hit]: ...
 
 
 @dataclass
@@ -136,7 +106,7 @@ class EngineRunner:
     index_created: whether the caller has just created the index (for the report).
     """
 
-    backend: EvalBackend
+    backend: ClusterIndex
     mode: Mode = "knn"
     candidates: int | None = None
     index_created: bool = False
