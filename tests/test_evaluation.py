@@ -17,7 +17,7 @@ from itlr.engines.embedded import EmbeddedIndex
 from itlr.evaluation.cache import EmbeddingCache
 from itlr.evaluation.calibration import fit_sigmoid, load_calibration
 from itlr.evaluation.datasets import load_beir, read_qrels
-from itlr.evaluation.engine_runs import EngineRunner, default_index_name, public_url
+from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 from itlr.evaluation.methods import Case, Logical, SetOps, build_methods
 from itlr.evaluation.metrics import evaluate_run
 from itlr.evaluation.runner import VectorCorpus, run_methods
@@ -404,7 +404,6 @@ def test_engine_runner_caps_the_default_candidate_budget_at_the_knn_limit(tmp_pa
 def test_default_eval_index_name_is_a_valid_lowercase_index_name() -> None:
     name = default_index_name(Path("/data/SciFact v2"), "sentence-transformers/all-MiniLM-L6-v2")
     assert name == "itlr-eval-scifact-v2-all-minilm-l6-v2"
-    assert public_url("https://example.test:9200") == "https://example.test:9200"
 
 
 # -- embeddings cache --------------------------------------------------------------------------

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from itlr.documents import Document
 from itlr.engines import ClusterIndex
+from itlr.engines.factory import split_credentials
 from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
@@ -71,16 +71,6 @@ def default_index_name(dataset: Path | str, model: str) -> str:
     folder = Path(dataset).resolve().name or "dataset"
     model_name = model.rstrip("/").rsplit("/", 1)[-1]
     return f"itlr-eval-{slug(folder)}-{slug(model_name)}"[:200]
-
-
-def public_url(url: str) -> str:
-    """The URL without any user:password@ part, fit for results.json."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def check_depth(depth: int) -> None:
@@ -133,7 +123,7 @@ class EngineRunner:
         """The engine part of results.json's config (the URL without credentials)."""
         return {
             "engine": self.backend.engine,
-            "url": public_url(self.backend.url),
+            "url": split_credentials(self.backend.url)[0],
             "index": self.backend.index,
             "mode": self.mode,
             "candidates": self.candidate_budget(depth) if self.mode == "knn" else None,
