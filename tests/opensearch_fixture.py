@@ -99,6 +99,18 @@ def get_json(url: str, timeout: float = 10.0) -> object:
         return json.loads(response.read())
 
 
+def _request(url: str, path: str, method: str = "GET") -> object:
+    request = urllib.request.Request(url + path, method=method)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def _itlr_indices(url: str) -> set[str]:
+    """The cluster's indices named itlr-*, the prefix every test index has."""
+    rows = _request(url, "/_cat/indices/itlr-*?format=json&h=index&expand_wildcards=open")
+    return {row["index"] for row in rows}  # type: ignore[union-attr]
+
+
 def unreachable_reason(url: str) -> str | None:
     """None if a server answers at ``url`` (any HTTP status: it may want credentials)."""
     try:
@@ -175,7 +187,13 @@ def provide_server(spec: ServerSpec) -> Iterator[str]:
         reason = unreachable_reason(url)
         if reason:
             unavailable(spec, f"{spec.url_env}={url} does not answer ({reason})")
-        yield url
+        before = _itlr_indices(url)
+        try:
+            yield url
+        finally:
+            # Someone else's cluster: leave it as found, minus nothing that was there before.
+            for name in _itlr_indices(url) - before:
+                _request(url, f"/{name}", "DELETE")
         return
 
     reasons: list[str] = []

@@ -106,3 +106,29 @@ def check_index_recording_another_model_warns(engine: str, url: str, embedder) -
     remote_backend(spec, "someone-elses-model", embedder.dims).ensure_index()
     with pytest.warns(UserWarning, match="someone-elses-model"):
         open_backend(spec, embedder)
+
+
+def check_exact_scores_match_the_embedded_engine(
+    backend, embedded, vocabulary_vectors, cases: list[tuple[Query, SearchOptions]]
+) -> None:
+    identical_top10 = 0
+    for query, options in cases:
+        vectors = term_vectors(query, vocabulary_vectors)
+        remote = backend.search(query, vectors, options)
+        local = embedded.search(query, vectors, options)
+        assert_same_ranking(remote, local)
+        identical_top10 += [h.id for h in remote] == [h.id for h in local]
+    assert identical_top10 >= len(cases) - 5
+
+
+def check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
+    backend, embedded, vocabulary_vectors, corpus, cases: list[tuple[Query, SearchOptions]]
+) -> None:
+    for query, options in cases:
+        if not query.has_positive_term:
+            continue
+        vectors = term_vectors(query, vocabulary_vectors)
+        knn = SearchOptions(**{**options.__dict__, "mode": "knn", "candidates": len(corpus)})
+        assert_same_ranking(
+            backend.search(query, vectors, knn), embedded.search(query, vectors, options)
+        )

@@ -18,8 +18,10 @@ from itlr.search import SearchOptions
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
+    check_exact_scores_match_the_embedded_engine,
     check_index_recording_another_model_warns,
     check_index_with_other_dimensions_is_refused,
+    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
     check_refused_documents_are_reported_and_ingestion_resumes,
     random_cases,
     term_vectors,
@@ -57,27 +59,17 @@ PARITY_CASES = random_cases(60)
 def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
     demo_backend, embedded, vocabulary_vectors
 ) -> None:
-    identical_top10 = 0
-    for query, options in PARITY_CASES:
-        vectors = term_vectors(query, vocabulary_vectors)
-        remote = demo_backend.search(query, vectors, options)
-        local = embedded.search(query, vectors, options)
-        assert_same_ranking(remote, local)
-        identical_top10 += [h.id for h in remote] == [h.id for h in local]
-    assert identical_top10 >= 55
+    check_exact_scores_match_the_embedded_engine(
+        demo_backend, embedded, vocabulary_vectors, PARITY_CASES
+    )
 
 
 def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
     demo_backend, embedded, vocabulary_vectors, corpus
 ) -> None:
-    for query, options in PARITY_CASES[:20]:
-        if not query.has_positive_term:
-            continue
-        vectors = term_vectors(query, vocabulary_vectors)
-        knn = SearchOptions(**{**options.__dict__, "mode": "knn", "candidates": len(corpus)})
-        assert_same_ranking(
-            demo_backend.search(query, vectors, knn), embedded.search(query, vectors, options)
-        )
+    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
+        demo_backend, embedded, vocabulary_vectors, corpus, PARITY_CASES[:20]
+    )
 
 
 def test_hard_filter_drops_the_same_documents(demo_backend, embedded, vocabulary_vectors) -> None:

@@ -38,16 +38,21 @@ def _from_record(record: dict[str, Any], where: str) -> Document:
     return Document(str(doc_id), text, fields)
 
 
-def read_jsonl(path: Path) -> Iterator[Document]:
+def json_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed record) for each non-blank line of a JSON-lines file."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                yield number, json.loads(line)
             except json.JSONDecodeError as bad:
                 raise ConfigurationError(f"{path}:{number}: not valid JSON ({bad.msg})") from None
-            yield _from_record(record, f"{path}:{number}")
+
+
+def read_jsonl(path: Path) -> Iterator[Document]:
+    for number, record in json_records(path):
+        yield _from_record(record, f"{path}:{number}")
 
 
 def read_csv(path: Path) -> Iterator[Document]:

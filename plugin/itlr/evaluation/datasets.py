@@ -16,12 +16,11 @@ qrels with a negative score are read as explicit negatives too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from itlr.documents import Document, read_jsonl
+from itlr.documents import Document, json_records, read_jsonl
 from itlr.errors import ConfigurationError
 
 Qrels = dict[str, dict[str, int]]
@@ -88,31 +87,24 @@ def read_qrels(path: Path) -> Qrels:
 
 def _read_queries(path: Path) -> dict[str, EvalQuery]:
     queries: dict[str, EvalQuery] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as bad:
-                raise ConfigurationError(f"{path}:{number}: not valid JSON ({bad.msg})") from None
-            qid = record.get("_id", record.get("id"))
-            text = record.get("text", record.get("query"))
-            if qid is None or not isinstance(text, str):
-                raise ConfigurationError(
-                    f"{path}:{number}: each query needs _id and text, got keys {sorted(record)}"
-                )
-            metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
-            logical = next(
-                (
-                    source[k]
-                    for source in (record, metadata)
-                    for k in LOGICAL_KEYS
-                    if isinstance(source.get(k), str) and source[k].strip()
-                ),
-                None,
+    for number, record in json_records(path):
+        qid = record.get("_id", record.get("id"))
+        text = record.get("text", record.get("query"))
+        if qid is None or not isinstance(text, str):
+            raise ConfigurationError(
+                f"{path}:{number}: each query needs _id and text, got keys {sorted(record)}"
             )
-            queries[str(qid)] = EvalQuery(str(qid), text, logical, metadata)
+        metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+        logical = next(
+            (
+                source[k]
+                for source in (record, metadata)
+                for k in LOGICAL_KEYS
+                if isinstance(source.get(k), str) and source[k].strip()
+            ),
+            None,
+        )
+        queries[str(qid)] = EvalQuery(str(qid), text, logical, metadata)
     return queries
 
 
