@@ -127,11 +127,13 @@ class EmbeddedIndex:
 
     def _append_row(self, record: dict[str, Any]) -> None:
         doc_id = str(record["id"])
-        self._latest[doc_id] = len(self._rows)
+        row = len(self._rows)
         if record.get("deleted"):
             self._rows.append(None)
         else:
             self._rows.append(_Row(doc_id, record.get("text", ""), record.get("fields") or {}))
+        # Only now: ingestion asks `id in index` from another thread while a batch is written.
+        self._latest[doc_id] = row
 
     def _write_manifest(self) -> None:
         manifest = {
