@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Union
 
 import numpy as np
@@ -83,7 +84,11 @@ def _node_to_dict(node: Node) -> dict:
 
 @dataclass(frozen=True)
 class Query:
-    """A parsed logical query: the tree plus the text it came from."""
+    """A parsed logical query: the tree plus the text it came from.
+
+    What is derived from the tree (terms, program, ...) is computed once per query: a search
+    asks for it several times, and the tree never changes.
+    """
 
     root: Node
     source: str = field(default="", compare=False)
@@ -91,7 +96,7 @@ class Query:
     def __str__(self) -> str:
         return str(self.root)
 
-    @property
+    @cached_property
     def terms(self) -> tuple[str, ...]:
         """Distinct term texts in order of first appearance: each is embedded once."""
         seen: dict[str, None] = {}
@@ -100,7 +105,7 @@ class Query:
                 seen.setdefault(node.text)
         return tuple(seen)
 
-    @property
+    @cached_property
     def positive_terms(self) -> tuple[str, ...]:
         """Terms reached through an even number of NOTs: the ones that gather candidates."""
         found: dict[str, None] = {}
@@ -118,7 +123,7 @@ class Query:
         visit(self.root, False)
         return tuple(found)
 
-    @property
+    @cached_property
     def excluded_terms(self) -> tuple[str, ...]:
         """Terms of NOT-literals that are conjuncts of the root: safe to hard-filter.
 
@@ -136,7 +141,7 @@ class Query:
     def has_positive_term(self) -> bool:
         return bool(self.positive_terms)
 
-    @property
+    @cached_property
     def anchored(self) -> bool:
         """Whether every way to score well needs a high truth for some positive term.
 
@@ -174,7 +179,7 @@ class Query:
             )
         return ()
 
-    @property
+    @cached_property
     def program(self) -> Program:
         from itlr.program import compile_query
 
