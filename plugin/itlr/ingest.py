@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Protocol
 
 import numpy as np
 
 from itlr.documents import Document
-from itlr.embed import Embedder
 from itlr.engines import Backend
+
+
+class TextEncoder(Protocol):
+    """What ingestion needs from a model: texts in, unit vectors out (itlr.embed.Embedder)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass
@@ -33,7 +39,7 @@ def batched(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
 def ingest(
     documents: Iterable[Document],
     backend: Backend,
-    embedder: Embedder,
+    embedder: TextEncoder,
     batch_size: int = 64,
     resume: bool = True,
     on_batch: Callable[[int], None] | None = None,

@@ -33,6 +33,7 @@ from itlr.engines.factory import split_credentials
 from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
+from itlr.ingest import ingest
 from itlr.search import Hit, Mode, SearchOptions
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;
@@ -55,6 +56,17 @@ class IndexSync:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class PrecomputedVectors:
+    """An encoder that answers from vectors the evaluation already computed, so that loading
+    the corpus goes through `itlr.ingest` (resumable, failures reported) without re-encoding."""
+
+    def __init__(self, documents: Sequence[Document], vectors: np.ndarray) -> None:
+        self._by_text = {d.text: v for d, v in zip(documents, vectors, strict=True)}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._by_text[t] for t in texts])
 
 
 def default_index_name(dataset: Path | str, model: str) -> str:
@@ -140,33 +152,29 @@ class EngineRunner:
     ) -> IndexSync:
         """Add the documents the index lacks, with their already computed vectors.
 
-        Resumable like `itlr ingest`: ids already in the index are skipped, never rewritten.
-        Refused documents come back in IndexSync.failed with the engine's reason.
+        Through `itlr.ingest`, so resumable as `itlr ingest` is: ids already in the index are
+        skipped, never rewritten. Refused documents come back in IndexSync.failed with the
+        engine's reason.
         """
         if len(documents) != len(vectors):
             raise ValueError("one vector per document")
-        report = IndexSync(self.backend.index, created=self.index_created)
-        for start in range(0, len(documents), self.batch_size):
-            batch = documents[start : start + self.batch_size]
-            present = self.backend.existing_ids([d.id for d in batch])
-            rows = [start + i for i, d in enumerate(batch) if d.id not in present]
-            report.skipped += len(batch) - len(rows)
-            if rows:
-                todo = [documents[r] for r in rows]
-                failures = self.backend.add(
-                    [d.id for d in todo],
-                    [d.text for d in todo],
-                    vectors[rows],
-                    [d.fields for d in todo],
-                )
-                report.failed.update(failures or {})
-                report.added += len(rows) - len(failures or {})
-            if on_progress:
-                on_progress(len(batch))
+        report = ingest(
+            documents,
+            self.backend,
+            PrecomputedVectors(documents, vectors),
+            batch_size=self.batch_size,
+            on_batch=on_progress,
+        )
         # Searches must see every document just added.
         self.backend.refresh()
-        report.count = self.backend.count()
-        return report
+        return IndexSync(
+            self.backend.index,
+            created=self.index_created,
+            added=report.added,
+            skipped=report.skipped,
+            failed=report.failed,
+            count=self.backend.count(),
+        )
 
     # -- the runs --------------------------------------------------------------------------
 
