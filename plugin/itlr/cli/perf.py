@@ -1,11 +1,13 @@
-"""`itlr bench latency|ingest|encode`: speed, measured in one run on one machine."""
+"""`itlr bench latency|recall|ingest|encode`: speed, measured in one run on one machine."""
 
 from __future__ import annotations
 
 import platform
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -45,26 +47,33 @@ def _timing_table(timings, reference) -> list[str]:
     return rows
 
 
-def _random_opensearch(url: str, count: int, dims: int):
+@contextmanager
+def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Iterator[Any]:
+    """A fresh OpenSearch index for one measurement, deleted afterwards whatever happens."""
     import uuid
 
-    from itlr.benchmarks.latency import random_unit
     from itlr.engines.opensearch import OpenSearchBackend, connect
 
-    client = connect(url, timeout=120)
-    backend = OpenSearchBackend(
-        client, f"itlr-bench-{uuid.uuid4().hex[:8]}", "random", dims, url=url
-    )
+    name = f"itlr-{purpose}-{uuid.uuid4().hex[:8]}"
+    backend = OpenSearchBackend(connect(url, timeout=120), name, model, dims, url=url)
     backend.ensure_index()
+    try:
+        yield backend
+    finally:
+        backend.client.indices.delete(index=name)
+
+
+def _fill_with_random(backend: Any, count: int, dims: int) -> None:
+    from itlr.benchmarks.latency import random_unit
+
     step = 2000
     for start in range(0, count, step):
         vectors = random_unit(min(step, count - start), dims, seed=start)
         ids = [f"r{start + i}" for i in range(len(vectors))]
         backend.add(ids, [""] * len(ids), vectors)
     # One segment, so that latency does not depend on how the merges happened to go.
-    client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
+    backend.client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
     backend.refresh()
-    return backend
 
 
 @bench_app.command()
@@ -106,11 +115,9 @@ def latency(
                     "",
                 ]
             if url:
-                backend = _random_opensearch(url, count, dims)
-                try:
+                with throwaway_opensearch(url, "bench", "random", dims) as backend:
+                    _fill_with_random(backend, count, dims)
                     timings = measure_backend(backend, dims, repeats)
-                finally:
-                    backend.client.indices.delete(index=backend.index)
                 lines += [
                     f"**OpenSearch at {url}, {count:,} random {dims}-dim vectors (lucene HNSW, 1 segment)**",
                     "",
@@ -138,7 +145,6 @@ def recall(
     candidates misses; OpenSearch adds what its HNSW graph misses.
     """
     import random
-    import uuid
 
     import numpy as np
 
@@ -179,22 +185,10 @@ def recall(
             index.add(ids, texts, vectors)
             rows["embedded"] = measure(index)
         if url:
-            from itlr.engines.opensearch import OpenSearchBackend, connect
-
-            backend = OpenSearchBackend(
-                connect(url, timeout=120),
-                f"itlr-recall-{uuid.uuid4().hex[:8]}",
-                embedder.name,
-                embedder.dims,
-                url=url,
-            )
-            backend.ensure_index()
-            try:
+            with throwaway_opensearch(url, "recall", embedder.name, embedder.dims) as backend:
                 backend.add(ids, texts, vectors)
                 backend.refresh()
                 rows["OpenSearch (lucene HNSW)"] = measure(backend)
-            finally:
-                backend.client.indices.delete(index=backend.index)
         lines = [
             f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}"
             + (" --url URL" if url else "")
@@ -233,7 +227,6 @@ def ingest_speed(
     out_file: OutFile = None,
 ) -> None:
     """Documents per second and the share of wall time outside the encoder."""
-    import uuid
 
     from itlr.benchmarks.ingest import measure_ingest
     from itlr.documents import Document, read_jsonl
@@ -250,20 +243,8 @@ def ingest_speed(
             index = EmbeddedIndex.create(Path(folder) / "ingest", embedder.name, embedder.dims)
             measurements.append(measure_ingest("embedded", index, embedder, documents))
         if url:
-            from itlr.engines.opensearch import OpenSearchBackend, connect
-
-            backend = OpenSearchBackend(
-                connect(url),
-                f"itlr-ingest-{uuid.uuid4().hex[:8]}",
-                embedder.name,
-                embedder.dims,
-                url=url,
-            )
-            backend.ensure_index()
-            try:
+            with throwaway_opensearch(url, "ingest", embedder.name, embedder.dims) as backend:
                 measurements.append(measure_ingest("opensearch", backend, embedder, documents))
-            finally:
-                backend.client.indices.delete(index=backend.index)
         lines = [
             f"### Ingestion (`itlr bench ingest --copies {copies}"
             + (" --url URL" if url else "")
