@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,8 +42,6 @@ class Retriever:
         if isinstance(query, str):
             query = parse(query)
         warnings = query.warnings
-        if options.mode == "knn" and not query.has_positive_term:
-            options = replace(options, mode="exact")
         hits = self.backend.search(query, self.embed_terms(query), options)
         return SearchResult(query, hits, warnings)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -110,9 +110,6 @@ def translate_requests(
     from itlr.engines.remote import IndexLayout
 
     query = parse(query_text)
-    if options.mode == "knn" and not query.has_positive_term:
-        # As Retriever.search does: nothing to gather candidates with.
-        options = replace(options, mode="exact")
     layout = IndexLayout(vector_field, text_field)
     if engine == "elasticsearch":
         from itlr.engines import elasticsearch as es

@@ -248,6 +248,7 @@ class ClusterBackend:
                 {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
             ]
         inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
+        # Without a positive term nothing gathers candidates: every document is scored.
         if options.mode == "knn" and query.has_positive_term:
             inner["should"] = self._candidates(query, term_vectors, options)
             inner["minimum_should_match"] = 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -228,9 +228,6 @@ class EngineRunner:
             ops=method.ops,
             truth=method.truth,
         )
-        if options.mode == "knn" and not case.query.has_positive_term:
-            # Nothing gathers candidates (as in Retriever.search): every document is scored.
-            options = replace(options, mode="exact")
         return self.backend.search(case.query, term_vectors, options)
 
 
