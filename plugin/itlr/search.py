@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from itlr.errors import ConfigurationError
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
 
 Mode = Literal["knn", "exact"]
 
@@ -30,7 +30,7 @@ class SearchOptions:
     candidates: int | None = None
     hard_filter: float | None = None
     exclude_lexical: bool = False
-    ops: Operators = field(default_factory=Operators)
+    ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
     filter: dict[str, Any] | None = None
     explain: bool = False

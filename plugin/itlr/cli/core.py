@@ -36,6 +36,7 @@ from itlr.cli.options import (
     LamOpt,
     ModeOpt,
     NotOpt,
+    NotStrengthOpt,
     OrOpt,
     TauOpt,
     TruthOpt,
@@ -50,6 +51,7 @@ from itlr.cli.rewrite import (
 )
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 
 @app.command("parse")
@@ -155,6 +157,7 @@ def search(
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
     not_: NotOpt = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: TruthOpt = Truth.clamp,
     tau: TauOpt = 0.5,
     lam: LamOpt = 10.0,
@@ -201,6 +204,7 @@ def search(
             and_=and_,
             or_=or_,
             not_=not_,
+            not_strength=not_strength,
             truth=truth,
             tau=tau,
             lam=lam,

@@ -25,8 +25,10 @@ from itlr.cli.app import (
     out,
     run_guarded,
 )
+from itlr.cli.options import NotStrengthOpt
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 if TYPE_CHECKING:
     from itlr.embed import Embedder
@@ -123,7 +125,8 @@ def eval_command(
     methods: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated: dense, itlr, itlr-hard, setops, itlr-calibrated, random. "
+            help="Comma-separated: dense, itlr, itlr-hard, setops, itlr-calibrated, itlr-paper, "
+            "random. "
             f"Default: {DEFAULT_METHODS}, plus itlr-calibrated when the model is calibrated."
         ),
     ] = None,
@@ -137,6 +140,7 @@ def eval_command(
     and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
     or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
     not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: Annotated[
         Truth, typer.Option(help="Map cosine to truth for itlr: clamp, shift, sigmoid.")
     ] = Truth.clamp,
@@ -215,7 +219,7 @@ def eval_command(
             names.append("itlr-calibrated")
         chosen = build_methods(
             names,
-            ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
+            ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
             truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
             hard_filter=DEFAULT_HARD_FILTER if hard_filter is None else hard_filter,
             calibrated=calibrated,

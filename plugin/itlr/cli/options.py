@@ -9,7 +9,7 @@ import typer
 
 from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
 from itlr.errors import ConfigurationError
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import DEFAULT_NOT_STRENGTH, Operators, TruthMap
 from itlr.search import SearchOptions
 
 KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
@@ -33,6 +33,14 @@ HardFilterOpt = Annotated[
 AndOpt = Annotated[AndOp, typer.Option("--and", help="AND operator.")]
 OrOpt = Annotated[OrOp, typer.Option("--or", help="OR operator.")]
 NotOpt = Annotated[NotOp, typer.Option("--not", help="NOT operator.")]
+NotStrengthOpt = Annotated[
+    float,
+    typer.Option(
+        help="NOT negates this share of a term's truth value: 1 - s*x. 1 is the paper's NOT; "
+        f"the default {DEFAULT_NOT_STRENGTH} suits whole-passage cosines (docs/benchmarks.md).",
+        metavar="S",
+    ),
+]
 TruthOpt = Annotated[
     Truth,
     typer.Option(
@@ -100,6 +108,7 @@ def search_options(
     and_: AndOp,
     or_: OrOp,
     not_: NotOp,
+    not_strength: float,
     truth: Truth,
     tau: float,
     lam: float,
@@ -113,7 +122,7 @@ def search_options(
         mode=mode.value,  # type: ignore[arg-type]
         candidates=candidates,
         hard_filter=hard_filter,
-        ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
+        ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
         truth=truth_map(truth, tau, lam, model),
         filter=parse_filter(filter),
         exclude_lexical=exclude_lexical,

@@ -26,6 +26,7 @@ from itlr.cli.options import (
     LamOpt,
     ModeOpt,
     NotOpt,
+    NotStrengthOpt,
     OrOpt,
     TauOpt,
     TruthOpt,
@@ -33,6 +34,7 @@ from itlr.cli.options import (
 )
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 from itlr.search import SearchOptions
 
 HEREDOC = "ITLR_JSON"
@@ -188,6 +190,7 @@ def translate(
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
     not_: NotOpt = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: TruthOpt = Truth.clamp,
     tau: TauOpt = 0.5,
     lam: LamOpt = 10.0,
@@ -214,6 +217,7 @@ def translate(
             and_=and_,
             or_=or_,
             not_=not_,
+            not_strength=not_strength,
             truth=truth,
             tau=tau,
             lam=lam,

@@ -30,10 +30,18 @@ from itlr.evaluation.synthetic import (
     chain_queries,
     template_queries,
 )
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import PAPER_OPERATORS, Operators, TruthMap
 
 NEGATIONS = (0, 1, 2, 3)
-TABLE1_METHODS = ("dense", "itlr", "itlr-calibrated", "setops", "itlr-hard", "random")
+TABLE1_METHODS = (
+    "dense",
+    "itlr",
+    "itlr-paper",
+    "itlr-calibrated",
+    "setops",
+    "itlr-hard",
+    "random",
+)
 GRID_AND = ("product", "sum", "min")
 GRID_OR = ("sum", "max")
 GRID_NOT = ("complement", "reciprocal")
@@ -136,6 +144,7 @@ def run_synthetic(
     main: list[Method] = [
         Dense(),
         Logical("itlr"),
+        Logical("itlr-paper", PAPER_OPERATORS),
         Logical("itlr-calibrated", truth=calibrated),
         SetOps(share=0.5),
         Logical("itlr-hard", hard_filter=hard_filter),
