@@ -121,7 +121,17 @@ _SCAFFOLD = re.compile(
 )
 _DETERMINERS = {"the", "a", "an", "some", "any"}
 # Words that open an excluded item without being part of it: "not sushi and not ramen".
-_ITEM_LEADERS = _DETERMINERS | {"not", "no", "about", "either", "neither"}
+_ITEM_LEADERS = _DETERMINERS | {
+    "not",
+    "no",
+    "about",
+    "either",
+    "neither",
+    "his",
+    "her",
+    "its",
+    "their",
+}
 # What an exclusion says about an item rather than the item: "any reference to X".
 _ITEM_FILLERS: tuple[tuple[str, ...], ...] = (
     ("any", "reference", "to"),
@@ -136,6 +146,7 @@ _ITEM_FILLERS: tuple[tuple[str, ...], ...] = (
     ("details", "about"),
     ("the", "role", "of"),
 )
+_REFLEXIVES = {"itself", "themselves", "himself", "herself"}
 # After a comma these open a new clause, which ends an exclusion's scope:
 # "excluding A, and how did B ..." excludes A only.
 _CLAUSE_OPENERS = {
@@ -411,6 +422,8 @@ def _split_items(b: _Builder, toks: list[_Tok]) -> list[list[_Tok]]:
 
 
 def _strip_fillers(item: list[_Tok]) -> list[_Tok]:
+    if len(item) > 1 and item[-1].low in _REFLEXIVES:
+        item = item[:-1]  # "the trade in silk itself"
     changed = True
     while item and changed:
         changed = False
