@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 
 from itlr.evaluation.cache import EmbeddingCache, Encoder
-from itlr.evaluation.calibration import fit_sigmoid
+from itlr.evaluation.calibration import BUNDLED_HARD_FILTER, fit_sigmoid
 from itlr.evaluation.methods import (
-    DEFAULT_HARD_FILTER,
     Case,
     Dense,
     Logical,
@@ -94,7 +93,7 @@ def run_synthetic(
     per_template: int = 100,
     per_chain: int | None = None,
     seed: int = 0,
-    hard_filter: float = DEFAULT_HARD_FILTER,
+    hard_filter: float = BUNDLED_HARD_FILTER,
     bank: TopicBank | None = None,
     calibration_per_side: int = 20,
     cache: EmbeddingCache | None = None,

@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from itlr.errors import ConfigurationError
+from itlr.evaluation.calibration import BUNDLED_HARD_FILTER
 from itlr.query import And, Node, Not, Or, Query, Term
 from itlr.scoring import PAPER_OPERATORS, SEARCH_OPERATORS, Operators, TruthMap
 
@@ -38,9 +39,6 @@ METHOD_NAMES = (
     "itlr-paper",
     "random",
 )
-# For clamped cosines of the bundled MiniLM: on the synthetic benchmark's documents, 0.3 drops
-# about 87 % of the documents that cover an excluded topic and under 1 % of those that do not.
-DEFAULT_HARD_FILTER = 0.3
 
 
 @dataclass(frozen=True)
@@ -158,7 +156,7 @@ def build_methods(
     names: list[str],
     ops: Operators | None = None,
     truth: TruthMap | None = None,
-    hard_filter: float = DEFAULT_HARD_FILTER,
+    hard_filter: float = BUNDLED_HARD_FILTER,
     calibrated: TruthMap | None = None,
     setops_depth: int = 20,
     setops_share: float | None = None,
