@@ -140,11 +140,12 @@ def run_synthetic(
     template_cases = _cases(queries, 0)
     chain_cases = _cases(chains, sum(len(q.docs) for q in queries))
 
+    itlr_calibrated = Logical("itlr-calibrated", truth=calibrated)
     main: list[Method] = [
         Dense(),
         Logical("itlr"),
         Logical("itlr-paper", PAPER_OPERATORS),
-        Logical("itlr-calibrated", truth=calibrated),
+        itlr_calibrated,
         SetOps(share=0.5),
         Logical("itlr-hard", hard_filter=hard_filter),
         RandomScores(seed=seed),
@@ -158,7 +159,7 @@ def run_synthetic(
     if on_stage:
         on_stage("scoring", len(template_cases) + len(chain_cases))
     runs = run_methods(template_cases, main + grid, corpus, vector_of, on_case=_tick(on_progress))
-    chain_methods: list[Method] = [Dense(), Logical("itlr"), main[2]]
+    chain_methods: list[Method] = [Dense(), Logical("itlr"), itlr_calibrated]
     chain_runs = run_methods(
         chain_cases, chain_methods, corpus, vector_of, on_case=_tick(on_progress)
     )
