@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,7 +53,11 @@ def ingest(
     an engine error surfaces at the latest when the next batch is handed over.
     """
     report = IngestReport()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer:
+    # The embedded engine has one writer at a time: hold its lock for the whole run, so that a
+    # second ingestion is refused up front instead of interleaving batches with this one.
+    writing = getattr(backend, "writing", None)
+    session = writing() if writing is not None else contextlib.nullcontext()
+    with session, ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer:
         pending: Future[None] | None = None
         in_flight: set[str] = set()
 
