@@ -31,6 +31,17 @@ class IngestReport:
     index_seconds: float = 0.0
 
 
+def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object]:
+    """Be the backend's only writer for a whole run, if it has writers to exclude.
+
+    The embedded engine allows one writer at a time: holding its lock for the run refuses a
+    second ingestion up front instead of interleaving its batches with this one. Clusters
+    handle concurrent writers themselves.
+    """
+    writing = getattr(backend, "writing", None)
+    return writing() if writing is not None else contextlib.nullcontext()
+
+
 def batched(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -53,11 +64,10 @@ def ingest(
     an engine error surfaces at the latest when the next batch is handed over.
     """
     report = IngestReport()
-    # The embedded engine has one writer at a time: hold its lock for the whole run, so that a
-    # second ingestion is refused up front instead of interleaving batches with this one.
-    writing = getattr(backend, "writing", None)
-    session = writing() if writing is not None else contextlib.nullcontext()
-    with session, ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer:
+    with (
+        writer_session(backend),
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer,
+    ):
         pending: Future[None] | None = None
         in_flight: set[str] = set()
 
