@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from itlr.errors import ItlrError, QuerySyntaxError
 
@@ -68,8 +68,22 @@ class Rewrite(StrEnum):
     llm = "llm"
 
 
+def labelled(label: str, style: str, message: str) -> Text:
+    """A styled label and a message printed literally: ids, engine reasons and user text may
+    hold `[...]`, which must not be read as Rich markup."""
+    return Text.assemble((label, style), " ", message)
+
+
+def say(console: Console, label: str, style: str, message: str) -> None:
+    console.print(labelled(label, style, message), highlight=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    say(err, "warning:", "yellow", message)
+
+
 def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    say(err, "error:", "bold red", message)
     return typer.Exit(2)
 
 
@@ -82,6 +96,10 @@ def run_guarded(action):
         raise typer.Exit(2) from None
     except ItlrError as bad:
         raise fail(str(bad)) from None
+    except OSError as bad:
+        # Disk full, permissions, a vanished file: the system's words and the path are enough.
+        where = f": {bad.filename}" if bad.filename else ""
+        raise fail(f"{bad.strerror or bad}{where}") from None
 
 
 IndexOpt = Annotated[
