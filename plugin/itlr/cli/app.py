@@ -12,10 +12,31 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
 from itlr.errors import ItlrError, QuerySyntaxError
 
+
+class ItlrGroup(TyperGroup):
+    """The command group, with a hint for a query that starts with '-' (Kibana's NOT)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as unknown:
+            # typer vendors click, so its NoSuchOption is only known by name and fields.
+            if type(unknown).__name__ != "NoSuchOption" or not hasattr(unknown, "option_name"):
+                raise
+            command = ctx.invoked_subcommand or "COMMAND"
+            unknown.message += (
+                f". If {unknown.option_name!r} starts a query, put -- before it "
+                f"(itlr {command} -- '{unknown.option_name} ...') or write NOT instead of '-'"
+            )
+            raise
+
+
 app = typer.Typer(
+    cls=ItlrGroup,
     help="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
     no_args_is_help=True,
     add_completion=False,
@@ -92,7 +113,7 @@ def run_guarded(action):
     try:
         return action()
     except QuerySyntaxError as bad:
-        err.print(bad.render(), highlight=False, markup=False)
+        err.print(bad.render(), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except ItlrError as bad:
         raise fail(str(bad)) from None

@@ -145,6 +145,7 @@ def ingest(
             f"index now holds {backend.count()} documents",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )
         if report.failed or source_file.bad_lines:
             raise typer.Exit(1)
