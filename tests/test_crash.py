@@ -152,8 +152,17 @@ def test_two_ingestions_into_one_index_at_once_one_refused_no_duplicates(
 ) -> None:
     texts = write_corpus(tmp_path / "docs.jsonl", 200)
     index_dir = tmp_path / "idx"
-    EmbeddedIndex.create(index_dir, embedder.name, embedder.dims).close()
     command = ("ingest", str(tmp_path / "docs.jsonl"), "--index", str(index_dir))
+    # Two ingestions of one file into one new index at once: both create it, then one writes
+    # while the other waits (and writes nothing new) or is refused; never twice the rows.
+    first, second = itlr(*command, "--batch-size", "8"), itlr(*command, "--batch-size", "8")
+    outcomes = [(*p.communicate(timeout=300), p.returncode) for p in (first, second)]
+    assert sorted(code for _, _, code in outcomes) in ([0, 0], [0, 2]), outcomes
+    for _, stderr, code in outcomes:
+        assert "Traceback" not in stderr
+        if code == 2:
+            assert "being written by another process" in stderr
+    assert EmbeddedIndex.open(index_dir).committed_rows == len(texts)
     holder = EmbeddedIndex.open(index_dir)
     with holder.writing():
         # While this test holds the writer lock, a real ingestion waits, then gives up clearly.
@@ -162,12 +171,5 @@ def test_two_ingestions_into_one_index_at_once_one_refused_no_duplicates(
     assert refused.returncode == 2
     assert "being written by another process" in stderr and "Traceback" not in stderr
     assert len(stderr.strip().splitlines()) == 1
-    first, second = itlr(*command, "--batch-size", "8"), itlr(*command, "--batch-size", "8")
-    outcomes = [(*p.communicate(timeout=300), p.returncode) for p in (first, second)]
-    assert sorted(code for _, _, code in outcomes) in ([0, 0], [0, 2])
-    for _, stderr, code in outcomes:
-        assert "Traceback" not in stderr
-        if code == 2:
-            assert "being written by another process" in stderr
     assert assert_every_document_has_its_own_vector(index_dir, texts, embedder) == len(texts)
     assert EmbeddedIndex.open(index_dir).committed_rows == len(texts)

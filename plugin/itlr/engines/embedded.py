@@ -70,7 +70,10 @@ class EmbeddedIndex:
             index = cls.open(path, lock_timeout)
             index.check_compatible(model, dims)
             return index
-        return cls.create(path, model, dims, lock_timeout)
+        # Two processes may both find no index and create it: the second opens the first's.
+        index = cls(VectorStore.create(path, model, dims, lock_timeout, exist_ok=True))
+        index.check_compatible(model, dims)
+        return index
 
     def close(self) -> None:
         self.store.close()

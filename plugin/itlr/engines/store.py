@@ -135,12 +135,21 @@ class VectorStore:
 
     @classmethod
     def create(
-        cls, path: Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
+        cls,
+        path: Path,
+        model: str,
+        dims: int,
+        lock_timeout: float = LOCK_WAIT_SECONDS,
+        exist_ok: bool = False,
     ) -> VectorStore:
+        """A new, empty index; with exist_ok, the one another process just created wins."""
         path.mkdir(parents=True, exist_ok=True)
         store = cls(path, lock_timeout)
         with store.writing():
             if store._read_meta() is not None:
+                if exist_ok:
+                    store._load_meta()
+                    return store
                 raise IndexStateError(f"an index already exists at {path}: open it instead")
             open(path / vector_file(0), "wb").close()
             store._fsync_directory()
