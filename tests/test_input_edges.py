@@ -223,3 +223,9 @@ def test_a_url_that_is_not_a_search_engine_is_one_line_without_the_page(
     line = one_line_error(invoke("search", "a", "--index", "x", "--url", html_server, *engine))
     assert html_server in line and "check --url" in line
     assert "welcome" not in line and len(line) < 300
+
+
+@pytest.mark.parametrize("flag", ["--tau", "--lam", "--hard-filter"])
+def test_an_infinite_scoring_option_is_one_line_not_infinity_in_json(flag) -> None:
+    result = invoke("translate", "a AND NOT b", "--index", "x", flag, "inf", "--format", "json")
+    assert f"{flag} must be a finite number" in one_line_error(result)

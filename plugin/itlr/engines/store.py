@@ -273,8 +273,7 @@ class VectorStore:
 
     def _write_vectors(self, name: str, start: int, vectors: np.ndarray, truncate: bool) -> None:
         row_bytes = 4 * self.dims
-        with open(self.path / name, "ab") as created:  # exists afterwards, content untouched
-            del created
+        (self.path / name).touch(exist_ok=True)
         with open(self.path / name, "r+b") as handle:
             if truncate:
                 # Bytes past the commit point are a killed writer's batch: not part of any row.
