@@ -59,6 +59,9 @@ def ingest(
     """Embed and store documents. With resume, ids already in the index are skipped, so a re-run
     after a crash adds only what is missing.
 
+    Ids should be unique: `itlr.documents.read_documents` gives one document per id (the last
+    copy in the file). An id repeated within one run counts as already present and is skipped.
+
     The engine writes one batch while the encoder works on the next, so that a cluster's bulk
     round trips hide behind encoding instead of adding to it. At most one batch is in flight;
     an engine error surfaces at the latest when the next batch is handed over.
