@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from itlr.cli.app import (
     AndOp,
@@ -24,6 +25,8 @@ from itlr.cli.app import (
     err,
     out,
     run_guarded,
+    say,
+    warn,
 )
 from itlr.cli.options import (
     AndOpt,
@@ -42,6 +45,7 @@ from itlr.cli.options import (
     TruthOpt,
     search_options,
 )
+from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.cli.rewrite import (
     LLMBaseUrlOpt,
     LLMKeyEnvOpt,
@@ -56,21 +60,21 @@ from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 @app.command("parse")
 def parse_command(
-    query: Annotated[
-        str, typer.Argument(help='A logical query, e.g. \'"vitamin D" AND NOT "bone health"\'.')
-    ],
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tree as JSON.")] = False,
 ) -> None:
     """Print the canonical form of a logical query (exit 2 on a syntax error)."""
 
     def action() -> None:
-        parsed = parse(query)
+        parsed = parse(query_text(query, query_file))
         if as_json:
-            out.print_json(json.dumps({**parsed.to_dict(), "warnings": list(parsed.warnings)}))
+            payload = {**parsed.to_dict(), "warnings": list(parsed.warnings)}
+            print(json.dumps(payload, indent=2, ensure_ascii=False))
         else:
             print(parsed)
         for warning in parsed.warnings:
-            err.print(f"[yellow]warning:[/] {warning}")
+            warn(warning)
 
     run_guarded(action)
 
@@ -82,7 +86,7 @@ def _open(spec, model: str | None, create: bool):
     embedder = get_embedder(model)
     backend = open_backend(spec, embedder, create=create)
     for warning in getattr(backend, "warnings", ()):
-        err.print(f"[yellow]warning:[/] {warning}")
+        warn(warning)
     return backend, embedder
 
 
@@ -98,16 +102,34 @@ def ingest(
         typer.Option(help="k-NN engine for a new OpenSearch index: lucene (default) or faiss."),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
+    strict: Annotated[
+        bool,
+        typer.Option(help="Refuse the whole file, writing nothing, if any line is not a document."),
+    ] = False,
 ) -> None:
-    """Embed documents and add them to an index (re-running adds only what is missing)."""
+    """Embed documents and add them to an index (re-running adds only what is missing).
+
+    Ids are strings (1 and "1" are one document); an id repeated in the file keeps its last
+    copy. Lines that are not documents are listed with their line number and skipped (exit
+    status 1), or, with --strict, refuse the file.
+    """
     from itlr.documents import read_documents
     from itlr.ingest import ingest as run_ingest
+    from itlr.ingest import writer_session
     from itlr.progress import document_progress
 
     def action() -> None:
-        documents = list(read_documents(source))
+        source_file = read_documents(source)
+        for bad in source_file.bad_lines:
+            say(err, "bad line", "red", str(bad))
+        if strict and source_file.bad_lines:
+            raise ConfigurationError(
+                f"{len(source_file.bad_lines)} lines of {source} are not documents (listed "
+                "above): nothing was ingested; fix them, or drop --strict to ingest the rest"
+            )
+        documents = source_file.documents
         backend, embedder = _open(replace(spec, knn_engine=knn_engine), model, create=True)
-        with document_progress(err) as progress:
+        with writer_session(backend), document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = run_ingest(
                 documents,
@@ -116,39 +138,45 @@ def ingest(
                 batch_size=batch_size,
                 on_batch=lambda n: progress.advance(task, n),
             )
+        for doc_id, reason in report.failed.items():
+            say(err, "failed", "red", f"{doc_id}: {reason}")
         out.print(
             f"added {report.added}, skipped {report.skipped} already present, "
-            f"failed {len(report.failed)}; index now holds {backend.count()} documents"
+            f"{source_file.duplicates} repeated ids (last copy kept), "
+            f"{len(source_file.bad_lines)} bad lines, failed {len(report.failed)}; "
+            f"index now holds {backend.count()} documents",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
-        for doc_id, reason in report.failed.items():
-            err.print(f"[red]failed[/] {doc_id}: {reason}")
-        if report.failed:
+        if report.failed or source_file.bad_lines:
             raise typer.Exit(1)
 
     run_guarded(action)
 
 
 def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
-    table = Table(title=title, title_justify="left", show_lines=False)
+    table = Table(title=Text(title), title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("id")
     table.add_column("score", justify="right")
     explained = any(hit.truths for hit in hits)
     terms = terms if explained else ()
     for term in terms:
-        table.add_column(term[:24], justify="right")
+        table.add_column(Text(term[:24]), justify="right")
     table.add_column("text", overflow="fold", max_width=70)
     for rank, hit in enumerate(hits, 1):
         truths = [f"{hit.truths.get(t, 0.0):.3f}" for t in terms]
-        table.add_row(str(rank), hit.id, f"{hit.score:.4f}", *truths, hit.text[:160])
+        table.add_row(str(rank), Text(hit.id), f"{hit.score:.4f}", *truths, Text(hit.text[:160]))
     out.print(table)
 
 
 @app.command()
 @engine_command
 def search(
-    query: Annotated[str, typer.Argument(help="A logical query.")],
     index: IndexOpt,
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
     spec: Any = None,
     k: KOpt = 10,
     mode: ModeOpt = Mode.knn,
@@ -183,18 +211,19 @@ def search(
 
     def action() -> None:
         rewritten = None
+        text = query_text(query, query_file)
         if rewrite is Rewrite.none:
-            parsed = parse(query)
+            parsed = parse(text)
         else:
             from itlr.rewrite import rewrite_for_search
 
             config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
             if rewrite is Rewrite.llm and config is None:
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
-            rewritten = rewrite_for_search(query, rewrite.value, config)
+            rewritten = rewrite_for_search(text, rewrite.value, config)
             parsed = rewritten.query
             for warning in rewritten.warnings:
-                err.print(f"[yellow]warning:[/] {warning}")
+                warn(warning)
             err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
         options = search_options(
             k=k,
@@ -216,7 +245,7 @@ def search(
         backend, embedder = _open(spec, model, create=False)
         result = Retriever(backend, embedder).search(parsed, options)
         for warning in result.warnings:
-            err.print(f"[yellow]warning:[/] {warning}")
+            warn(warning)
         if as_json:
             payload = result.to_dict()
             if rewritten is not None:

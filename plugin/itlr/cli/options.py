@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
 import typer
@@ -117,6 +118,10 @@ def search_options(
     explain: bool,
     model: str | None,
 ) -> SearchOptions:
+    for flag, value in (("--tau", tau), ("--lam", lam), ("--hard-filter", hard_filter)):
+        if value is not None and not math.isfinite(value):
+            # A request carrying NaN or Infinity is not JSON any engine accepts.
+            raise ConfigurationError(f"{flag} must be a finite number, not {value}")
     return SearchOptions(
         k=k,
         mode=mode.value,  # type: ignore[arg-type]

@@ -32,6 +32,7 @@ from itlr.cli.options import (
     TruthOpt,
     search_options,
 )
+from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
 from itlr.scoring import DEFAULT_NOT_STRENGTH
@@ -155,7 +156,9 @@ def render(requests: list[Request], output: str, url: str) -> str:
 
 @app.command()
 def translate(
-    query: Annotated[str, typer.Argument(help="A logical query.")],
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
+    *,
     index: Annotated[str, typer.Option("--index", "-i", help="Index name on the cluster.")],
     engine: Annotated[
         TargetEngine, typer.Option(help="Whose request syntax and Painless script to print.")
@@ -229,7 +232,7 @@ def translate(
         if output == Format.json and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads
         requests = translate_requests(
-            query,
+            query_text(query, query_file),
             engine.value,
             index,
             options,
