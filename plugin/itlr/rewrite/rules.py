@@ -278,7 +278,7 @@ def _tokens(text: str) -> list[_Tok]:
     for m in _TOKEN.finditer(text):
         word, start, end = m.group(0), m.start(), m.end()
         if _ends_sentence(word, text, end):
-            # "Denmark." at the end of a sentence: the period is a boundary, not part of a term.
+            # "Portugal." at the end of a sentence: the period is a boundary, not part of a term.
             toks.append(_Tok(word[:-1], start, end - 1, word[:-1].lower().replace("’", "'")))
             toks.append(_Tok(".", end - 1, end, "."))
         else:
