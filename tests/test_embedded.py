@@ -8,6 +8,7 @@ import pytest
 import itlr
 from itlr import IndexStateError
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 from itlr.search import SearchOptions
 
 DIMS = 16
@@ -147,7 +148,8 @@ def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex)
     assert len(hits) == 200
     for hit in hits[:20]:
         cosines = np.clip(terms @ index.vector(hit.id), 0, 1)
-        expected = max(0.0, cosines[0] * (1 - cosines[1]) + cosines[2])
+        # Searches negate at DEFAULT_NOT_STRENGTH: 1 - s*x.
+        expected = max(0.0, cosines[0] * (1 - DEFAULT_NOT_STRENGTH * cosines[1]) + cosines[2])
         assert hit.score == pytest.approx(expected, rel=1e-5)
         assert hit.truths == pytest.approx(dict(zip("abc", cosines, strict=True)), rel=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
