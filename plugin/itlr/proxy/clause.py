@@ -240,9 +240,9 @@ def _split_tree(query: Any, field: str) -> tuple[list[Node], Any]:
 def find_in_tree(query: Any, field: str) -> tuple[Query, Any] | None:
     """(logical query, the rest of the query or None) for a KQL/DQL-built query on the field."""
     nodes, rest = _split_tree(query, field)
-    if not nodes:
+    if not nodes and not _mentions(query, field):
         return None
-    if _mentions(rest, field):
+    if not nodes or _mentions(rest, field):
         raise ClauseError(
             f"{field}:(...) must be joined to the rest of the query with and (the rest filters, "
             "the logical query ranks); put or and not inside the brackets"
