@@ -119,6 +119,8 @@ class QueryBarProxy:
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
         )
+        # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
+        self.client.headers.clear()
         self.upstream = Upstream(self.client, connection)
 
     # -- embedding -------------------------------------------------------------------------

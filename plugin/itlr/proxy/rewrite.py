@@ -40,7 +40,11 @@ def options_for(
     size = body.get("size", DEFAULT_K)
     offset = body.get("from", 0)
     k = int(size) + int(offset) if isinstance(size, int) and isinstance(offset, int) else DEFAULT_K
-    return dataclasses.replace(defaults, k=max(k, 1), filter=found.rest, explain=False)
+    filters = [f for f in (defaults.filter, found.rest) if f is not None]
+    combined = (
+        filters[0] if len(filters) == 1 else ({"bool": {"filter": filters}} if filters else None)
+    )
+    return dataclasses.replace(defaults, k=max(k, 1), filter=combined, explain=False)
 
 
 def rewrite_body(

@@ -22,7 +22,7 @@ def check_exposure(host: str, token: str | None) -> None:
     if not is_loopback(host) and not token:
         raise ConfigurationError(
             f"--host {host} lets other machines reach the cluster through the proxy: give a "
-            "client token with --token or ITLR_PROXY_TOKEN (clients send it as X-Itlr-Token), "
+            "client token with --token or ITLR_TOKEN (clients send it as X-Itlr-Token), "
             "or bind 127.0.0.1"
         )
 
