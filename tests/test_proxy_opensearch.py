@@ -7,8 +7,6 @@ import asyncio
 import copy
 import json
 import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from itlr.engines.factory import Connection
 from itlr.engines.opensearch import OpenSearchBackend, connect
-from itlr.proxy import create_proxy_app
+from itlr.proxy import create_proxy_app, serving
 from itlr.retriever import Retriever
 from itlr.search import SearchOptions
 
@@ -54,22 +51,8 @@ def demo_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[Ope
 @pytest.fixture(scope="module")
 def proxy_url(opensearch_url, embedder) -> Iterator[str]:
     """The proxy served by uvicorn on a free loopback port, as the UI would reach it."""
-    app = create_proxy_app(Connection(opensearch_url), embedder=embedder)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the proxy did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
+        yield url
 
 
 def reference_ids(backend, embedder, options: SearchOptions) -> list[tuple[str, float]]:

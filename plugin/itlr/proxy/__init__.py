@@ -5,7 +5,7 @@
 
 from itlr.proxy.app import create_proxy_app
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
-from itlr.proxy.serve import check_exposure, run_proxy
+from itlr.proxy.serve import check_exposure, run_proxy, serving
 
 __all__ = [
     "ClauseError",
@@ -14,4 +14,5 @@ __all__ = [
     "create_proxy_app",
     "find_logical_search",
     "run_proxy",
+    "serving",
 ]
