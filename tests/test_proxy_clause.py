@@ -178,3 +178,25 @@ def test_serve_proxy_refuses_a_public_address_without_a_token_before_loading_any
     with pytest.raises(typer.Exit) as stopped:
         serve_proxy("http://127.0.0.1:9", host="0.0.0.0", port=0, token=None)
     assert stopped.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/itlr-demo/_search", "_search"),
+        ("/itlr-*,logs/_search", "_search"),
+        ("/_msearch", "_msearch"),
+        ("/itlr-demo/_msearch", "_msearch"),
+        ("/itlr-demo/_async_search", "_async_search"),
+        ("/_async_search/FmRldE8zREVEUzA2ZVpUeGs2ejJFUFEaMkZ5QVVrb3BTS2E1X21FTDJ0ZjRQUQ==", None),
+        ("/itlr-demo/_doc/1", None),
+        ("/_search/scroll", None),
+    ],
+)
+def test_searches_and_async_submits_are_rewritten_but_polls_pass_through(
+    path: str, api: str | None
+) -> None:
+    from itlr.proxy.app import SEARCH_PATH
+
+    match = SEARCH_PATH.match(path)
+    assert (match.group("api") if match else None) == api
