@@ -243,7 +243,7 @@ class QueryBarProxy:
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        content: bytes | AsyncIterator[bytes]
+        content: bytes | AsyncIterator[bytes] | None
         if SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
@@ -261,8 +261,10 @@ class QueryBarProxy:
                 headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
                 headers.append(("content-length", str(len(raw))))
             content = raw
-        else:
+        elif "content-length" in request.headers or "transfer-encoding" in request.headers:
             content = request.stream()
+        else:
+            content = None  # no body came, none goes (not an empty chunked one)
         upstream_request = self.client.build_request(
             request.method,
             _raw_target(request),
