@@ -1,0 +1,66 @@
+"""`itlr bench proxy`: what the query-bar proxy adds on top of a direct logical search."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from itlr.cli.app import run_guarded
+from itlr.cli.bench import bench_app
+from itlr.cli.perf import OutFile, _emit, machine, throwaway_opensearch
+
+
+@bench_app.command("proxy")
+def proxy_overhead(
+    url: Annotated[str, typer.Option(help="The OpenSearch cluster (it gets a throw-away index).")],
+    repeats: Annotated[int, typer.Option(help="Timed runs per measurement.")] = 60,
+    out_file: OutFile = None,
+) -> None:
+    """Proxy overhead: the same logical queries direct vs through the proxy, p50/p95."""
+    from itlr.benchmarks.proxy import QUERIES, measure_proxy_overhead
+    from itlr.documents import read_jsonl
+    from itlr.embed import get_embedder
+    from itlr.engines.factory import Connection
+    from itlr.proxy import create_proxy_app, serving
+    from itlr.resources import data_file
+
+    def action() -> None:
+        embedder = get_embedder()
+        corpus = list(read_jsonl(data_file("demo", "corpus.jsonl")))
+        with throwaway_opensearch(url, "proxy", embedder.name, embedder.dims) as backend:
+            backend.add(
+                [d.id for d in corpus],
+                [d.text for d in corpus],
+                embedder.encode([d.text for d in corpus]),
+                [d.fields for d in corpus],
+            )
+            backend.refresh()
+            backend.install_scripts()
+            app = create_proxy_app(Connection(url), embedder=embedder)
+            with serving(app) as proxy_url:
+                result = measure_proxy_overhead(backend, embedder, url, proxy_url, repeats)
+        added = max(result.added_p50_ms, result.paired_added_p50_ms)
+        verdict = "within" if added <= result.allowed_p50_ms else "over"
+        lines = [
+            f"### Query-bar proxy overhead (`itlr bench proxy --url URL --repeats {repeats}`)",
+            "",
+            f"Machine: {machine()}. Demo corpus ({len(corpus)} passages) in OpenSearch, k = 10, "
+            f"{len(QUERIES)} logical queries of 1-5 terms in turn, timed round-robin after 10 "
+            "warm-up rounds; proxy served by uvicorn on 127.0.0.1 in the same process.",
+            "",
+            "| measurement | p50 ms | p95 ms |",
+            "|---|---:|---:|",
+            *(
+                f"| {t.name} | {t.p50_ms:.2f} | {t.p95_ms:.2f} |"
+                for t in (result.embed, result.direct, result.proxy)
+            ),
+            "",
+            f"Added by the proxy at p50: {result.added_p50_ms:.2f} ms "
+            f"({100 * result.added_p50_ms / result.direct.p50_ms:.1f} %); median of the "
+            f"per-round differences (same query, same round): {result.paired_added_p50_ms:.2f} ms. "
+            f"Goal at most {result.allowed_p50_ms:.2f} ms: {verdict}.",
+        ]
+        _emit(lines, out_file)
+
+    run_guarded(action)

@@ -1,0 +1,322 @@
+"""The query-bar proxy: an ASGI app between Kibana / OpenSearch Dashboards and the cluster.
+
+Every request goes to the configured upstream unchanged and its answer streams back unchanged,
+except a search (`_search`, `_msearch`, `_async_search` submit) whose query holds a clause on the
+virtual field: that clause becomes the logical scoring (see `itlr.proxy.rewrite`). Polls of an
+async search (`GET _async_search/<id>`) refer to the upstream's id and pass through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import re
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+import httpx
+import numpy as np
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from itlr.embed import Embedder, get_embedder
+from itlr.engines.factory import Connection
+from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
+from itlr.proxy.rewrite import rewrite_body
+from itlr.proxy.upstream import Upstream, auth_headers
+from itlr.search import SearchOptions
+
+log = logging.getLogger("itlr.proxy")
+
+TOKEN_HEADER = "x-itlr-token"
+# A UI's search bodies are small; a _msearch of many panels stays far below this.
+MAX_SEARCH_BODY = 16 * 1024 * 1024
+# Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, never forwarded.
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    TOKEN_HEADER,
+}
+SEARCH_PATH = re.compile(
+    r"^/(?:(?P<target>[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
+)
+
+
+def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
+    """An error in the cluster's own shape, so the UI shows `reason` as it shows the cluster's."""
+    cause = {"type": kind, "reason": reason, **extra}
+    return {"error": {"root_cause": [cause], **cause}, "status": status}
+
+
+def error_response(status: int, kind: str, reason: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(error_body(status, kind, reason, **extra), status_code=status)
+
+
+def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
+    if isinstance(bad, QuerySyntaxError):
+        bad = ClauseError(bad.message, bad.position, bad.text)
+    reason = f"itlr: {bad.message}"
+    if bad.position is not None:
+        reason = f"itlr: syntax error at position {bad.position}: {bad.message}"
+    return error_response(
+        400,
+        "itlr_query_error",
+        reason,
+        **({"position": bad.position, "query": bad.text} if bad.position is not None else {}),
+    )
+
+
+def _raw_target(request: Request) -> str:
+    """Path and query string exactly as the UI sent them (percent-escapes kept)."""
+    path = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string") or b""
+    return (path + (b"?" + query if query else b"")).decode("latin-1")
+
+
+class _Refused(Exception):
+    """A response to send instead of forwarding."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+class QueryBarProxy:
+    def __init__(
+        self,
+        connection: Connection,
+        field: str,
+        embedder: Embedder | None,
+        defaults: SearchOptions,
+        token: str | None,
+        timeout: float,
+    ) -> None:
+        self.connection = connection
+        self.field = field
+        self.defaults = defaults
+        self.token = token
+        self._embedder = embedder
+        # One encode at a time: the model is shared by every request of the process.
+        self._encode_lock = threading.Lock()
+        verify: Any = connection.ca_file or connection.verify_certs
+        self.client = httpx.AsyncClient(
+            base_url=connection.url,
+            verify=verify,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            follow_redirects=False,
+        )
+        # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
+        self.client.headers.clear()
+        self.upstream = Upstream(self.client, connection)
+
+    # -- embedding -------------------------------------------------------------------------
+
+    def _encode(self, model: str, terms: list[str]) -> np.ndarray:
+        with self._encode_lock:
+            if self._embedder is None:
+                self._embedder = get_embedder(model)
+            if self._embedder.name != model:
+                raise EngineError(
+                    f"the index was embedded with {model!r} but the proxy runs "
+                    f"{self._embedder.name!r}: start it with the index's --model"
+                )
+            return self._embedder.encode(terms)
+
+    # -- rewriting -------------------------------------------------------------------------
+
+    async def _rewrite_one(
+        self, body: dict[str, Any], target: str | None, headers: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """The rewritten body, or None when it holds no itlr clause."""
+        found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
+        if found is None:
+            return None
+        if not target:
+            raise ClauseError(
+                f"a search on {self.field}: must name its index (or index pattern) in the path"
+            )
+        backend = await self.upstream.backend(target, headers)
+        vectors = await anyio.to_thread.run_sync(
+            self._encode, backend.model, list(found.query.terms)
+        )
+        log.info("logical search on %s: %d terms", target, len(found.query.terms))
+        log.debug("logical query on %s: %s", target, found.query)
+        return rewrite_body(body, found, backend, vectors, self.defaults)
+
+    async def _rewrite_search(
+        self, raw: bytes, target: str | None, headers: dict[str, str]
+    ) -> bytes | None:
+        try:
+            body = json.loads(raw) if raw.strip() else None
+        except ValueError:
+            return None  # not ours to judge: the upstream answers malformed JSON itself
+        if not isinstance(body, dict):
+            return None
+        rewritten = await self._rewrite_one(body, target, headers)
+        return None if rewritten is None else json.dumps(rewritten).encode()
+
+    async def _rewrite_msearch(
+        self, raw: bytes, target: str | None, headers: dict[str, str]
+    ) -> bytes | None:
+        """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
+        lines = raw.split(b"\n")
+        changed = False
+        position = 0
+        while position + 1 < len(lines):
+            header_line, body_line = lines[position], lines[position + 1]
+            if not header_line.strip():
+                position += 1
+                continue
+            try:
+                header = json.loads(header_line)
+                body = json.loads(body_line)
+            except ValueError:
+                return None
+            if isinstance(header, dict) and isinstance(body, dict):
+                index = header.get("index", target)
+                if isinstance(index, list):
+                    index = ",".join(index)
+                rewritten = await self._rewrite_one(body, index, headers)
+                if rewritten is not None:
+                    lines[position + 1] = json.dumps(rewritten).encode()
+                    changed = True
+            position += 2
+        return b"\n".join(lines) if changed else None
+
+    async def _body_to_send(self, request: Request, raw: bytes) -> bytes | None:
+        """The body to forward in place of `raw`, or None to forward `raw` itself."""
+        match = SEARCH_PATH.match(request.url.path)
+        if match is None or request.method not in ("GET", "POST"):
+            return None
+        target, api = match.group("target"), match.group("api")
+        headers = auth_headers(request.headers)
+        if api == "_msearch":
+            return await self._rewrite_msearch(raw, target, headers)
+        return await self._rewrite_search(raw, target, headers)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    def _authorized(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        given = request.headers.get(TOKEN_HEADER, "")
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _read_search_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_SEARCH_BODY:
+            raise _Refused(self._too_large())
+        chunks = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_SEARCH_BODY:
+                raise _Refused(self._too_large())
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _too_large() -> JSONResponse:
+        return error_response(
+            413,
+            "itlr_request_too_large",
+            f"the search body exceeds the proxy's limit of {MAX_SEARCH_BODY} bytes",
+        )
+
+    async def handle(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return error_response(
+                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
+            )
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+        content: bytes | AsyncIterator[bytes] | None
+        if SEARCH_PATH.match(request.url.path):
+            try:
+                raw = await self._read_search_body(request)
+                replaced = await self._body_to_send(request, raw)
+            except _Refused as refused:
+                return refused.response
+            except (ClauseError, QuerySyntaxError) as bad:
+                return clause_error(bad)
+            except EngineError as failed:
+                return error_response(502, "itlr_upstream_error", f"itlr: {failed}")
+            except ItlrError as failed:
+                return error_response(400, "itlr_error", f"itlr: {failed}")
+            if replaced is not None:
+                raw = replaced
+                headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+                headers.append(("content-length", str(len(raw))))
+            content = raw
+        elif "content-length" in request.headers or "transfer-encoding" in request.headers:
+            content = request.stream()
+        else:
+            content = None  # no body came, none goes (not an empty chunked one)
+        upstream_request = self.client.build_request(
+            request.method,
+            _raw_target(request),
+            headers=headers,
+            content=content,
+        )
+        try:
+            upstream = await self.client.send(upstream_request, stream=True)
+        except httpx.TransportError as down:
+            log.warning("upstream %s unreachable: %s", self.connection.url, type(down).__name__)
+            return error_response(
+                502,
+                "itlr_upstream_unreachable",
+                f"itlr proxy: cannot reach the upstream {self.connection.url} "
+                f"({type(down).__name__}): is it running?",
+            )
+        log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
+        response_headers = {
+            k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
+        }
+        return StreamingResponse(
+            upstream.aiter_raw(),
+            status_code=upstream.status_code,
+            headers=response_headers,
+            background=BackgroundTask(upstream.aclose),
+        )
+
+
+def create_proxy_app(
+    connection: Connection,
+    *,
+    field: str = "itlr",
+    embedder: Embedder | None = None,
+    defaults: SearchOptions | None = None,
+    token: str | None = None,
+    timeout: float = 120.0,
+) -> Starlette:
+    """The proxy as an ASGI app. `embedder` None loads the index's own model on first use."""
+    proxy = QueryBarProxy(connection, field, embedder, defaults or SearchOptions(), token, timeout)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await proxy.client.aclose()
+
+    methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
+    app = Starlette(
+        routes=[
+            Route("/", proxy.handle, methods=methods),
+            Route("/{path:path}", proxy.handle, methods=methods),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.proxy = proxy
+    return app

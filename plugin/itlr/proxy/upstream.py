@@ -1,0 +1,192 @@
+"""What the proxy learns from the upstream cluster for a logical search: which engine it is,
+the index's own vector layout and model (`_meta.itlr`), and that the stored scripts exist.
+
+Every call carries the UI's own authorization headers, so the proxy reads nothing the UI user
+could not; only the one-time script registration uses the proxy's configured credentials (when
+it has any), since registering scripts needs cluster privileges a UI user rarely has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from itlr.engines.cluster import ClusterBackend
+from itlr.engines.factory import Connection
+from itlr.engines.remote import IndexLayout
+from itlr.errors import EngineError, IndexStateError
+
+# Headers that carry the caller's identity to the cluster.
+AUTH_HEADERS = ("authorization", "es-secondary-authorization", "cookie")
+
+
+def auth_headers(headers: Any) -> dict[str, str]:
+    return {name: headers[name] for name in AUTH_HEADERS if name in headers}
+
+
+def connection_auth(connection: Connection) -> dict[str, str]:
+    """The Authorization header for the proxy's own credentials; empty when it has none."""
+    if connection.api_key:
+        return {"authorization": f"ApiKey {connection.api_key}"}
+    if connection.user:
+        pair = f"{connection.user}:{connection.password or ''}".encode()
+        return {"authorization": f"Basic {base64.b64encode(pair).decode()}"}
+    return {}
+
+
+@dataclass(frozen=True)
+class IndexVectors:
+    """The itlr layout an index (or every index of a pattern) records in `_meta.itlr`."""
+
+    model: str
+    dims: int
+    layout: IndexLayout
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "dims": self.dims,
+            "vector_field": self.layout.vector_field,
+            "text_field": self.layout.text_field,
+        }
+
+
+def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
+    """The common `_meta.itlr` of the indexes a target resolves to; refuse mixed ones."""
+    found: dict[IndexVectors, list[str]] = {}
+    for name, body in mappings.items():
+        meta = body.get("mappings", {}).get("_meta", {}).get("itlr")
+        if not isinstance(meta, dict):
+            continue
+        layout = IndexLayout(
+            vector_field=str(meta.get("vector_field", "embedding")),
+            text_field=str(meta.get("text_field", "text")),
+        )
+        vectors = IndexVectors(str(meta.get("model")), int(meta.get("dims", 0)), layout)
+        found.setdefault(vectors, []).append(name)
+    if not found:
+        raise IndexStateError(
+            f"{target!r} holds no itlr index (no _meta.itlr in its mapping): load documents "
+            "with `itlr ingest` or search an index that has them"
+        )
+    if len(found) > 1:
+        groups = "; ".join(
+            f"{', '.join(n)}: {v.model}/{v.layout.vector_field}" for v, n in found.items()
+        )
+        raise IndexStateError(
+            f"{target!r} mixes indexes with different vectors ({groups}): search one kind at a time"
+        )
+    return next(iter(found))
+
+
+class Upstream:
+    """Engine, index layouts and stored scripts of the configured cluster, learned once."""
+
+    def __init__(self, client: httpx.AsyncClient, connection: Connection) -> None:
+        self.client = client
+        self.connection = connection
+        self._engine: tuple[str, str] | None = None
+        self._vectors: dict[str, IndexVectors] = {}
+        self._scripts_ready: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
+        try:
+            return await self.client.get(path, headers=headers)
+        except httpx.TransportError as down:
+            raise EngineError(
+                f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
+                "is it running? check --url"
+            ) from None
+
+    async def engine(self, headers: dict[str, str]) -> tuple[str, str]:
+        """(engine, version) from the cluster's root endpoint."""
+        if self._engine is None:
+            response = await self._get("/", headers)
+            if response.status_code != 200:
+                raise EngineError(
+                    f"the upstream {self.connection.url} answered {response.status_code} to GET /"
+                )
+            version = response.json().get("version", {})
+            engine = (
+                "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
+            )
+            self._engine = (engine, str(version.get("number", "")))
+        return self._engine
+
+    async def vectors(self, target: str, headers: dict[str, str]) -> IndexVectors:
+        if target not in self._vectors:
+            response = await self._get(f"/{target}/_mapping", headers)
+            if response.status_code != 200:
+                raise IndexStateError(
+                    f"cannot read the mapping of {target!r}: the upstream answered "
+                    f"{response.status_code}"
+                )
+            self._vectors[target] = index_vectors(target, response.json())
+        return self._vectors[target]
+
+    async def backend(self, target: str, headers: dict[str, str]) -> ClusterBackend:
+        """A request builder for the target (no client: the proxy sends the request itself)."""
+        engine, version = await self.engine(headers)
+        vectors = await self.vectors(target, headers)
+        backend: ClusterBackend
+        if engine == "opensearch":
+            from itlr.engines.opensearch import OpenSearchBackend
+
+            backend = OpenSearchBackend(
+                None, target, vectors.model, vectors.dims, vectors.layout, url=self.connection.url
+            )
+        else:
+            from itlr.engines.elasticsearch import ElasticsearchBackend
+
+            backend = ElasticsearchBackend(
+                None,
+                target,
+                vectors.model,
+                vectors.dims,
+                vectors.layout,
+                url=self.connection.url,
+                version=version or None,
+            )
+        await self.ensure_scripts(backend, headers)
+        return backend
+
+    async def ensure_scripts(self, backend: ClusterBackend, headers: dict[str, str]) -> None:
+        """Register the stored scripts once per process (idempotent on the cluster too)."""
+        wanted = [
+            s
+            for s in (backend.score_script, backend.exclude_script)
+            if s.id not in self._scripts_ready
+        ]
+        if not wanted:
+            return
+        admin = connection_auth(self.connection) or headers
+        async with self._lock:
+            for script in wanted:
+                try:
+                    found = await self.client.get(f"/_scripts/{script.id}", headers=admin)
+                    if found.status_code == 404:
+                        put = await self.client.put(
+                            f"/_scripts/{script.id}", json=script.body(), headers=admin
+                        )
+                        if put.status_code >= 300:
+                            raise EngineError(
+                                f"the upstream refused to store itlr's script {script.id} "
+                                f"({put.status_code}): run `itlr install --url ...` as a user "
+                                "allowed to, or give the proxy such credentials"
+                            )
+                    elif found.status_code != 200:
+                        raise EngineError(
+                            f"cannot check itlr's stored script {script.id}: the upstream "
+                            f"answered {found.status_code}"
+                        )
+                except httpx.TransportError as down:
+                    raise EngineError(
+                        f"cannot reach the upstream {self.connection.url} "
+                        f"({type(down).__name__}): is it running? check --url"
+                    ) from None
+                self._scripts_ready.add(script.id)

@@ -1,0 +1,246 @@
+"""The query-bar proxy in front of a real OpenSearch: logical searches return what `itlr search`
+returns, everything else returns what the upstream returns."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from itlr.engines.factory import Connection
+from itlr.engines.opensearch import OpenSearchBackend, connect
+from itlr.proxy import create_proxy_app, serving
+from itlr.retriever import Retriever
+from itlr.search import SearchOptions
+
+pytestmark = pytest.mark.opensearch
+
+FIXTURES = Path(__file__).parent / "fixtures" / "query_bar"
+LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
+# The demo corpus has no time field: the UI's time range becomes a filter on a field it has.
+TOPIC_FILTER = {"terms": {"metadata.topic": ["vitamin_d", "sleep", "exercise", "diet"]}}
+
+
+@pytest.fixture(scope="module")
+def demo_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[OpenSearchBackend]:
+    backend = OpenSearchBackend(
+        connect(opensearch_url),
+        f"itlr-proxy-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=opensearch_url,
+    )
+    backend.ensure_index()
+    failures = backend.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    assert failures == {}
+    backend.refresh()
+    yield backend
+    backend.client.indices.delete(index=backend.index)
+
+
+@pytest.fixture(scope="module")
+def proxy_url(opensearch_url, embedder) -> Iterator[str]:
+    """The proxy served by uvicorn on a free loopback port, as the UI would reach it."""
+    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
+        yield url
+
+
+def reference_ids(backend, embedder, options: SearchOptions) -> list[tuple[str, float]]:
+    result = Retriever(backend, embedder).search(LOGICAL, options)
+    return [(h.id, round(h.score, 4)) for h in result.hits]
+
+
+def ids_scores(response: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(h["_id"], round(h["_score"], 4)) for h in response["hits"]["hits"]]
+
+
+def with_index(fixture: dict[str, Any], index: str) -> dict[str, Any]:
+    """A fixture aimed at the test index, its time range swapped for the topic filter."""
+    text = json.dumps(fixture).replace("itlr-demo", index)
+    swapped = json.loads(text)
+    for body in [swapped.get("body"), *swapped.get("lines", [])[1::2]]:
+        if body:
+            body["query"]["bool"]["filter"] = [
+                TOPIC_FILTER if "range" in clause else clause
+                for clause in body["query"]["bool"]["filter"]
+            ]
+    return swapped
+
+
+def without_took(response: dict[str, Any]) -> dict[str, Any]:
+    cleaned = copy.deepcopy(response)
+    for item in [cleaned, *cleaned.get("responses", [])]:
+        item.pop("took", None)
+    return cleaned
+
+
+def test_a_lucene_query_bar_search_returns_the_hits_of_itlr_search(
+    proxy_url, demo_index, embedder
+) -> None:
+    body = {
+        "size": 10,
+        "query": {
+            "bool": {
+                "must": [
+                    {"query_string": {"query": f"itlr:({LOGICAL})", "analyze_wildcard": True}}
+                ],
+                "filter": [],
+                "should": [],
+                "must_not": [],
+            }
+        },
+    }
+    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    expected = reference_ids(demo_index, embedder, SearchOptions(k=10, filter=None))
+    assert ids_scores(response.json()) == expected
+
+
+def test_a_dql_query_bar_search_from_dashboards_returns_the_hits_of_itlr_search(
+    proxy_url, demo_index, embedder
+) -> None:
+    fixture = with_index(
+        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), demo_index.index
+    )
+    response = httpx.post(
+        f"{proxy_url}{fixture['path']}", params=fixture["params"], json=fixture["body"], timeout=60
+    )
+    assert response.status_code == 200, response.text
+    rest = {"bool": {"must": [], "filter": [TOPIC_FILTER], "should": [], "must_not": []}}
+    expected = reference_ids(demo_index, embedder, SearchOptions(k=500, filter=rest))
+    got = response.json()
+    assert ids_scores(got) == expected
+    assert 0 < len(expected) < 338  # the filter took effect, and something matched
+    assert got["hits"]["total"]["value"] == len(expected)  # the candidates, not the index
+
+
+def test_a_search_without_the_virtual_field_returns_exactly_what_the_upstream_returns(
+    proxy_url, opensearch_url, demo_index
+) -> None:
+    body = {"size": 5, "query": {"match": {"text": "vitamin D"}}, "_source": ["doc_id"]}
+    path = f"/{demo_index.index}/_search"
+    through = httpx.post(proxy_url + path, json=body, params={"track_total_hits": "true"})
+    direct = httpx.post(opensearch_url + path, json=body, params={"track_total_hits": "true"})
+    assert through.status_code == direct.status_code == 200
+    assert without_took(through.json()) == without_took(direct.json())
+    # Any other API passes through too: a mapping, a cat table, an upstream error.
+    for path in (
+        f"/{demo_index.index}/_mapping",
+        "/_cat/indices/itlr-proxy-*?h=index",
+        "/nope-index/_doc/1",
+    ):
+        through, direct = httpx.get(proxy_url + path), httpx.get(opensearch_url + path)
+        assert (through.status_code, through.content) == (direct.status_code, direct.content)
+
+
+def test_an_async_search_poll_passes_through_to_the_upstream(proxy_url, opensearch_url) -> None:
+    poll = json.loads((FIXTURES / "kibana8_kql_async_search.json").read_text())["poll"]
+    through = httpx.get(proxy_url + poll["path"], params=poll["params"])
+    direct = httpx.get(opensearch_url + poll["path"], params=poll["params"])
+    assert (through.status_code, through.content) == (direct.status_code, direct.content)
+
+
+def test_msearch_with_one_logical_and_one_plain_search(
+    proxy_url, opensearch_url, demo_index, embedder
+) -> None:
+    fixture = with_index(
+        json.loads((FIXTURES / "dashboards_lucene_msearch.json").read_text()), demo_index.index
+    )
+    ndjson = "".join(json.dumps(line) + "\n" for line in fixture["lines"])
+    headers = {"content-type": "application/x-ndjson"}
+    through = httpx.post(
+        proxy_url + fixture["path"],
+        params=fixture["params"],
+        content=ndjson,
+        headers=headers,
+        timeout=60,
+    )
+    assert through.status_code == 200, through.text
+    logical, plain = through.json()["responses"]
+    rest = {
+        "bool": {
+            "must": [{"match_all": {}}],
+            "filter": [TOPIC_FILTER],
+            "should": [],
+            "must_not": [],
+        }
+    }
+    assert ids_scores(logical) == reference_ids(
+        demo_index, embedder, SearchOptions(k=500, filter=rest)
+    )
+    plain_only = "".join(json.dumps(line) + "\n" for line in fixture["lines"][2:])
+    direct = httpx.post(
+        opensearch_url + fixture["path"],
+        params=fixture["params"],
+        content=plain_only,
+        headers=headers,
+    )
+    assert without_took(plain) == without_took(direct.json()["responses"][0])
+
+
+def test_bad_logical_syntax_in_the_query_bar_is_an_error_the_ui_can_show(
+    proxy_url, demo_index
+) -> None:
+    text = 'itlr:("vitamin D" AND OR "bone")'
+    body = {"query": {"query_string": {"query": text}}}
+    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "itlr_query_error"
+    assert error["position"] == text.index("OR")
+    assert "syntax error at position" in error["root_cause"][0]["reason"]
+
+
+def test_an_index_without_itlr_vectors_is_a_clear_error(proxy_url, opensearch_url) -> None:
+    plain = f"itlr-proxy-plain-{uuid.uuid4().hex[:6]}"
+    httpx.put(f"{opensearch_url}/{plain}").raise_for_status()
+    try:
+        body = {"query": {"query_string": {"query": "itlr:(a)"}}}
+        response = httpx.post(f"{proxy_url}/{plain}/_search", json=body)
+        assert response.status_code == 400
+        assert "no itlr index" in response.json()["error"]["reason"]
+    finally:
+        httpx.delete(f"{opensearch_url}/{plain}")
+
+
+def test_an_upstream_that_is_down_is_a_502_with_a_clear_message(embedder) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    app = create_proxy_app(Connection(closed), embedder=embedder)
+
+    async def ask() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            logical = {"query": {"query_string": {"query": "itlr:(a AND NOT b)"}}}
+            return [
+                await client.get("/_cluster/health"),
+                await client.post("/docs/_search", json=logical),
+            ]
+
+    for response in asyncio.run(ask()):
+        assert response.status_code == 502
+        assert f"cannot reach the upstream {closed}" in response.json()["error"]["reason"]
+
+
+def test_a_proxy_with_a_token_refuses_requests_without_it(opensearch_url, embedder) -> None:
+    app = create_proxy_app(Connection(opensearch_url), embedder=embedder, token="s3cret")
+
+    async def ask(headers: dict[str, str]) -> int:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as client:
+            return (await client.get("/", headers=headers)).status_code
+
+    assert asyncio.run(ask({})) == 401
+    assert asyncio.run(ask({"x-itlr-token": "wrong"})) == 401
+    assert asyncio.run(ask({"x-itlr-token": "s3cret"})) == 200
