@@ -16,6 +16,7 @@ Operators are case-insensitive words (AND, OR, NOT) or the Lucene/Kibana spellin
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from functools import cache
@@ -149,6 +150,13 @@ def parse(text: str) -> Query:
     """Parse a logical query; raise QuerySyntaxError pointing at the problem."""
     if not isinstance(text, str):
         raise TypeError(f"query must be a str, not {type(text).__name__}")
+    return _parse(text)
+
+
+# A service or the query-bar proxy sees the same query text again and again (a UI re-sends it on
+# every refresh), and a parse costs milliseconds; the tree is immutable, so it can be shared.
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> Query:
     if not text.strip():
         raise QuerySyntaxError("empty query: write at least one term", 0, text)
     surrogate = _LONE_SURROGATE.search(text)
