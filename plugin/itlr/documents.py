@@ -22,7 +22,7 @@ class Document:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-def _from_record(record: dict[str, Any], where: str) -> Document:
+def document_from_record(record: dict[str, Any], where: str) -> Document:
     doc_id = next((record[k] for k in ID_KEYS if record.get(k) not in (None, "")), None)
     text = next((record[k] for k in TEXT_KEYS if isinstance(record.get(k), str)), None)
     if doc_id is None or text is None:
@@ -52,13 +52,13 @@ def json_records(path: Path) -> Iterator[tuple[int, Any]]:
 
 def read_jsonl(path: Path) -> Iterator[Document]:
     for number, record in json_records(path):
-        yield _from_record(record, f"{path}:{number}")
+        yield document_from_record(record, f"{path}:{number}")
 
 
 def read_csv(path: Path) -> Iterator[Document]:
     with open(path, encoding="utf-8", newline="") as handle:
         for number, record in enumerate(csv.DictReader(handle), 2):
-            yield _from_record(dict(record), f"{path}:{number}")
+            yield document_from_record(dict(record), f"{path}:{number}")
 
 
 def read_documents(source: str | Path) -> Iterator[Document]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from enum import StrEnum
@@ -68,9 +69,44 @@ class Rewrite(StrEnum):
     llm = "llm"
 
 
+# The library names options as Python does, in backticks: `hard_filter`, `mode="exact"`.
+_PYTHON_OPTION = re.compile(r'`(\w+)(?:="([^"`]*)")?`')
+
+
+def _python_option_names() -> frozenset[str]:
+    from dataclasses import fields
+
+    from itlr.search import SearchOptions
+
+    return frozenset(
+        {f.name for f in fields(SearchOptions)}
+        | set(_ENGINE_OPTIONS)
+        | {"model", "index", "and_", "or_", "not_", "tau", "lam", "with_install"}
+    )
+
+
+def as_flags(message: str) -> str:
+    """A library message with its Python option names turned into this CLI's flags:
+    `hard_filter` -> --hard-filter, `mode="exact"` -> --mode exact."""
+    names = _python_option_names()
+
+    def flag(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in names:
+            return match.group(0)
+        spelled = "--" + name.rstrip("_").replace("_", "-")
+        return spelled if value is None else f"{spelled} {value}"
+
+    return _PYTHON_OPTION.sub(flag, message)
+
+
 def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(as_flags(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(as_flags(message))}", highlight=False)
 
 
 def run_guarded(action):

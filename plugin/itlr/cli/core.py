@@ -24,6 +24,7 @@ from itlr.cli.app import (
     err,
     out,
     run_guarded,
+    warn,
 )
 from itlr.cli.options import (
     AndOpt,
@@ -68,20 +69,18 @@ def parse_command(
         else:
             print(parsed)
         for warning in parsed.warnings:
-            err.print(f"[yellow]warning:[/] {warning}")
+            warn(warning)
 
     run_guarded(action)
 
 
 def _open(spec, model: str | None, create: bool):
-    from itlr.embed import get_embedder
-    from itlr.engines.factory import open_backend
+    from itlr.index import Index
 
-    embedder = get_embedder(model)
-    backend = open_backend(spec, embedder, create=create)
-    for warning in getattr(backend, "warnings", ()):
-        err.print(f"[yellow]warning:[/] {warning}")
-    return backend, embedder
+    index = Index.from_spec(spec, model=model, create=create)
+    for warning in index.warnings:
+        warn(warning)
+    return index
 
 
 @app.command()
@@ -99,24 +98,19 @@ def ingest(
 ) -> None:
     """Embed documents and add them to an index (re-running adds only what is missing)."""
     from itlr.documents import read_documents
-    from itlr.ingest import ingest as run_ingest
     from itlr.progress import document_progress
 
     def action() -> None:
         documents = list(read_documents(source))
-        backend, embedder = _open(replace(spec, knn_engine=knn_engine), model, create=True)
+        target = _open(replace(spec, knn_engine=knn_engine), model, create=True)
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
-            report = run_ingest(
-                documents,
-                backend,
-                embedder,
-                batch_size=batch_size,
-                on_batch=lambda n: progress.advance(task, n),
+            report = target.add(
+                documents, batch_size=batch_size, on_batch=lambda n: progress.advance(task, n)
             )
         out.print(
             f"added {report.added}, skipped {report.skipped} already present, "
-            f"failed {len(report.failed)}; index now holds {backend.count()} documents"
+            f"failed {len(report.failed)}; index now holds {target.count()} documents"
         )
         for doc_id, reason in report.failed.items():
             err.print(f"[red]failed[/] {doc_id}: {reason}")
@@ -176,7 +170,6 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
     """Search an index with a logical query; prints hits with each term's truth value."""
-    from itlr.retriever import Retriever
 
     def action() -> None:
         rewritten = None
@@ -191,7 +184,7 @@ def search(
             rewritten = rewrite_for_search(query, rewrite.value, config)
             parsed = rewritten.query
             for warning in rewritten.warnings:
-                err.print(f"[yellow]warning:[/] {warning}")
+                warn(warning)
             err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
         options = search_options(
             k=k,
@@ -209,10 +202,9 @@ def search(
             explain=explain,
             model=model,
         )
-        backend, embedder = _open(spec, model, create=False)
-        result = Retriever(backend, embedder).search(parsed, options)
+        result = _open(spec, model, create=False).search(parsed, options=options)
         for warning in result.warnings:
-            err.print(f"[yellow]warning:[/] {warning}")
+            warn(warning)
         if as_json:
             payload = result.to_dict()
             if rewritten is not None:

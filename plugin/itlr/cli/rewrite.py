@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from itlr.cli.app import app, err, out, run_guarded
+from itlr.cli.app import app, err, out, run_guarded, warn
 from itlr.errors import RewriteError
 from itlr.rewrite import RewriteResult, rewrite
 from itlr.rewrite.llm import LLMConfig
@@ -81,7 +81,7 @@ def _print_result(result: RewriteResult, as_json: bool, explain: bool) -> None:
         for line in result.explain():
             err.print(line, highlight=False, markup=False)
     for warning in result.warnings:
-        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        warn(warning)
 
 
 def _percent(part: int, whole: int) -> str:

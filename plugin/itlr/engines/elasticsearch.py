@@ -68,8 +68,9 @@ class Capabilities:
     def refuse_knn_mode(self) -> None:
         if not self.knn_query:
             raise EngineError(
-                f"Elasticsearch {self.version} has no knn query (it arrived in 8.12), so --mode "
-                "knn cannot gather candidates for rescoring: use --mode exact, or upgrade"
+                f"Elasticsearch {self.version} has no knn query (it arrived in 8.12), so "
+                '`mode="knn"` cannot gather candidates for rescoring: use `mode="exact"`, '
+                "or upgrade"
             )
 
 

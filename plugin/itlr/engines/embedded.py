@@ -269,7 +269,7 @@ class EmbeddedIndex:
                 keep &= truths[:, terms.index(term)] < options.hard_filter
         if options.exclude_lexical:
             raise ConfigurationError(
-                "--exclude-lexical needs a text index: use --engine opensearch or elasticsearch"
+                "`exclude_lexical` needs a text index: search an OpenSearch or Elasticsearch index"
             )
         rows, truths = rows[keep], truths[keep]
         scores = np.maximum(query.program.evaluate_matrix(truths, options.ops), 0.0)
