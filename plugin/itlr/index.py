@@ -11,8 +11,9 @@ same names and call the same methods.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from itlr.documents import Document, document_from_record
 from itlr.embed import Embedder, get_embedder
@@ -26,6 +27,9 @@ from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
 from itlr.search import Hit, SearchOptions, search_options
 from itlr.translation import Request, translate_requests
+
+if TYPE_CHECKING:
+    from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
 
@@ -180,16 +184,36 @@ class Index:
         return search_options(model=self.embedder.name, **names)
 
     def search(
-        self, query: QueryLike, k: int = 10, *, options: SearchOptions | None = None, **names: Any
+        self,
+        query: QueryLike,
+        k: int = 10,
+        *,
+        options: SearchOptions | None = None,
+        rewrite: str | None = None,
+        llm: LLMConfig | None = None,
+        **names: Any,
     ) -> SearchResult:
         """Run a logical query: hits with score and per-term truths, best first, and warnings.
 
         Options by name: mode ("knn" or "exact"), candidates, hard_filter, and_, or_, not_,
-        truth, tau, lam, filter, exclude_lexical, explain.
+        truth, tau, lam, filter, exclude_lexical, explain. With `rewrite="rules"` (or "llm" and
+        an `llm` config) `query` is a plain-language question, rewritten first; text that is
+        already a logical query is used as typed.
         """
         if options is None:
             names["k"] = k
-        return self._retriever.search(as_query(query), self.options(options, **names))
+        options = self.options(options, **names)  # bad options fail before any model call
+        if rewrite in (None, "none"):
+            return self._retriever.search(as_query(query), options)
+        if not isinstance(query, str):
+            raise ConfigurationError("`rewrite` takes a question as text, not a built query")
+        if rewrite == "llm" and llm is None:
+            raise ConfigurationError('`rewrite="llm"` needs an `llm` configuration (a model)')
+        from itlr.rewrite import rewrite_for_search
+
+        rewritten = rewrite_for_search(query, rewrite, llm)
+        result = self._retriever.search(rewritten.query, options)
+        return replace(result, rewrite=rewritten)
 
     def dense(self, text: str, k: int = 10, *, filter: dict[str, Any] | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""

@@ -52,6 +52,9 @@ class Request:
     path: str
     body: dict[str, Any]
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "body": self.body}
+
     def console(self) -> str:
         """Kibana / OpenSearch Dashboards Dev Tools syntax: `METHOD path` then the JSON body."""
         return f"{self.method} {self.path}\n{pretty_json(self.body)}"

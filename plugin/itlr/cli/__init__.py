@@ -7,6 +7,7 @@ from itlr.cli import (  # noqa: F401  (importing a module registers its commands
     evaluate,
     perf,
     rewrite,
+    serve,
     translate,
 )
 from itlr.cli.app import app

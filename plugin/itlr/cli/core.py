@@ -172,20 +172,11 @@ def search(
     """Search an index with a logical query; prints hits with each term's truth value."""
 
     def action() -> None:
-        rewritten = None
-        if rewrite is Rewrite.none:
-            parsed = parse(query)
-        else:
-            from itlr.rewrite import rewrite_for_search
-
+        config = None
+        if rewrite is not Rewrite.none:
             config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
             if rewrite is Rewrite.llm and config is None:
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
-            rewritten = rewrite_for_search(query, rewrite.value, config)
-            parsed = rewritten.query
-            for warning in rewritten.warnings:
-                warn(warning)
-            err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
         options = search_options(
             k=k,
             mode=mode,
@@ -202,14 +193,23 @@ def search(
             explain=explain,
             model=model,
         )
-        result = _open(spec, model, create=False).search(parsed, options=options)
-        for warning in result.warnings:
-            warn(warning)
+        if rewrite is Rewrite.none:
+            parse(query)  # a syntax error shows before the model loads
+        index_ = _open(spec, model, create=False)
+        result = index_.search(query, options=options, rewrite=rewrite.value, llm=config)
+        if result.rewrite is not None:
+            for warning in result.rewrite.warnings:
+                warn(warning)
+            err.print(
+                f"rewritten ({result.rewrite.method}): {result.query}",
+                highlight=False,
+                markup=False,
+            )
+        else:
+            for warning in result.warnings:
+                warn(warning)
         if as_json:
-            payload = result.to_dict()
-            if rewritten is not None:
-                payload["rewrite"] = rewritten.to_dict()
-            print(json.dumps(payload, indent=2, ensure_ascii=False))
+            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         else:
             _print_hits(str(result.query), result.hits, result.query.terms)
 
