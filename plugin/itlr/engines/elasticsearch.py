@@ -191,7 +191,7 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
         yield
     except es_errors.AuthenticationException:
         raise EngineError(
-            f"Elasticsearch at {url} refused the credentials: check --user/--password or --api-key"
+            f"Elasticsearch at {url} refused the credentials: check `user`/`password` or `api_key`"
         ) from None
     except es_errors.AuthorizationException as denied:
         raise EngineError(
@@ -223,7 +223,7 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
     except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
-            "is it running? check --url"
+            "is it running? check `url`"
         ) from None
     except elastic_transport.TransportError as failed:
         raise EngineError(f"Elasticsearch at {url}: {failed}") from None

@@ -191,7 +191,7 @@ def create_app(
         try:
             count = index.count()
         except EngineError as down:
-            return _error(503, str(down), status="unavailable")
+            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         return JSONResponse({"status": "ok", **index.to_dict(), "count": count})
 
     guarded: Any = BodyLimit(app, max_body_bytes)
