@@ -18,7 +18,7 @@ from itlr.cli import app as cli
 from itlr.engines.factory import Connection, EngineSpec, remote_backend
 from itlr.service import create_app
 from itlr.service.security import check_exposure, client_token, is_loopback, token_matches
-from service_server import serving
+from itlr.service.server import free_port, serving
 
 runner = CliRunner()
 QUERY = '"vitamin D benefits" AND NOT "bone health"'
@@ -217,8 +217,6 @@ def test_search_on_opensearch_gives_the_hits_itlr_search_json_gives(
 
 @pytest.mark.opensearch
 def test_an_engine_that_is_down_is_a_502_that_shows_no_credentials(embedder) -> None:
-    from service_server import free_port
-
     password = "s3cret-password-never-shown"
     connection = Connection(f"http://127.0.0.1:{free_port()}", user="admin", password=password)
     spec = EngineSpec(engine="opensearch", index="gone", connection=connection)

@@ -1,4 +1,8 @@
-"""A real uvicorn server for an ASGI app, on a free loopback port, in a background thread."""
+"""Serving an app in-process: a real uvicorn on a free loopback port, in a background thread.
+
+For benchmarks and tests, which talk to the service over real HTTP; `itlr serve` runs uvicorn
+in the foreground instead.
+"""
 
 from __future__ import annotations
 
