@@ -294,7 +294,7 @@ class ElasticsearchBackend(ClusterBackend):
         if vector.get("index") is False:
             self._warn(
                 f"field {self.layout.vector_field!r} of index {self.index!r} is not indexed for "
-                "kNN (index: false): only --mode exact can search it"
+                'kNN (index: false): only `mode="exact"` can search it'
             )
 
     # -- scripts and writes --------------------------------------------------------------
@@ -342,7 +342,7 @@ class ElasticsearchBackend(ClusterBackend):
         self.capabilities.refuse_knn_mode()
         if options.candidate_budget > MAX_NUM_CANDIDATES:
             self.warnings.append(
-                f"--candidates {options.candidate_budget} exceeds Elasticsearch's "
+                f"`candidates` {options.candidate_budget} exceeds Elasticsearch's "
                 f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
             )
         return [

@@ -103,12 +103,12 @@ class EmbeddedIndex:
         if dims != self.dims:
             raise IndexStateError(
                 f"index at {self.path} holds {self.dims}-dim vectors but model {model!r} makes "
-                f"{dims}-dim ones: use --model {self.model!r} or a new index"
+                f'{dims}-dim ones: use `model="{self.model}"` or a new index'
             )
         if model != self.model:
             raise IndexStateError(
                 f"index at {self.path} was built with model {self.model!r}, not {model!r}: "
-                f"use --model {self.model!r} or a new index"
+                f'use `model="{self.model}"` or a new index'
             )
 
     def _load(self) -> None:
