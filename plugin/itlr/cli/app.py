@@ -81,7 +81,19 @@ def _python_option_names() -> frozenset[str]:
     return frozenset(
         {f.name for f in fields(SearchOptions)}
         | set(_ENGINE_OPTIONS)
-        | {"model", "index", "and_", "or_", "not_", "tau", "lam", "with_install", "token", "host"}
+        | {
+            "model",
+            "index",
+            "and_",
+            "or_",
+            "not_",
+            "tau",
+            "lam",
+            "with_install",
+            "token",
+            "host",
+            "torch_threads",
+        }
     )
 
 

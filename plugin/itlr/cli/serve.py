@@ -37,17 +37,26 @@ def serve(
     llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
     llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
+    torch_threads: Annotated[
+        int | None,
+        typer.Option(
+            help="Torch threads per encode (default: torch's). 1 is much faster for sequential "
+            "clients on a small machine; scores may then differ from `itlr search` by ~1e-7."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs."""
 
     def action() -> Any:
+        from itlr.embed import set_torch_threads
         from itlr.index import Index
         from itlr.service import create_app
         from itlr.service.security import check_exposure, client_token
 
         client = client_token(token)
         check_exposure(host, client)  # before the model loads
+        set_torch_threads(torch_threads)
         opened = Index.from_spec(spec, model=model, create=False)
         for warning in opened.warnings:
             warn(warning)
