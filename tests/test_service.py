@@ -239,3 +239,37 @@ def test_the_service_only_names_its_own_index(tmp_path: Path, demo_index) -> Non
             if ref:
                 fields = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]
                 assert "index" not in fields
+
+
+def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
+    import subprocess
+    import sys
+    import time
+
+    port = free_port()
+    command = [sys.executable, "-c", "from itlr.cli import app; app()", "serve"]
+    command += [
+        "--index",
+        str(demo_index.spec.index),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "itlr serve did not come up in 120 s"
+                time.sleep(0.5)
+        assert health.status_code == 200 and health.json()["count"] == demo_index.count()
+        answer = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": QUERY}, timeout=60)
+        assert answer.json() == demo_index.search(QUERY).to_dict()
+    finally:
+        server.terminate()
+        server.wait(30)
