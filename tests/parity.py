@@ -35,6 +35,7 @@ def random_options(rng: random.Random) -> SearchOptions:
         rng.choice(["product", "sum", "min", "lukasiewicz"]),
         rng.choice(["sum", "max", "probsum"]),
         rng.choice(["complement", "reciprocal"]),
+        not_strength=rng.choice([1.0, 0.5, 0.25]),
     )
     truth = rng.choice(
         [TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", tau=0.3, lam=8.0)]

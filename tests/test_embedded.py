@@ -8,6 +8,7 @@ import pytest
 import itlr
 from itlr import IndexStateError
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 from itlr.search import SearchOptions
 
 DIMS = 16
@@ -54,27 +55,90 @@ def test_compact_drops_dead_rows_and_keeps_live_ones(index: EmbeddedIndex) -> No
     index.compact()
     reopened = EmbeddedIndex.open(index.path)
     assert reopened.count() == 199
-    assert (index.path / "vectors.f32").stat().st_size == 199 * DIMS * 4
+    assert reopened.vectors.shape == (199, DIMS)
     assert reopened.get("d1")["text"] == "new text"
 
 
-def test_a_torn_write_keeps_the_common_prefix(index: EmbeddedIndex) -> None:
+def test_vector_bytes_past_the_commit_point_are_ignored_and_cut_by_the_next_writer(
+    index: EmbeddedIndex,
+) -> None:
+    # What a writer killed after writing its vectors but before committing leaves behind.
     with open(index.path / "vectors.f32", "ab") as handle:
-        handle.write(b"\0" * 10)
-    assert EmbeddedIndex.open(index.path).count() == 200
+        handle.write(b"\0" * (3 * DIMS * 4 + 10))
+    reopened = EmbeddedIndex.open(index.path)
+    assert reopened.count() == 200 and reopened.vectors.shape == (200, DIMS)
+    reopened.add(["new"], ["new text"], unit(1, seed=11))
+    again = EmbeddedIndex.open(index.path)
+    assert (index.path / "vectors.f32").stat().st_size == 201 * DIMS * 4
+    np.testing.assert_allclose(again.vector("new"), unit(1, seed=11)[0], rtol=1e-6)
+    np.testing.assert_allclose(again.vector("d199"), index.vector("d199"))
 
 
 def test_manifest_records_model_dims_similarity_count(index: EmbeddedIndex) -> None:
-    import json
-
-    manifest = json.loads((index.path / "manifest.json").read_text())
-    assert manifest | {"format": 1} == {
-        "format": 1,
+    assert EmbeddedIndex.open(index.path).manifest() == {
+        "format": 2,
         "model": "test-model",
         "dims": DIMS,
         "similarity": "cosine",
         "count": 200,
     }
+
+
+def test_an_index_of_the_previous_format_is_migrated_on_open(tmp_path) -> None:
+    import json
+
+    old = tmp_path / "old"
+    old.mkdir()
+    manifest = {"format": 1, "model": "m", "dims": DIMS, "similarity": "cosine", "count": 3}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    (old / "vectors.f32").write_bytes(unit(3).tobytes())
+    lines = [
+        json.dumps({"id": "a", "text": "A", "fields": {"x": 1}}),
+        json.dumps({"id": "b", "text": "B", "fields": {}}),
+        '{"id": "c", "te',  # a torn last line
+    ]
+    (old / "docs.jsonl").write_text("\n".join(lines))
+    migrated = EmbeddedIndex.open(old)
+    assert migrated.ids() == ["a", "b"]
+    assert migrated.get("a") == {"id": "a", "text": "A", "fields": {"x": 1}}
+    np.testing.assert_allclose(migrated.vector("b"), unit(3)[1], rtol=1e-6)
+    assert not (old / "docs.jsonl").exists() and not (old / "manifest.json").exists()
+    assert EmbeddedIndex.open(old).count() == 2
+
+
+def test_a_second_writer_is_refused_with_a_message_naming_the_lock(index: EmbeddedIndex) -> None:
+    other = EmbeddedIndex.open(index.path, lock_timeout=0.2)
+    refused = pytest.raises(IndexStateError, match=r"being written by another process.*write\.lock")
+    with index.writing(), refused:
+        other.add(["x"], ["x"], unit(1))
+    other.add(["x"], ["x"], unit(1))
+    assert EmbeddedIndex.open(index.path).count() == 201
+
+
+def test_a_writer_first_catches_up_with_rows_another_writer_committed(
+    index: EmbeddedIndex,
+) -> None:
+    other = EmbeddedIndex.open(index.path)
+    index.add(["late"], ["from the first writer"], unit(1, seed=3))
+    other.add(["later"], ["from the second writer"], unit(1, seed=4))
+    reopened = EmbeddedIndex.open(index.path)
+    assert reopened.count() == 202 and other.count() == 202
+    np.testing.assert_allclose(reopened.vector("late"), unit(1, seed=3)[0], rtol=1e-6)
+    np.testing.assert_allclose(reopened.vector("later"), unit(1, seed=4)[0], rtol=1e-6)
+
+
+def test_a_reader_opened_before_a_commit_keeps_its_snapshot(index: EmbeddedIndex) -> None:
+    reader = EmbeddedIndex.open(index.path)
+    index.add(["new"], ["new"], unit(1))
+    assert reader.count() == 200 and reader.vectors.shape == (200, DIMS)
+
+
+def test_compaction_leaves_no_file_of_the_previous_generation(index: EmbeddedIndex) -> None:
+    index.delete(["d0"])
+    index.compact()
+    index.compact()
+    assert sorted(p.name for p in index.path.glob("vectors*")) == ["vectors.2.f32"]
+    assert EmbeddedIndex.open(index.path).count() == 199
 
 
 def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex) -> None:
@@ -84,7 +148,8 @@ def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex)
     assert len(hits) == 200
     for hit in hits[:20]:
         cosines = np.clip(terms @ index.vector(hit.id), 0, 1)
-        expected = max(0.0, cosines[0] * (1 - cosines[1]) + cosines[2])
+        # Searches negate at DEFAULT_NOT_STRENGTH: 1 - s*x.
+        expected = max(0.0, cosines[0] * (1 - DEFAULT_NOT_STRENGTH * cosines[1]) + cosines[2])
         assert hit.score == pytest.approx(expected, rel=1e-5)
         assert hit.truths == pytest.approx(dict(zip("abc", cosines, strict=True)), rel=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

@@ -13,9 +13,17 @@ from typer.testing import CliRunner
 from itlr import ConfigurationError, parse
 from itlr.cli import app
 from itlr.documents import Document
+from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.evaluation.cache import EmbeddingCache
-from itlr.evaluation.calibration import fit_sigmoid, load_calibration
+from itlr.evaluation.calibration import (
+    BUNDLED_HARD_FILTER,
+    HARD_FILTER_KEEP,
+    default_hard_filter,
+    fit_sigmoid,
+    hard_filter_threshold,
+    load_calibration,
+)
 from itlr.evaluation.datasets import load_beir, read_qrels
 from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 from itlr.evaluation.methods import Case, Logical, SetOps, build_methods
@@ -499,6 +507,29 @@ def test_calibrate_saves_a_truth_map_that_search_can_load(
     assert "saved to" in result.stdout
     truth = load_calibration(None)
     assert truth is not None and truth.kind == "sigmoid" and truth.lam > 0
+    # q1 excludes "bone health"; its relevant documents are imm and flu.
+    embedder = get_embedder(None)
+    docs = {d.id: d.text for d in load_beir(beir).corpus}
+    cosines = embedder.encode([docs["imm"], docs["flu"]]) @ embedder.encode(["bone health"])[0]
+    expected = float(np.quantile(np.clip(cosines, 0, 1), HARD_FILTER_KEEP))
+    assert default_hard_filter(None) == pytest.approx(expected, abs=1e-5)
+    assert "hard filter" in result.stdout
+
+
+def test_hard_filter_threshold_keeps_that_share_of_relevant_documents() -> None:
+    values = np.linspace(0.0, 0.99, 100)
+    theta = hard_filter_threshold(values)
+    assert np.mean(values < theta) <= HARD_FILTER_KEEP + 1e-9
+    assert np.mean(values <= theta) >= HARD_FILTER_KEEP
+    with pytest.raises(ConfigurationError, match="excludes anything"):
+        hard_filter_threshold([])
+
+
+def test_without_a_calibration_the_hard_filter_defaults_to_the_bundled_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ITLR_HOME", str(tmp_path / "home"))
+    assert default_hard_filter(None) == BUNDLED_HARD_FILTER
 
 
 def test_tiny_bench_synthetic_has_the_tables_and_itlr_beats_dense_on_negations(

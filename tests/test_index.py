@@ -84,7 +84,7 @@ def test_add_skips_ids_the_index_has_and_keeps_other_keys_as_fields() -> None:
 def test_a_named_index_is_the_one_the_cli_opens(itlr_home: Path) -> None:
     idx = itlr.Index.open("shared-name")
     idx.add(DOCS)
-    assert (itlr_home / "indexes" / "shared-name" / "manifest.json").exists()
+    assert (itlr_home / "indexes" / "shared-name").is_dir()
     result = runner.invoke(app, ["search", QUERY, "--index", "shared-name", "-k", "4", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == idx.search(QUERY, k=4).to_dict()

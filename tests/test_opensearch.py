@@ -221,3 +221,22 @@ def test_cli_errors_exit_2_with_one_line(opensearch_url) -> None:
     down = runner.invoke(app, ["search", "x", "--url", "http://127.0.0.1:9", "--index", "demo"])
     assert down.exit_code == 2 and "cannot reach" in down.stderr
     assert "Traceback" not in missing.output + down.output
+
+
+def test_a_refused_document_whose_id_and_reason_hold_brackets_is_printed_literally(
+    opensearch_url, tmp_path
+) -> None:
+    path = tmp_path / "docs.jsonl"
+    records = [
+        {"id": "fine", "text": "Vitamin D supports the immune system.", "topic": "health"},
+        {"id": "[bold]odd[/bold]", "text": "Roman roads.", "topic": {"nested": "x"}},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    name = f"itlr-brackets-{uuid.uuid4().hex[:8]}"
+    common = ("--engine", "opensearch", "--url", opensearch_url, "--index", name)
+    result = CliRunner().invoke(app, ["ingest", str(path), *common, "--batch-size", "1"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    failure = next(line for line in result.stderr.splitlines() if line.startswith("failed"))
+    assert failure.startswith("failed [bold]odd[/bold]: ")
+    assert "[metadata.topic]" in failure

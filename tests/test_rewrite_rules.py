@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import itlr
 from itlr.cli import app
 from itlr.errors import RewriteError
+from itlr.query import Term
 from itlr.rewrite import rewrite, rewrite_rules
 from itlr.rewrite.evaluate import evaluate, load_devset, score, shape
 
@@ -246,3 +247,77 @@ def test_cli_without_a_question_exits_2() -> None:
 def test_any_question_gives_a_query_that_round_trips_through_the_parser(text: str) -> None:
     query = rewrite_rules(text).query
     assert itlr.parse(str(query)).root == query.root
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # A sentence-final period is a boundary, not part of the excluded term.
+        ("Give me an overview of Lisbon without Portugal.", '("Lisbon" AND NOT "Portugal")'),
+        # "but do not mention": the dangling "but" is no term.
+        (
+            "Provide a brief introduction to coffee, but do not mention caffeine.",
+            '("coffee" AND NOT "caffeine")',
+        ),
+        # A parenthetical exclusion ends at its bracket; the clause after it stays positive.
+        (
+            "How did the printing press change education in early modern Europe (excluding its "
+            "effect on religion), and how did literacy rates respond?",
+            '("How did the printing press change education in early modern Europe, and how did '
+            'literacy rates respond" AND NOT "effect on religion")',
+        ),
+        # An inline exclusion ends at its sentence; the next question stays positive.
+        (
+            "What are the main industrial uses of graphite, excluding pencils? Additionally, how "
+            "is synthetic graphite produced?",
+            '("main industrial uses of graphite? Additionally, how is synthetic graphite '
+            'produced" AND NOT "pencils")',
+        ),
+        # A capitalised "(Exclude ...)" after the question mark.
+        (
+            "What were the main causes of the Irish potato famine? (Exclude weather conditions "
+            "or crop diseases)",
+            '("main causes of the Irish potato famine" AND NOT "weather conditions" AND NOT '
+            '"crop diseases")',
+        ),
+        # Two entities, an exclusion each.
+        (
+            "How do the novels of Jane Austen (excluding Emma) compare to those of the Brontë "
+            "sisters (excluding Jane Eyre)?",
+            '("How do the novels of Jane Austen compare to those of the Brontë sisters" AND NOT '
+            '"Emma" AND NOT "Jane Eyre")',
+        ),
+        # A title whose "and" sits inside capitalised words joined by "of" stays whole.
+        (
+            "Poems of the Romantic era excluding Songs of Innocence and Experience",
+            '("Poems of the Romantic era" AND NOT "Songs of Innocence and Experience")',
+        ),
+        ("Provide a non European summary about astronomy", '("summary about astronomy" AND NOT "European")'),
+    ],
+)  # fmt: skip
+def test_real_questions_keep_exclusions_inside_their_scope(question: str, expected: str) -> None:
+    assert str(rewrite_rules(question).query) == expected
+
+
+def test_a_long_question_is_one_term_not_fragments() -> None:
+    question = (
+        "How did railway expansion and urban growth shape the economy of nineteenth-century "
+        "Manchester, and what role did the cotton trade play?"
+    )
+    query = rewrite_rules(question).query
+    assert isinstance(query.root, Term)
+    assert query.root.text.startswith("How did railway expansion and urban growth")
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Tell me about jazz, but without bebop and",
+        "Recipes with rice, and, but not, or saffron",
+        "What about it, excluding , and ?",
+    ],
+)
+def test_no_term_is_only_punctuation_or_a_connective(question: str) -> None:
+    for term in rewrite_rules(question).query.terms:
+        words = [w for w in term.replace(",", " ").split() if any(c.isalnum() for c in w)]
+        assert words and not all(w.lower() in {"and", "or", "but", "not"} for w in words), term

@@ -105,3 +105,27 @@ def test_truth_maps() -> None:
 def test_unknown_operators_are_refused_with_the_choices(bad: dict) -> None:
     with pytest.raises(ConfigurationError, match=r"choose|eps"):
         Operators(**bad)
+
+
+def test_not_strength_negates_that_share_of_the_value() -> None:
+    half = Operators(not_strength=0.5)
+    assert itlr.parse("a AND NOT b").evaluate({"a": 0.8, "b": 0.6}, half) == pytest.approx(
+        0.8 * (1 - 0.5 * 0.6)
+    )
+    reciprocal = Operators(not_="reciprocal", not_strength=0.5, eps=0.01)
+    assert itlr.parse("NOT b").evaluate({"b": 0.6}, reciprocal) == pytest.approx(1 / 0.3)
+
+
+def test_query_evaluate_keeps_the_papers_not_while_searches_default_to_half_strength() -> None:
+    from itlr.scoring import DEFAULT_NOT_STRENGTH
+    from itlr.search import SearchOptions
+
+    assert itlr.parse("NOT b").evaluate({"b": 0.6}) == pytest.approx(0.4)
+    assert SearchOptions().ops.not_strength == DEFAULT_NOT_STRENGTH == 0.5
+    assert SearchOptions().ops.to_params()["not_strength"] == 0.5
+
+
+@pytest.mark.parametrize("strength", [-0.1, 1.5, float("nan")])
+def test_not_strength_outside_zero_one_is_refused(strength: float) -> None:
+    with pytest.raises(ConfigurationError, match="not_strength"):
+        Operators(not_strength=strength)

@@ -20,6 +20,8 @@ class QuerySyntaxError(ItlrError, ValueError):
     def caret(self) -> str:
         """The query with a caret under the offending character."""
         line = self.text.replace("\n", " ").replace("\t", " ")
+        # A lone surrogate (bytes that were not UTF-8) cannot be printed: show U+FFFD instead.
+        line = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in line)
         return f"{line}\n{' ' * self.position}^"
 
     def render(self) -> str:

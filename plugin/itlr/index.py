@@ -21,7 +21,7 @@ from itlr.engines import Backend
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.engines.remote import IndexLayout
 from itlr.errors import ConfigurationError
-from itlr.ingest import IngestReport, ingest
+from itlr.ingest import IngestReport, ingest, writer_session
 from itlr.parser import parse
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
@@ -165,7 +165,10 @@ class Index:
             d if isinstance(d, Document) else document_from_record(dict(d), f"document {n}")
             for n, d in enumerate(documents, 1)
         )
-        report = ingest(docs, self.backend, self.embedder, batch_size=batch_size, on_batch=on_batch)
+        with writer_session(self.backend):
+            report = ingest(
+                docs, self.backend, self.embedder, batch_size=batch_size, on_batch=on_batch
+            )
         refresh = getattr(self.backend, "refresh", None)
         if refresh is not None and report.added:
             refresh()  # a search right after add should see the documents

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +40,17 @@ class IngestReport:
         }
 
 
+def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object]:
+    """Be the backend's only writer for a whole run, if it has writers to exclude.
+
+    The embedded engine allows one writer at a time: holding its lock for the run refuses a
+    second ingestion up front instead of interleaving its batches with this one. Clusters
+    handle concurrent writers themselves.
+    """
+    writing = getattr(backend, "writing", None)
+    return writing() if writing is not None else contextlib.nullcontext()
+
+
 def batched(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
@@ -56,12 +68,18 @@ def ingest(
     """Embed and store documents. With resume, ids already in the index are skipped, so a re-run
     after a crash adds only what is missing.
 
+    Ids should be unique: `itlr.documents.read_documents` gives one document per id (the last
+    copy in the file). An id repeated within one run counts as already present and is skipped.
+
     The engine writes one batch while the encoder works on the next, so that a cluster's bulk
     round trips hide behind encoding instead of adding to it. At most one batch is in flight;
     an engine error surfaces at the latest when the next batch is handed over.
     """
     report = IngestReport()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer:
+    with (
+        writer_session(backend),
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer,
+    ):
         pending: Future[None] | None = None
         in_flight: set[str] = set()
 

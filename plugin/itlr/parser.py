@@ -7,6 +7,7 @@ Grammar (NOT binds tighter than AND, AND tighter than OR, parentheses override):
     conj     := negation ((AND negation) | prefixed)*      # `a -b` means `a AND NOT b`
     negation := NOT negation | atom
     atom     := term weight? | "(" disj ")"
+    weight   := "^" number                                  # a finite number from 0 to 1000
     term     := quoted string | bare phrase (words up to the next operator or parenthesis)
 
 Operators are case-insensitive words (AND, OR, NOT) or the Lucene/Kibana spellings `&&`, `||`,
@@ -15,6 +16,7 @@ Operators are case-insensitive words (AND, OR, NOT) or the Lucene/Kibana spellin
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 
@@ -23,6 +25,8 @@ import pyparsing as pp
 from itlr.errors import QuerySyntaxError
 from itlr.query import And, Node, Not, Or, Query, Term
 
+MAX_WEIGHT = 1000.0
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BINARY_OPERATOR = re.compile(r"(?i)(and|or)\b|&&|\|\|")
 
 
@@ -81,6 +85,13 @@ def _make_term(text: str, loc: int, tokens: pp.ParseResults) -> Term:
     weight = float(tokens[3]) if len(tokens) > 3 else 1.0
     if len(tokens) > 3:
         end = text.index("^", end) + 1 + len(tokens[3])
+        if not math.isfinite(weight) or weight > MAX_WEIGHT:
+            raise QuerySyntaxError(
+                f"weight {tokens[3][:12]}{'...' if len(tokens[3]) > 12 else ''} is too large: "
+                f"weights go from 0 to {MAX_WEIGHT:g}",
+                end - len(tokens[3]),
+                text,
+            )
     return Term(value, weight, (start, end))
 
 
@@ -140,6 +151,14 @@ def parse(text: str) -> Query:
         raise TypeError(f"query must be a str, not {type(text).__name__}")
     if not text.strip():
         raise QuerySyntaxError("empty query: write at least one term", 0, text)
+    surrogate = _LONE_SURROGATE.search(text)
+    if surrogate:
+        raise QuerySyntaxError(
+            f"not valid Unicode text ({surrogate.group()!a}, from bytes that are not UTF-8?): "
+            "write the query in UTF-8",
+            surrogate.start(),
+            text,
+        )
     _check_brackets_and_quotes(text)
     try:
         result = _grammar().parse_string(text, parse_all=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Union
 
@@ -48,8 +49,14 @@ class Term(_Composable):
 
     def __str__(self) -> str:
         escaped = self.text.replace("\\", "\\\\").replace('"', '\\"')
-        suffix = "" if self.weight == 1.0 else f"^{self.weight:g}"
+        suffix = "" if self.weight == 1.0 else f"^{_plain_number(self.weight)}"
         return f'"{escaped}"{suffix}'
+
+
+def _plain_number(value: float) -> str:
+    """The shortest digits that read back as value, without an exponent (the grammar has none)."""
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass(frozen=True)

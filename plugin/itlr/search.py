@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from itlr.errors import ConfigurationError
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import DEFAULT_NOT_STRENGTH, SEARCH_OPERATORS, Operators, TruthMap
 
 Mode = Literal["knn", "exact"]
 
@@ -30,7 +31,7 @@ class SearchOptions:
     candidates: int | None = None
     hard_filter: float | None = None
     exclude_lexical: bool = False
-    ops: Operators = field(default_factory=Operators)
+    ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
     filter: dict[str, Any] | None = None
     explain: bool = False
@@ -61,6 +62,7 @@ def search_options(
     and_: str = "product",
     or_: str = "sum",
     not_: str = "complement",
+    not_strength: float = DEFAULT_NOT_STRENGTH,
     truth: str = "clamp",
     tau: float = 0.5,
     lam: float = 10.0,
@@ -72,6 +74,10 @@ def search_options(
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
     HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
     `model`."""
+    for name, value in (("tau", tau), ("lam", lam), ("hard_filter", hard_filter)):
+        if value is not None and not math.isfinite(value):
+            # A request carrying NaN or Infinity is not JSON any engine accepts.
+            raise ConfigurationError(f"`{name}` must be a finite number, not {value}")
     if filter is not None and not isinstance(filter, dict):
         raise ConfigurationError(
             '`filter` must be a JSON object, e.g. {"term": {"metadata.lang": "en"}}'
@@ -81,7 +87,7 @@ def search_options(
         mode=mode,  # type: ignore[arg-type]
         candidates=candidates,
         hard_filter=hard_filter,
-        ops=Operators(and_, or_, not_),  # type: ignore[arg-type]
+        ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
         truth=truth_map(truth, tau, lam, model),
         filter=filter,
         exclude_lexical=exclude_lexical,

@@ -12,11 +12,32 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
+from typer.core import TyperGroup
 
 from itlr.errors import ItlrError, QuerySyntaxError
 
+
+class ItlrGroup(TyperGroup):
+    """The command group, with a hint for a query that starts with '-' (Kibana's NOT)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as unknown:
+            # typer vendors click, so its NoSuchOption is only known by name and fields.
+            if type(unknown).__name__ != "NoSuchOption" or not hasattr(unknown, "option_name"):
+                raise
+            command = ctx.invoked_subcommand or "COMMAND"
+            unknown.message += (
+                f". If {unknown.option_name!r} starts a query, put -- before it "
+                f"(itlr {command} -- '{unknown.option_name} ...') or write NOT instead of '-'"
+            )
+            raise
+
+
 app = typer.Typer(
+    cls=ItlrGroup,
     help="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
     no_args_is_help=True,
     add_completion=False,
@@ -87,6 +108,7 @@ def _python_option_names() -> frozenset[str]:
             "and_",
             "or_",
             "not_",
+            "not_strength",
             "tau",
             "lam",
             "with_install",
@@ -112,13 +134,23 @@ def as_flags(message: str) -> str:
     return _PYTHON_OPTION.sub(flag, message)
 
 
-def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(as_flags(message))}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
+def labelled(label: str, style: str, message: str) -> Text:
+    """A styled label and a message printed literally: ids, engine reasons and user text may
+    hold `[...]`, which must not be read as Rich markup."""
+    return Text.assemble((label, style), " ", message)
+
+
+def say(console: Console, label: str, style: str, message: str) -> None:
+    console.print(labelled(label, style, message), highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(as_flags(message))}", highlight=False)
+    say(err, "warning:", "yellow", as_flags(message))
+
+
+def fail(message: str) -> typer.Exit:
+    say(err, "error:", "bold red", as_flags(message))
+    return typer.Exit(2)
 
 
 def run_guarded(action):
@@ -126,10 +158,14 @@ def run_guarded(action):
     try:
         return action()
     except QuerySyntaxError as bad:
-        err.print(bad.render(), highlight=False, markup=False)
+        err.print(bad.render(), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except ItlrError as bad:
         raise fail(str(bad)) from None
+    except OSError as bad:
+        # Disk full, permissions, a vanished file: the system's words and the path are enough.
+        where = f": {bad.filename}" if bad.filename else ""
+        raise fail(f"{bad.strerror or bad}{where}") from None
 
 
 IndexOpt = Annotated[

@@ -36,7 +36,10 @@ def synthetic(
         int, typer.Option(help="Calibration documents per term and side (positive, negative).")
     ] = 20,
     hard_filter: Annotated[
-        float | None, typer.Option(help="Theta of itlr-hard.", metavar="THETA")
+        float | None,
+        typer.Option(
+            help="Theta of itlr-hard (default: the model's calibrated threshold).", metavar="THETA"
+        ),
     ] = None,
     model: ModelOpt = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
@@ -49,7 +52,7 @@ def synthetic(
         from itlr.cli.evaluate import staged_progress
         from itlr.embed import get_embedder
         from itlr.evaluation.benchmark import run_synthetic
-        from itlr.evaluation.methods import DEFAULT_HARD_FILTER
+        from itlr.evaluation.calibration import default_hard_filter
         from itlr.evaluation.report import synthetic_markdown, synthetic_plots
         from itlr.evaluation.synthetic import TopicBank
 
@@ -77,7 +80,7 @@ def synthetic(
                 seed=seed,
                 bank=bank,
                 calibration_per_side=calibration_docs,
-                hard_filter=DEFAULT_HARD_FILTER if hard_filter is None else hard_filter,
+                hard_filter=default_hard_filter(model) if hard_filter is None else hard_filter,
                 on_stage=on_stage,
                 on_progress=on_progress,
             )

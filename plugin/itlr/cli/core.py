@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from itlr.cli.app import (
     AndOp,
@@ -24,6 +25,7 @@ from itlr.cli.app import (
     err,
     out,
     run_guarded,
+    say,
     warn,
 )
 from itlr.cli.options import (
@@ -37,11 +39,13 @@ from itlr.cli.options import (
     LamOpt,
     ModeOpt,
     NotOpt,
+    NotStrengthOpt,
     OrOpt,
     TauOpt,
     TruthOpt,
     search_options,
 )
+from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.cli.rewrite import (
     LLMBaseUrlOpt,
     LLMKeyEnvOpt,
@@ -51,21 +55,22 @@ from itlr.cli.rewrite import (
 )
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 
 @app.command("parse")
 def parse_command(
-    query: Annotated[
-        str, typer.Argument(help='A logical query, e.g. \'"vitamin D" AND NOT "bone health"\'.')
-    ],
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tree as JSON.")] = False,
 ) -> None:
     """Print the canonical form of a logical query (exit 2 on a syntax error)."""
 
     def action() -> None:
-        parsed = parse(query)
+        parsed = parse(query_text(query, query_file))
         if as_json:
-            out.print_json(json.dumps({**parsed.to_dict(), "warnings": list(parsed.warnings)}))
+            payload = {**parsed.to_dict(), "warnings": list(parsed.warnings)}
+            print(json.dumps(payload, indent=2, ensure_ascii=False))
         else:
             print(parsed)
         for warning in parsed.warnings:
@@ -95,52 +100,75 @@ def ingest(
         typer.Option(help="k-NN engine for a new OpenSearch index: lucene (default) or faiss."),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
+    strict: Annotated[
+        bool,
+        typer.Option(help="Refuse the whole file, writing nothing, if any line is not a document."),
+    ] = False,
 ) -> None:
-    """Embed documents and add them to an index (re-running adds only what is missing)."""
+    """Embed documents and add them to an index (re-running adds only what is missing).
+
+    Ids are strings (1 and "1" are one document); an id repeated in the file keeps its last
+    copy. Lines that are not documents are listed with their line number and skipped (exit
+    status 1), or, with --strict, refuse the file.
+    """
     from itlr.documents import read_documents
     from itlr.progress import document_progress
 
     def action() -> None:
-        documents = list(read_documents(source))
+        source_file = read_documents(source)
+        for bad in source_file.bad_lines:
+            say(err, "bad line", "red", str(bad))
+        if strict and source_file.bad_lines:
+            raise ConfigurationError(
+                f"{len(source_file.bad_lines)} lines of {source} are not documents (listed "
+                "above): nothing was ingested; fix them, or drop --strict to ingest the rest"
+            )
+        documents = source_file.documents
         target = _open(replace(spec, knn_engine=knn_engine), model, create=True)
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = target.add(
                 documents, batch_size=batch_size, on_batch=lambda n: progress.advance(task, n)
             )
+        for doc_id, reason in report.failed.items():
+            say(err, "failed", "red", f"{doc_id}: {reason}")
         out.print(
             f"added {report.added}, skipped {report.skipped} already present, "
-            f"failed {len(report.failed)}; index now holds {target.count()} documents"
+            f"{source_file.duplicates} repeated ids (last copy kept), "
+            f"{len(source_file.bad_lines)} bad lines, failed {len(report.failed)}; "
+            f"index now holds {target.count()} documents",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
-        for doc_id, reason in report.failed.items():
-            err.print(f"[red]failed[/] {doc_id}: {reason}")
-        if report.failed:
+        if report.failed or source_file.bad_lines:
             raise typer.Exit(1)
 
     run_guarded(action)
 
 
 def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
-    table = Table(title=title, title_justify="left", show_lines=False)
+    table = Table(title=Text(title), title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("id")
     table.add_column("score", justify="right")
     explained = any(hit.truths for hit in hits)
     terms = terms if explained else ()
     for term in terms:
-        table.add_column(term[:24], justify="right")
+        table.add_column(Text(term[:24]), justify="right")
     table.add_column("text", overflow="fold", max_width=70)
     for rank, hit in enumerate(hits, 1):
         truths = [f"{hit.truths.get(t, 0.0):.3f}" for t in terms]
-        table.add_row(str(rank), hit.id, f"{hit.score:.4f}", *truths, hit.text[:160])
+        table.add_row(str(rank), Text(hit.id), f"{hit.score:.4f}", *truths, Text(hit.text[:160]))
     out.print(table)
 
 
 @app.command()
 @engine_command
 def search(
-    query: Annotated[str, typer.Argument(help="A logical query.")],
     index: IndexOpt,
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
     spec: Any = None,
     k: KOpt = 10,
     mode: ModeOpt = Mode.knn,
@@ -149,6 +177,7 @@ def search(
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
     not_: NotOpt = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: TruthOpt = Truth.clamp,
     tau: TauOpt = 0.5,
     lam: LamOpt = 10.0,
@@ -172,11 +201,14 @@ def search(
     """Search an index with a logical query; prints hits with each term's truth value."""
 
     def action() -> None:
+        text = query_text(query, query_file)
         config = None
         if rewrite is not Rewrite.none:
             config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
             if rewrite is Rewrite.llm and config is None:
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
+        else:
+            parse(text)  # a syntax error shows before the model loads
         options = search_options(
             k=k,
             mode=mode,
@@ -185,6 +217,7 @@ def search(
             and_=and_,
             or_=or_,
             not_=not_,
+            not_strength=not_strength,
             truth=truth,
             tau=tau,
             lam=lam,
@@ -193,10 +226,9 @@ def search(
             explain=explain,
             model=model,
         )
-        if rewrite is Rewrite.none:
-            parse(query)  # a syntax error shows before the model loads
-        index_ = _open(spec, model, create=False)
-        result = index_.search(query, options=options, rewrite=rewrite.value, llm=config)
+        result = _open(spec, model, create=False).search(
+            text, options=options, rewrite=rewrite.value, llm=config
+        )
         if result.rewrite is not None:
             for warning in result.rewrite.warnings:
                 warn(warning)
@@ -205,9 +237,8 @@ def search(
                 highlight=False,
                 markup=False,
             )
-        else:
-            for warning in result.warnings:
-                warn(warning)
+        for warning in result.warnings:
+            warn(warning)
         if as_json:
             print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         else:

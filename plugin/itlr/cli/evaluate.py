@@ -26,8 +26,10 @@ from itlr.cli.app import (
     run_guarded,
     warn,
 )
+from itlr.cli.options import NotStrengthOpt
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 if TYPE_CHECKING:
     from itlr.embed import Embedder
@@ -124,7 +126,8 @@ def eval_command(
     methods: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated: dense, itlr, itlr-hard, setops, itlr-calibrated, random. "
+            help="Comma-separated: dense, itlr, itlr-hard, setops, itlr-calibrated, itlr-paper, "
+            "random. "
             f"Default: {DEFAULT_METHODS}, plus itlr-calibrated when the model is calibrated."
         ),
     ] = None,
@@ -138,6 +141,7 @@ def eval_command(
     and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
     or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
     not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: Annotated[
         Truth, typer.Option(help="Map cosine to truth for itlr: clamp, shift, sigmoid.")
     ] = Truth.clamp,
@@ -179,10 +183,9 @@ def eval_command(
     def action() -> None:
         from itlr.embed import get_embedder
         from itlr.evaluation.beir import evaluate_beir, rewriter_for
-        from itlr.evaluation.calibration import load_calibration
+        from itlr.evaluation.calibration import default_hard_filter, load_calibration
         from itlr.evaluation.datasets import load_beir
         from itlr.evaluation.methods import (
-            DEFAULT_HARD_FILTER,
             build_methods,
             parse_method_names,
         )
@@ -216,9 +219,9 @@ def eval_command(
             names.append("itlr-calibrated")
         chosen = build_methods(
             names,
-            ops=Operators(and_.value, or_.value, not_.value),  # type: ignore[arg-type]
+            ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
             truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
-            hard_filter=DEFAULT_HARD_FILTER if hard_filter is None else hard_filter,
+            hard_filter=default_hard_filter(model) if hard_filter is None else hard_filter,
             calibrated=calibrated,
             setops_depth=20,
         )
@@ -253,7 +256,9 @@ def eval_command(
                     "llm_model": config.model if config else None,
                     "operators": {"and": and_.value, "or": or_.value, "not": not_.value},
                     "truth": {"kind": truth.value, "tau": tau, "lam": lam},
-                    "hard_filter": DEFAULT_HARD_FILTER if hard_filter is None else hard_filter,
+                    "hard_filter": default_hard_filter(model)
+                    if hard_filter is None
+                    else hard_filter,
                     "split": split,
                     "qrels": str(qrels) if qrels else None,
                     "negatives": str(negatives) if negatives else None,
@@ -374,24 +379,47 @@ def calibrate(
     split: SplitOpt = "test",
     qrels: QrelsOpt = None,
     negatives: NegativesOpt = None,
+    rewrite: Annotated[
+        Rewrite,
+        typer.Option(
+            help="How questions become logical queries for the hard-filter threshold (as in "
+            "`itlr eval`): rules, llm, or none."
+        ),
+    ] = Rewrite.rules,
     seed: Annotated[int, typer.Option(help="Seed for sampling unjudged negatives.")] = 0,
 ) -> None:
-    """Fit one sigmoid (tau, lambda) for a model from relevance judgments and save it."""
+    """Fit a model's sigmoid (tau, lambda) and its hard-filter threshold from relevance
+    judgments, and save them for `itlr eval` and `--truth calibrated`."""
 
     def action() -> None:
         from itlr.embed import get_embedder
-        from itlr.evaluation.beir import calibrate_dataset
-        from itlr.evaluation.calibration import save_calibration
+        from itlr.evaluation.beir import calibrate_dataset, calibrate_hard_filter, rewriter_for
+        from itlr.evaluation.cache import EmbeddingCache
+        from itlr.evaluation.calibration import HARD_FILTER_KEEP, save_calibration
         from itlr.evaluation.datasets import load_beir
 
         data = load_beir(dataset, split=split, qrels=qrels, negatives=negatives)
         embedder = get_embedder(model)
+        cache = EmbeddingCache(embedder)
+        if rewrite is Rewrite.llm:
+            raise ConfigurationError("calibrate rewrites with rules or none, not llm")
+        rewriter = rewriter_for(rewrite.value)
         with err.status(f"embedding judged pairs of {data.name}..."):
-            fit = calibrate_dataset(data, embedder, seed=seed)
-        path = save_calibration(model, fit, source=f"{dataset} ({split})")
+            fit = calibrate_dataset(data, embedder, cache=cache, seed=seed)
+            try:
+                theta: float | None = calibrate_hard_filter(data, embedder, rewriter, cache)
+            except ConfigurationError as why:
+                err.print(f"note: no hard-filter threshold: {why}", markup=False)
+                theta = None
+        path = save_calibration(model, fit, source=f"{dataset} ({split})", hard_filter=theta)
+        kept = (
+            f"; hard filter {theta:.3f} (keeps {HARD_FILTER_KEEP:.0%} of relevant documents)"
+            if theta is not None
+            else ""
+        )
         out.print(
             f"{embedder.name}: tau = {fit.tau:.4f}, lambda = {fit.lam:.2f} "
-            f"from {fit.positives} relevant and {fit.negatives} non-relevant pairs; "
+            f"from {fit.positives} relevant and {fit.negatives} non-relevant pairs{kept}; "
             f"saved to {path}",
             highlight=False,
         )

@@ -9,6 +9,7 @@ import typer
 
 from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
 from itlr.errors import ConfigurationError
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 from itlr.search import SearchOptions
 from itlr.search import search_options as library_search_options
 
@@ -33,6 +34,14 @@ HardFilterOpt = Annotated[
 AndOpt = Annotated[AndOp, typer.Option("--and", help="AND operator.")]
 OrOpt = Annotated[OrOp, typer.Option("--or", help="OR operator.")]
 NotOpt = Annotated[NotOp, typer.Option("--not", help="NOT operator.")]
+NotStrengthOpt = Annotated[
+    float,
+    typer.Option(
+        help="NOT negates this share of a term's truth value: 1 - s*x. 1 is the paper's NOT; "
+        f"the default {DEFAULT_NOT_STRENGTH} suits whole-passage cosines (docs/benchmarks.md).",
+        metavar="S",
+    ),
+]
 TruthOpt = Annotated[
     Truth,
     typer.Option(
@@ -86,6 +95,7 @@ def search_options(
     and_: AndOp,
     or_: OrOp,
     not_: NotOp,
+    not_strength: float,
     truth: Truth,
     tau: float,
     lam: float,
@@ -102,6 +112,7 @@ def search_options(
         and_=and_.value,
         or_=or_.value,
         not_=not_.value,
+        not_strength=not_strength,
         truth=truth.value,
         tau=tau,
         lam=lam,

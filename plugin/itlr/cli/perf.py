@@ -1,4 +1,4 @@
-"""`itlr bench latency|recall|ingest|encode`: speed, measured in one run on one machine."""
+"""`itlr bench latency|recall|ingest|store|encode`: speed, measured in one run on one machine."""
 
 from __future__ import annotations
 
@@ -260,6 +260,32 @@ def ingest_speed(
                 f"| {m.engine} | {m.documents} | {m.seconds:.1f} | {m.docs_per_second:.1f} | "
                 f"{1 - m.engine_share:.1%} | {m.engine_share:.1%} |"
             )
+        _emit(lines, out_file)
+
+    run_guarded(action)
+
+
+@bench_app.command()
+def store(
+    rows: Annotated[int, typer.Option(help="Rows to append.")] = 20_000,
+    batch_size: Annotated[int, typer.Option(help="Rows per commit.")] = 64,
+    out_file: OutFile = None,
+) -> None:
+    """What the embedded engine's crash-safe commit per batch costs (no model involved)."""
+    from itlr.benchmarks.store import measure_store
+
+    def action() -> None:
+        m = measure_store(rows, batch_size)
+        lines = [
+            f"### Embedded store (`itlr bench store --rows {rows} --batch-size {batch_size}`)",
+            "",
+            f"Machine: {machine()}. {m.dims}-dim random vectors, short texts, median of 3 runs.",
+            "",
+            "| rows | batch | write s | ms per batch (commit) | reopen s |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {m.rows} | {m.batch_size} | {m.write_seconds:.2f} | {m.ms_per_batch:.1f} | "
+            f"{m.open_seconds:.2f} |",
+        ]
         _emit(lines, out_file)
 
     run_guarded(action)

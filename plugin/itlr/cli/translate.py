@@ -20,12 +20,15 @@ from itlr.cli.options import (
     LamOpt,
     ModeOpt,
     NotOpt,
+    NotStrengthOpt,
     OrOpt,
     TauOpt,
     TruthOpt,
     search_options,
 )
+from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.errors import ConfigurationError
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 # The choices are the library's own lists.
 TargetEngine = StrEnum("TargetEngine", {name: name for name in translation.ENGINES})  # type: ignore[misc]
@@ -37,7 +40,9 @@ JSON_IS_ONE_BODY = (
 
 @app.command()
 def translate(
-    query: Annotated[str, typer.Argument(help="A logical query.")],
+    query: QueryArg = None,
+    query_file: QueryFileOpt = None,
+    *,
     index: Annotated[str, typer.Option("--index", "-i", help="Index name on the cluster.")],
     engine: Annotated[
         TargetEngine, typer.Option(help="Whose request syntax and Painless script to print.")
@@ -72,6 +77,7 @@ def translate(
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
     not_: NotOpt = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: TruthOpt = Truth.clamp,
     tau: TauOpt = 0.5,
     lam: LamOpt = 10.0,
@@ -98,6 +104,7 @@ def translate(
             and_=and_,
             or_=or_,
             not_=not_,
+            not_strength=not_strength,
             truth=truth,
             tau=tau,
             lam=lam,
@@ -109,7 +116,7 @@ def translate(
         if output.value == "json" and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads
         requests = translation.translate_requests(
-            query,
+            query_text(query, query_file),
             engine.value,
             index,
             options,

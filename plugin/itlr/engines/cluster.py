@@ -40,7 +40,18 @@ def error_reason(payload: Any, fallback: Any) -> str:
                 f"{root.get('type') or cause.get('type')}: "
                 f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
             )
-    return str(fallback)
+    return short_text(str(payload if isinstance(payload, str) and payload else fallback))
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """An answer body fit for a one-line message: an HTML page is named, not printed."""
+    one_line = " ".join(text.split())
+    lowered = one_line[:500].lower()
+    if "<html" in lowered or "<!doctype" in lowered:
+        return "an HTML page, not a search engine's JSON (is --url the cluster's address?)"
+    if not one_line:
+        return "an empty body"
+    return one_line if len(one_line) <= limit else one_line[:limit] + "..."
 
 
 class ClusterBackend:

@@ -1,35 +1,31 @@
 """The embedded engine: an exact, in-process index persisted in a directory.
 
-Layout of an index directory:
-    manifest.json   format, model name, dims, similarity, live document count
-    vectors.f32     float32 unit vectors, one row per line of docs.jsonl (memory-mapped)
-    docs.jsonl      one JSON object per row: {"id", "text", "fields"}, or {"id", "deleted": true}
-
+Storage, crash consistency and the writer lock live in itlr.engines.store (read its docstring).
 Rows are only ever appended, so an update or delete is one more row and the newest row of an id
-wins; `compact()` rewrites the files without the dead rows.
+wins; `compact()` rewrites the index without the dead rows.
+
+What a derived structure (an ANN index, a cache) builds on: `committed_rows` (how many rows are
+committed, live or dead) and `vectors` (their float32 unit vectors, row i for row i); both only
+change at a commit.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
 
-FORMAT_VERSION = 1
 HOME_ENV = "ITLR_HOME"
-MANIFEST = "manifest.json"
-VECTORS = "vectors.f32"
-DOCS = "docs.jsonl"
 
 
 def index_path(name: str | Path) -> Path:
@@ -41,63 +37,46 @@ def index_path(name: str | Path) -> Path:
     return home / "indexes" / text
 
 
-@dataclass
-class _Row:
-    id: str
-    text: str
-    fields: dict[str, Any]
-
-
 class EmbeddedIndex:
-    def __init__(self, path: Path, model: str, dims: int) -> None:
-        self.path = Path(path)
-        self.model = model
-        self.dims = dims
-        self._rows: list[_Row | None] = []
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self.path = store.path
+        self.model = store.model
+        self.dims = store.dims
+        self._rows: list[StoredRow | None] = []
         self._latest: dict[str, int] = {}
-        self._vectors = np.zeros((0, dims), dtype=np.float32)
+        self._vectors: np.ndarray = np.zeros((0, self.dims), dtype=np.float32)
         self._live_cache: np.ndarray | None = None
+        self._catch_up()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str | Path, model: str, dims: int) -> EmbeddedIndex:
-        path = Path(path)
-        if (path / MANIFEST).exists():
-            raise IndexStateError(f"an index already exists at {path}: open it instead")
-        path.mkdir(parents=True, exist_ok=True)
-        (path / VECTORS).write_bytes(b"")
-        (path / DOCS).write_text("")
-        index = cls(path, model, dims)
-        index._write_manifest()
-        return index
+    def create(
+        cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
+    ) -> EmbeddedIndex:
+        return cls(VectorStore.create(Path(path), model, dims, lock_timeout))
 
     @classmethod
-    def open(cls, path: str | Path) -> EmbeddedIndex:
-        path = Path(path)
-        manifest_path = path / MANIFEST
-        if not manifest_path.exists():
-            raise IndexStateError(
-                f"no itlr index at {path}: create one with `itlr ingest FILE --index {path}`"
-            )
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("format") != FORMAT_VERSION:
-            raise IndexStateError(
-                f"index at {path} has format {manifest.get('format')}, this itlr reads "
-                f"{FORMAT_VERSION}: re-ingest it"
-            )
-        index = cls(path, manifest["model"], int(manifest["dims"]))
-        index._load()
-        return index
+    def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedIndex:
+        return cls(VectorStore.open(Path(path), lock_timeout))
 
     @classmethod
-    def open_or_create(cls, path: str | Path, model: str, dims: int) -> EmbeddedIndex:
+    def open_or_create(
+        cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
+    ) -> EmbeddedIndex:
         path = Path(path)
-        if (path / MANIFEST).exists():
-            index = cls.open(path)
+        if exists(path):
+            index = cls.open(path, lock_timeout)
             index.check_compatible(model, dims)
             return index
-        return cls.create(path, model, dims)
+        # Two processes may both find no index and create it: the second opens the first's.
+        index = cls(VectorStore.create(path, model, dims, lock_timeout, exist_ok=True))
+        index.check_compatible(model, dims)
+        return index
+
+    def close(self) -> None:
+        self.store.close()
 
     def check_compatible(self, model: str, dims: int) -> None:
         if dims != self.dims:
@@ -111,41 +90,48 @@ class EmbeddedIndex:
                 f'use `model="{self.model}"` or a new index'
             )
 
-    def _load(self) -> None:
-        lines = (self.path / DOCS).read_text().splitlines()
-        vector_bytes = (self.path / VECTORS).stat().st_size
-        stored_rows = vector_bytes // (4 * self.dims)
-        # A crash between the two appends leaves one file longer: keep the common prefix.
-        usable = min(len(lines), stored_rows)
-        for line in lines[:usable]:
-            record = json.loads(line)
-            self._append_row(record)
-        if usable:
-            self._vectors = np.memmap(
-                self.path / VECTORS, dtype=np.float32, mode="r", shape=(usable, self.dims)
-            )
-
-    def _append_row(self, record: dict[str, Any]) -> None:
-        doc_id = str(record["id"])
-        row = len(self._rows)
-        if record.get("deleted"):
-            self._rows.append(None)
-        else:
-            self._rows.append(_Row(doc_id, record.get("text", ""), record.get("fields") or {}))
-        # Only now: ingestion asks `id in index` from another thread while a batch is written.
-        self._latest[doc_id] = row
-
-    def _write_manifest(self) -> None:
-        manifest = {
+    def manifest(self) -> dict[str, Any]:
+        return {
             "format": FORMAT_VERSION,
             "model": self.model,
             "dims": self.dims,
             "similarity": "cosine",
             "count": self.count(),
         }
-        tmp = self.path / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, self.path / MANIFEST)
+
+    @property
+    def committed_rows(self) -> int:
+        """Rows committed and loaded, live or dead: row numbers 0 .. committed_rows - 1."""
+        return len(self._rows)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(committed_rows, dims) float32 unit vectors, memory-mapped; read-only."""
+        return self._vectors
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Be the index's only writer for the block (a whole ingestion, say), up to date with
+        what other processes committed before. Each write takes it by itself too."""
+        with self.store.writing():
+            self._catch_up()
+            yield
+
+    def _catch_up(self) -> None:
+        """Load rows committed since this object last looked (by this or another process)."""
+        if self.store.changed_generation():
+            self._rows, self._latest = [], {}
+        rows, vectors = self.store.read_rows(len(self._rows))
+        for row in rows:
+            self._append_row(row)
+        self._vectors = vectors
+        self._live_cache = None
+
+    def _append_row(self, row: StoredRow) -> None:
+        number = len(self._rows)
+        self._rows.append(None if row.deleted else row)
+        # Only now: ingestion asks `id in index` from another thread while a batch is written.
+        self._latest[row.id] = number
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -165,51 +151,36 @@ class EmbeddedIndex:
         if not (len(ids) == len(texts) == vectors.shape[0]):
             raise ConfigurationError("ids, texts and vectors must have the same length")
         fields = fields or [{} for _ in ids]
-        records = [
-            {"id": str(i), "text": t, "fields": f}
-            for i, t, f in zip(ids, texts, fields, strict=True)
-        ]
-        self._append(records, _normalise(vectors))
+        rows = [StoredRow(str(i), t, dict(f)) for i, t, f in zip(ids, texts, fields, strict=True)]
+        self._append(rows, _normalise(vectors))
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed."""
-        present = [str(i) for i in ids if str(i) in self]
-        if present:
-            records = [{"id": i, "deleted": True} for i in present]
-            self._append(records, np.zeros((len(present), self.dims), dtype=np.float32))
+        with self.writing():
+            present = [str(i) for i in ids if str(i) in self]
+            if present:
+                rows = [StoredRow(i, deleted=True) for i in present]
+                self._append(rows, np.zeros((len(present), self.dims), dtype=np.float32))
         return len(present)
 
-    def _append(self, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
-        with open(self.path / VECTORS, "ab") as handle:
-            handle.write(vectors.tobytes())
-        with open(self.path / DOCS, "a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        for record in records:
-            self._append_row(record)
-        self._vectors = np.memmap(
-            self.path / VECTORS, dtype=np.float32, mode="r", shape=(len(self._rows), self.dims)
-        )
-        self._live_cache = None
-        self._write_manifest()
+    def _append(self, rows: list[StoredRow], vectors: np.ndarray) -> None:
+        with self.writing():
+            self.store.append(rows, vectors)
+            for row in rows:
+                self._append_row(row)
+            self._vectors = self.store.vectors()
+            self._live_cache = None
 
     def compact(self) -> None:
-        """Rewrite the files with live rows only."""
-        live = self._live_rows()
-        vectors = np.array(self._vectors[live])
-        records = [
-            {"id": r.id, "text": r.text, "fields": r.fields}
-            for r in (self._rows[i] for i in live)
-            if r is not None
-        ]
-        (self.path / VECTORS).write_bytes(b"")
-        (self.path / DOCS).write_text("")
-        self._rows, self._latest = [], {}
-        self._vectors = np.zeros((0, self.dims), dtype=np.float32)
-        if records:
-            self._append(records, vectors)
-        else:
-            self._write_manifest()
+        """Rewrite the index with live rows only."""
+        with self.writing():
+            live = self._live_rows()
+            vectors = np.array(self._vectors[live])
+            rows = [self._rows[i] for i in live]
+            self.store.rewrite([r for r in rows if r is not None], vectors)
+            self._rows, self._latest = [], {}
+            self._catch_up()
+            self.store.remove_orphans()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -377,7 +348,7 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
 
-def _field(row: _Row, name: str) -> Any:
+def _field(row: StoredRow, name: str) -> Any:
     if name in ("id", "_id"):
         return row.id
     if name == "text":

@@ -11,10 +11,13 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.embed import Embedder
+from itlr.engines.cluster import short_text
 from itlr.engines.remote import IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 
 ENGINES = ("memory", "opensearch", "elasticsearch", "auto")
+# A cluster's root answer is a few hundred bytes; a stray server's may be anything.
+ROOT_ANSWER_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
             context.verify_mode = ssl.CERT_NONE
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            info = json.load(response)
+            body = response.read(ROOT_ANSWER_LIMIT)
     except urllib.error.HTTPError as refused:
         raise EngineError(
             f"{connection.url} answered {refused.code} to GET /: check the URL and credentials"
@@ -102,14 +105,24 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
         raise EngineError(
             f"cannot reach {connection.url} ({down}): is it running? check `url`"
         ) from None
-    version = info.get("version", {})
+    try:
+        info = json.loads(body)
+    except ValueError:  # not JSON, or not even UTF-8
+        info = None
+    if not isinstance(info, dict):
+        raise EngineError(
+            f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
+            f"{short_text(body.decode('utf-8', errors='replace'))}; check --url"
+        )
+    version = info.get("version") if isinstance(info.get("version"), dict) else {}
     number = str(version.get("number", "?"))
     if version.get("distribution") == "opensearch":
         return "opensearch", number
     if "tagline" in info or version.get("build_flavor"):
         return "elasticsearch", number
     raise EngineError(
-        f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / said {info}"
+        f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
+        f"{short_text(json.dumps(info))}; check --url"
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from itlr.engines.cluster import ClusterBackend, error_reason
+from itlr.engines.cluster import ClusterBackend, error_reason, short_text
 from itlr.engines.remote import StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
 from itlr.query import Query
@@ -45,6 +45,10 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
         raise EngineError(f"OpenSearch at {url}: {_reason(missing)}") from None
     except os_errors.TransportError as refused:
         raise EngineError(f"OpenSearch at {url} refused the request: {_reason(refused)}") from None
+    except os_errors.SerializationError as garbled:
+        raise EngineError(
+            f"{url} does not answer like OpenSearch ({short_text(str(garbled))}): check --url"
+        ) from None
 
 
 def _reason(error: Any) -> str:

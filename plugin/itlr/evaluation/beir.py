@@ -10,7 +10,12 @@ from typing import Any
 
 from itlr.errors import ConfigurationError, QuerySyntaxError
 from itlr.evaluation.cache import EmbeddingCache, Encoder
-from itlr.evaluation.calibration import SigmoidFit, calibration_pairs, fit_sigmoid
+from itlr.evaluation.calibration import (
+    SigmoidFit,
+    calibration_pairs,
+    fit_sigmoid,
+    hard_filter_threshold,
+)
 from itlr.evaluation.datasets import BeirDataset, EvalQuery
 from itlr.evaluation.engine_runs import EngineRunner, IndexSync
 from itlr.evaluation.methods import Case, Method
@@ -227,3 +232,26 @@ def calibrate_dataset(
     query_vectors = dict(zip(query_ids, cache.encode([texts[q] for q in query_ids]), strict=True))
     cosines = [float(query_vectors[q] @ doc_vectors[position[d]]) for q, d, _ in pairs]
     return fit_sigmoid(cosines, [label for _, _, label in pairs])
+
+
+def calibrate_hard_filter(
+    dataset: BeirDataset,
+    encoder: Encoder,
+    rewriter: Rewriter | None = None,
+    cache: EmbeddingCache | None = None,
+) -> float:
+    """The hard-filter threshold that keeps HARD_FILTER_KEEP of the dataset's relevant documents
+    (see calibration.hard_filter_threshold): each judged question's logical form (rewritten,
+    given, or parsed as in `itlr eval`) against its relevant documents."""
+    cache = cache or EmbeddingCache(encoder)
+    position = {doc.id: i for i, doc in enumerate(dataset.corpus)}
+    pairs: list[tuple[str, int]] = []
+    for query in dataset.queries:
+        excluded = resolve(query, rewriter).case.query.excluded_terms
+        relevant = [d for d, score in dataset.qrels.get(query.id, {}).items() if score > 0]
+        pairs.extend((term, position[d]) for term in excluded for d in relevant if d in position)
+    rows = sorted({row for _, row in pairs})
+    doc_vectors = dict(zip(rows, cache.encode([dataset.corpus[r].text for r in rows]), strict=True))
+    terms = sorted({term for term, _ in pairs})
+    term_vectors = dict(zip(terms, cache.encode(terms), strict=True))
+    return hard_filter_threshold([float(term_vectors[t] @ doc_vectors[r]) for t, r in pairs])

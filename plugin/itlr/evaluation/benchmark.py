@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 
 from itlr.evaluation.cache import EmbeddingCache, Encoder
-from itlr.evaluation.calibration import fit_sigmoid
+from itlr.evaluation.calibration import BUNDLED_HARD_FILTER, fit_sigmoid
 from itlr.evaluation.methods import (
-    DEFAULT_HARD_FILTER,
     Case,
     Dense,
     Logical,
@@ -30,10 +29,18 @@ from itlr.evaluation.synthetic import (
     chain_queries,
     template_queries,
 )
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import PAPER_OPERATORS, Operators, TruthMap
 
 NEGATIONS = (0, 1, 2, 3)
-TABLE1_METHODS = ("dense", "itlr", "itlr-calibrated", "setops", "itlr-hard", "random")
+TABLE1_METHODS = (
+    "dense",
+    "itlr",
+    "itlr-paper",
+    "itlr-calibrated",
+    "setops",
+    "itlr-hard",
+    "random",
+)
 GRID_AND = ("product", "sum", "min")
 GRID_OR = ("sum", "max")
 GRID_NOT = ("complement", "reciprocal")
@@ -86,7 +93,7 @@ def run_synthetic(
     per_template: int = 100,
     per_chain: int | None = None,
     seed: int = 0,
-    hard_filter: float = DEFAULT_HARD_FILTER,
+    hard_filter: float = BUNDLED_HARD_FILTER,
     bank: TopicBank | None = None,
     calibration_per_side: int = 20,
     cache: EmbeddingCache | None = None,
@@ -133,10 +140,12 @@ def run_synthetic(
     template_cases = _cases(queries, 0)
     chain_cases = _cases(chains, sum(len(q.docs) for q in queries))
 
+    itlr_calibrated = Logical("itlr-calibrated", truth=calibrated)
     main: list[Method] = [
         Dense(),
         Logical("itlr"),
-        Logical("itlr-calibrated", truth=calibrated),
+        Logical("itlr-paper", PAPER_OPERATORS),
+        itlr_calibrated,
         SetOps(share=0.5),
         Logical("itlr-hard", hard_filter=hard_filter),
         RandomScores(seed=seed),
@@ -150,7 +159,7 @@ def run_synthetic(
     if on_stage:
         on_stage("scoring", len(template_cases) + len(chain_cases))
     runs = run_methods(template_cases, main + grid, corpus, vector_of, on_case=_tick(on_progress))
-    chain_methods: list[Method] = [Dense(), Logical("itlr"), main[2]]
+    chain_methods: list[Method] = [Dense(), Logical("itlr"), itlr_calibrated]
     chain_runs = run_methods(
         chain_cases, chain_methods, corpus, vector_of, on_case=_tick(on_progress)
     )

@@ -22,6 +22,11 @@ from itlr.errors import ConfigurationError
 from itlr.evaluation.cache import itlr_home, model_slug
 from itlr.scoring import TruthMap
 
+# The hard filter's threshold keeps this share of the judged relevant documents: on judged
+# questions with exclusions, it is this quantile of the relevant documents' truth values for the
+# excluded terms. A document the filter drops is lost for good, one a soft NOT demotes is not.
+HARD_FILTER_KEEP = 0.99
+
 # Inverse strength of the L2 penalty on the standardised slope, as in scikit-learn's default
 # LogisticRegression(C=1): it keeps lambda finite when positives and negatives separate perfectly,
 # which they often do for 20 + 20 clean documents.
@@ -87,12 +92,27 @@ def calibration_path(model: str | None) -> Path:
     return itlr_home() / "calibration" / f"{model_slug(display_name(model))}.json"
 
 
-def save_calibration(model: str | None, fit: SigmoidFit, source: str = "") -> Path:
+def hard_filter_threshold(relevant_truths: Sequence[float]) -> float:
+    """The threshold that keeps HARD_FILTER_KEEP of the relevant documents: the quantile of
+    their (clamped) truth values for the terms their questions exclude."""
+    values = np.clip(np.asarray(relevant_truths, dtype=np.float64), 0.0, 1.0)
+    if values.size == 0:
+        raise ConfigurationError(
+            "no judged question excludes anything: a hard-filter threshold needs questions with "
+            "a NOT (rewrite them with --rewrite rules)"
+        )
+    return float(np.quantile(values, HARD_FILTER_KEEP))
+
+
+def save_calibration(
+    model: str | None, fit: SigmoidFit, source: str = "", hard_filter: float | None = None
+) -> Path:
     path = calibration_path(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "model": display_name(model),
         **fit.truth_map().to_dict(),
+        **({"hard_filter": hard_filter} if hard_filter is not None else {}),
         "positives": fit.positives,
         "negatives": fit.negatives,
         "source": source,
@@ -118,6 +138,27 @@ def load_calibration(model: str | None) -> TruthMap | None:
             f"{display_name(model)}`"
         ) from None
     return truth
+
+
+# `itlr calibrate ../shared/negconstraint-dev --split dev --rewrite rules` for the bundled
+# model (real questions; docs/benchmarks.md), so that the filter has a default measured on real
+# passages before anyone calibrates. The synthetic benchmark's documents would give about 0.3,
+# which drops a third of the relevant passages of real questions.
+BUNDLED_HARD_FILTER = 0.53
+
+
+def default_hard_filter(model: str | None) -> float:
+    """The hard-filter threshold for a model: the one `itlr calibrate` saved for it, else the
+    bundled model's."""
+    path = calibration_path(model)
+    if path.is_file():
+        try:
+            value = json.loads(path.read_text()).get("hard_filter")
+        except ValueError:
+            value = None
+        if isinstance(value, int | float):
+            return float(value)
+    return BUNDLED_HARD_FILTER
 
 
 def calibration_pairs(

@@ -85,10 +85,23 @@ class _Tok:
 # sentence mark is its own token so it can act as a boundary.
 _TOKEN = re.compile(r"[()?!;:]|,(?!\d)|(?:[^\s(),?!;:]|,(?=\d))+")
 _END_PUNCT = {"?", "!", ".", ";", ":"}
+_SENTENCE_END = {"?", "!", ".", ";"}
+# Never preceded by a space when tokens are joined back into a term.
+_CLOSING_PUNCT = {",", "?", "!", ".", ";", ":", ")"}
+_ABBREVIATIONS = {
+    "mr.", "mrs.", "ms.", "dr.", "st.", "no.", "vs.", "etc.", "jr.", "sr.", "inc.", "ltd.",
+    "co.", "prof.", "mt.", "ft.", "approx.", "vol.", "fig.", "al.",
+}  # fmt: skip
+# "U.S.", "e.g.", "T.S.": letters with periods are initials, never a sentence end.
+_INITIALS = re.compile(r"^(?:[A-Za-z]\.)+$")
 
 _SCAFFOLD = re.compile(
     r"""^(?:
-        (?:can|could|would)\s+you\s+(?:please\s+)?(?:recommend|suggest|find|show\s+me|list|tell\s+me\s+about|give\s+me)
+        (?:provide|give|write)(?:\s+me)?\s+(?:a|an)\s+(?:(?:brief|short|quick|general)\s+)?
+        (?:introduction|intro|summary|overview|description|account)\s+(?:to|of|about|on)
+      | (?:introduce|examine|explore|discuss|analy[sz]e|describe|explain|summari[sz]e|provide)
+        (?=\s)
+      | (?:can|could|would)\s+you\s+(?:please\s+)?(?:recommend|suggest|find|show\s+me|list|tell\s+me\s+about|give\s+me)
       | please\s+(?:find|show\s+me|list|tell\s+me\s+about|give\s+me)
       | tell\s+me(?:\s+more)?\s+about | tell\s+me
       | show\s+me | find\s+me | find | list | give\s+me | search\s+for | recommend | suggest
@@ -108,7 +121,48 @@ _SCAFFOLD = re.compile(
 )
 _DETERMINERS = {"the", "a", "an", "some", "any"}
 # Words that open an excluded item without being part of it: "not sushi and not ramen".
-_ITEM_LEADERS = _DETERMINERS | {"not", "no", "about", "either", "neither"}
+_ITEM_LEADERS = _DETERMINERS | {
+    "not",
+    "no",
+    "about",
+    "either",
+    "neither",
+    "his",
+    "her",
+    "its",
+    "their",
+}
+# What an exclusion says about an item rather than the item: "any reference to X".
+_ITEM_FILLERS: tuple[tuple[str, ...], ...] = (
+    ("any", "reference", "to"),
+    ("any", "references", "to"),
+    ("reference", "to"),
+    ("references", "to"),
+    ("any", "mention", "of"),
+    ("mention", "of"),
+    ("any", "discussion", "of"),
+    ("discussions", "of"),
+    ("discussion", "of"),
+    ("details", "about"),
+    ("the", "role", "of"),
+)
+_REFLEXIVES = {"itself", "themselves", "himself", "herself"}
+# After a comma these open a new clause, which ends an exclusion's scope:
+# "excluding A, and how did B ..." excludes A only.
+_CLAUSE_OPENERS = {
+    "how", "what", "which", "why", "where", "when", "who", "whose", "whether", "while",
+    "whereas", "additionally", "also", "furthermore", "moreover", "then", "so",
+}  # fmt: skip
+_CLAUSE_JOINERS = {"and", "but", "or"}
+# Words that name no topic: a term made only of these is noise.
+_CONNECTIVES = {
+    "and", "or", "but", "nor", "so", "yet", "also", "additionally", "then", "while", "whereas",
+    "with", "without", "as", "well", "too", "especially", "particularly",
+}  # fmt: skip
+# Lowercase words inside titles: "Songs of Innocence", "The Road to Serfdom".
+_TITLE_GLUE = {"of", "the", "to", "in", "on", "a", "an", "for", "at", "by"}
+# Past this many words a topic is a question to embed whole, not a list to split.
+_LONG_TOPIC = 16
 
 # Cues that open an exclusion, longest first so "except for" wins over "except". A leading
 # "," is part of the cue for the bare ones ("..., not adults") to keep "not" inside phrases
@@ -120,6 +174,7 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
             ("unrelated", "to"),
             ("not", "including"),
             ("excluding",),
+            ("exclude",),
             ("except", "for"),
             ("except",),
             ("other", "than"),
@@ -130,6 +185,13 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
             ("besides",),
             ("rather", "than"),
             ("without", "mentioning"),
+            ("without", "referencing"),
+            ("without", "discussing"),
+            ("without", "considering"),
+            ("without", "touching", "on"),
+            ("without", "including"),
+            ("outside", "of"),
+            ("avoiding",),
             ("without",),
             ("not", "mentioning"),
             (",", "not"),
@@ -142,7 +204,7 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
 # "that don't mention X", "which does not use X": a negated verb of content.
 _NEGATED_VERB = re.compile(
     r"^(?:(?:that|which|who)\s+)?(?:do|does|did)(?:n't|\s+not)\s+"
-    r"(?:mention|use|include|involve|contain|discuss|cover|feature|talk\s+about)$"
+    r"(?:mention|use|include|involve|contain|discuss|cover|feature|talk\s+about|refer\s+to)$"
 )
 # Looked up by first word: matching every cue at every position was most of the run time.
 _CUES_BY_FIRST_WORD: dict[str, tuple[tuple[str, ...], ...]] = {}
@@ -212,17 +274,34 @@ _OR_WORDS = {"or", "and/or"}
 
 
 def _tokens(text: str) -> list[_Tok]:
-    return [
-        _Tok(m.group(0), m.start(), m.end(), m.group(0).lower().replace("’", "'"))
-        for m in _TOKEN.finditer(text)
-    ]
+    toks = []
+    for m in _TOKEN.finditer(text):
+        word, start, end = m.group(0), m.start(), m.end()
+        if _ends_sentence(word, text, end):
+            # "Portugal." at the end of a sentence: the period is a boundary, not part of a term.
+            toks.append(_Tok(word[:-1], start, end - 1, word[:-1].lower().replace("’", "'")))
+            toks.append(_Tok(".", end - 1, end, "."))
+        else:
+            toks.append(_Tok(word, start, end, word.lower().replace("’", "'")))
+    return toks
+
+
+def _ends_sentence(word: str, text: str, end: int) -> bool:
+    """A word whose final period closes a sentence, not an abbreviation ("e.g.", "Mrs.")."""
+    if len(word) < 2 or not word.endswith(".") or word.endswith(".."):
+        return False
+    if end < len(text) and not text[end].isspace():
+        return False
+    bare = word.lower().replace("’", "'")
+    return bare not in _ABBREVIATIONS and not _INITIALS.match(word)
 
 
 def _text(question: str, toks: list[_Tok]) -> str:
     """The tokens' words as written; a dropped token in between (a parenthetical) leaves a space."""
     parts = []
     for before, tok in zip([None, *toks], toks, strict=False):
-        if before is not None and question[before.end : tok.start] != "":
+        gap = before is not None and question[before.end : tok.start] != ""
+        if gap and tok.low not in _CLOSING_PUNCT:
             parts.append(" ")
         parts.append(tok.text)
     return "".join(parts)
@@ -322,23 +401,57 @@ def _find_exclusion(toks: list[_Tok]) -> tuple[int, int] | None:
 
 
 def _split_items(b: _Builder, toks: list[_Tok]) -> list[list[_Tok]]:
-    """Split an exclusion list on commas and conjunctions, keeping binomials whole."""
+    """Split an exclusion list on commas and conjunctions, keeping binomials and titles whole."""
     items: list[list[_Tok]] = [[]]
     for i, tok in enumerate(toks):
         is_and = tok.low == "and"
         if is_and and 0 < i < len(toks) - 1 and _is_binomial(toks, i):
             b.mark("kept", [toks[i - 1], tok, toks[i + 1]], "fixed expression, not split")
+        elif is_and and 0 < i < len(toks) - 1 and _joins_title(toks, i):
+            b.mark("kept", [toks[i - 1], tok, toks[i + 1]], "a title, not split")
         elif tok.low in {",", "or", "nor", "and/or", "&"} or is_and:
             items.append([])
             continue
         items[-1].append(tok)
     cleaned = []
     for item in items:
-        while item and item[0].low in _ITEM_LEADERS:
-            item = item[1:]
-        if item:
+        item = _strip_fillers(item)
+        if item and not _only_connectives(item):
             cleaned.append(item)
     return cleaned
+
+
+def _strip_fillers(item: list[_Tok]) -> list[_Tok]:
+    if len(item) > 1 and item[-1].low in _REFLEXIVES:
+        item = item[:-1]  # "the trade in silk itself"
+    changed = True
+    while item and changed:
+        changed = False
+        while item and item[0].low in _ITEM_LEADERS:
+            item, changed = item[1:], True
+        for filler in _ITEM_FILLERS:
+            if len(item) > len(filler) and _matches(item, 0, filler):
+                item, changed = item[len(filler) :], True
+                break
+    return item
+
+
+def _joins_title(toks: list[_Tok], at: int) -> bool:
+    """ "Songs of Innocence and Experience": capitalised words around "and", inside a run of
+    capitalised words joined by a lowercase function word. Two bare names ("Midway and
+    Guadalcanal") are a list; a two-word title ("Pride and Prejudice") is split like one."""
+    left, right = toks[at - 1].text, toks[at + 1].text
+    if not (left[:1].isupper() and right[:1].isupper()):
+        return False
+    start = at - 1
+    while start > 0 and (toks[start - 1].text[:1].isupper() or toks[start - 1].low in _TITLE_GLUE):
+        start -= 1
+    inner = toks[start : at - 1]
+    return any(t.low in _TITLE_GLUE for t in inner) and inner[0].text[:1].isupper()
+
+
+def _only_connectives(toks: list[_Tok]) -> bool:
+    return all(t.low in _CONNECTIVES or not any(c.isalnum() for c in t.low) for t in toks)
 
 
 def _is_binomial(toks: list[_Tok], at: int) -> bool:
@@ -348,18 +461,76 @@ def _is_binomial(toks: list[_Tok], at: int) -> bool:
 
 
 def _exclusions(b: _Builder, toks: list[_Tok]) -> tuple[list[_Tok], list[Term]]:
-    """Take exclusions out of the question: (what remains, the excluded terms)."""
+    """Take exclusions out of the question: (what remains, the excluded terms).
+
+    Each exclusion reaches to the end of its clause (see _scope_end), so a question can hold
+    several, and whatever follows one ("..., excluding A? How did B ...") stays positive.
+    """
     excluded: list[Term] = []
     toks = _leading_exclusion(b, toks, excluded)
     toks = _parenthetical_exclusions(b, toks, excluded)
-    found = _find_exclusion(toks)
-    if found is not None:
+    toks = _non_prefixes(b, toks, excluded)
+    kept: list[_Tok] = []
+    while (found := _find_exclusion(toks)) is not None:
         start, end = found
+        stop = _scope_end(toks, end)
         b.mark("cue", toks[start:end], "NOT: exclude what follows")
-        for item in _split_items(b, _strip_edges(toks[end:])):
+        for item in _split_items(b, _strip_edges(toks[end:stop])):
             excluded.append(b.term(item, "excluded"))
-        toks = toks[:start]
-    return toks, excluded
+        kept.extend(toks[:start])
+        toks = toks[stop:]
+    return _tidy_commas(kept + toks), excluded
+
+
+def _tidy_commas(toks: list[_Tok]) -> list[_Tok]:
+    """Drop the commas a removed exclusion leaves dangling: "X, ? How ..." -> "X? How ..."."""
+    kept = []
+    for i, tok in enumerate(toks):
+        after = toks[i + 1].low if i + 1 < len(toks) else "?"
+        if tok.low == "," and (after in _SENTENCE_END or after in {",", ")"} or not kept):
+            continue
+        kept.append(tok)
+    return kept
+
+
+def _non_prefixes(b: _Builder, toks: list[_Tok], excluded: list[Term]) -> list[_Tok]:
+    """ "a non Islamic summary", "a non-Islamic summary": NOT "Islamic". Only a capitalised word
+    counts, so that "non-profit" or "non linear" stay one word of the topic."""
+    kept: list[_Tok] = []
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if tok.low == "non" and i + 1 < len(toks) and toks[i + 1].text[:1].isupper():
+            b.mark("cue", [tok], "NOT: 'non' excludes the next word")
+            excluded.append(b.term([toks[i + 1]], "excluded"))
+            i += 2
+            continue
+        if tok.low.startswith("non-") and tok.text[4:5].isupper():
+            start = tok.start + 4
+            b.mark("cue", [_Tok(tok.text[:4], tok.start, start, "non-")], "NOT: 'non-' prefix")
+            word = _Tok(tok.text[4:], start, tok.end, tok.low[4:])
+            excluded.append(b.term([word], "excluded"))
+            i += 1
+            continue
+        kept.append(tok)
+        i += 1
+    return kept
+
+
+def _scope_end(toks: list[_Tok], at: int) -> int:
+    """Where an exclusion that starts at `at` ends: its sentence, bracket or clause."""
+    for i in range(at, len(toks)):
+        low = toks[i].low
+        if low in _SENTENCE_END or low in {"(", ")"}:
+            return i
+        if low == "," and i + 1 < len(toks):
+            after = toks[i + 1].low
+            then = toks[i + 2].low if i + 2 < len(toks) else ""
+            if after in _CLAUSE_OPENERS or (
+                after in _CLAUSE_JOINERS and (then in _CLAUSE_OPENERS or then in _AUXILIARIES)
+            ):
+                return i
+    return len(toks)
 
 
 def _leading_exclusion(b: _Builder, toks: list[_Tok], excluded: list[Term]) -> list[_Tok]:
@@ -395,6 +566,12 @@ def _parenthetical_exclusions(b: _Builder, toks: list[_Tok], excluded: list[Term
         kept.append(toks[i])
         i += 1
     return kept
+
+
+def _is_long(toks: list[_Tok]) -> bool:
+    """Several sentences, or more words than a list of short alternatives would have."""
+    words = sum(any(c.isalnum() for c in t.low) for t in toks)
+    return words > _LONG_TOPIC or any(t.low in _SENTENCE_END for t in toks[:-1])
 
 
 def _guarded(b: _Builder, toks: list[_Tok]) -> bool:
@@ -444,9 +621,15 @@ def _tail(first: list[_Tok], ref: list[_Tok]) -> int:
 def _topic(b: _Builder, toks: list[_Tok]) -> Node | None:
     """The positive part: one term, or alternatives / conjuncts with shared context."""
     toks = _strip_edges(toks)
+    while toks and toks[-1].low in _CONNECTIVES:
+        # "Introduce X, but" once "do not mention Y" is gone.
+        toks = _strip_edges(toks[:-1])
     if not toks:
         return None
     whole = _strip_determiner(toks)
+    if _is_long(toks):
+        b.mark("kept", toks, "a long question is embedded whole, not cut into fragments")
+        return b.term(whole, "one topic")
     if _guarded(b, toks):
         return b.term(whole, "one topic")
     kind, positions = _coordinators(b, toks)

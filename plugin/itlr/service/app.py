@@ -28,7 +28,7 @@ from itlr.index import Index
 from itlr.parser import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
-from itlr.scoring import AndName, NotName, OrName, TruthName
+from itlr.scoring import DEFAULT_NOT_STRENGTH, AndName, NotName, OrName, TruthName
 from itlr.search import Mode
 from itlr.service.security import BodyLimit, TokenGuard
 
@@ -52,6 +52,9 @@ class SearchOptionsBody(BaseModel):
     and_: AndName = Field("product", alias="and")
     or_: OrName = Field("sum", alias="or")
     not_: NotName = Field("complement", alias="not")
+    not_strength: float = Field(
+        DEFAULT_NOT_STRENGTH, ge=0.0, le=1.0, description="NOT negates this share: 1 - s*x."
+    )
     truth: TruthName | Literal["calibrated"] = "clamp"
     tau: float = 0.5
     lam: float = 10.0

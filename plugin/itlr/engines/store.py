@@ -1,0 +1,369 @@
+"""Crash-consistent storage for the embedded engine: one commit point per batch, one writer.
+
+Layout of an index directory:
+    index.db      SQLite in WAL mode: `meta` (format, model, dims, similarity, `committed` row
+                  count, vector file generation) and `rows` (row number, id, text, fields as
+                  JSON, deleted flag)
+    vectors.f32   float32 unit vectors, row i at byte offset i * dims * 4, memory-mapped for
+                  scans; after a compaction `vectors.<generation>.f32`
+    write.lock    the writer lock (`filelock`: an OS advisory lock, released by the kernel when
+                  its process dies, even by SIGKILL)
+
+Why a kill at any instant leaves a consistent index. The commit point of a batch is one SQLite
+transaction that inserts the batch's rows and raises `committed` to the new row count. Before it
+starts, the batch's vectors are written at rows [committed, committed + n) of the vector file
+and fsync'ed. So:
+  - killed before that transaction commits, SQLite holds neither the rows nor the new count:
+    the index is exactly the previous batches. Vector bytes past `committed` belong to no row;
+    readers never map them and the next writer cuts them off before it appends;
+  - killed after it, the rows and the count are durable (WAL, synchronous=FULL) and every row
+    points at vector bytes that reached the disk before the rows existed.
+Row i's vector is always at row i of the file, so no document can carry another's vector.
+Readers take `committed` and the rows in one read transaction (a WAL snapshot) and map exactly
+`committed` vectors, so they never see half a batch. Compaction writes a whole new vector file
+under the next generation, fsyncs it, and swaps rows and generation in one transaction; an
+orphaned file of another generation (a kill in between) is deleted by the next writer.
+
+Why SQLite plus a flat file, not vectors in SQLite or an embedded vector database: exact search
+must stay one memory-speed pass over a contiguous float32 matrix (np.memmap), and the standard
+library's SQLite already gives the atomic, durable commit point and the document store.
+
+One writer at a time: every write holds `write.lock`; a second writer waits up to its timeout
+and then gets an IndexStateError naming the lock. A writer first catches up with what other
+processes committed, so two writers in turn never lose or duplicate each other's rows.
+
+Indexes written by itlr before this format (manifest.json + docs.jsonl + vectors.f32, format 1)
+are migrated in place on first open: the rows that have both a document line and a vector are
+kept, a torn last line is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock, Timeout
+
+from itlr.errors import IndexStateError
+
+FORMAT_VERSION = 2
+DATABASE = "index.db"
+LOCK = "write.lock"
+LEGACY_MANIFEST = "manifest.json"
+LEGACY_DOCS = "docs.jsonl"
+LOCK_WAIT_SECONDS = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rows (
+    row INTEGER PRIMARY KEY,
+    id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    deleted INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """One committed row: a document, or the tombstone of a deleted id."""
+
+    id: str
+    text: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    deleted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.deleted:
+            return {"id": self.id, "deleted": True}
+        return {"id": self.id, "text": self.text, "fields": self.fields}
+
+
+def vector_file(generation: int) -> str:
+    return "vectors.f32" if generation == 0 else f"vectors.{generation}.f32"
+
+
+def exists(path: Path) -> bool:
+    """Whether an index (this format or the legacy one) lives at path."""
+    return _has_meta(path / DATABASE) or (path / LEGACY_MANIFEST).exists()
+
+
+def _has_meta(database: Path) -> bool:
+    if not database.exists():
+        return False
+    with contextlib.closing(_connect(database)) as db:
+        try:
+            return db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is not None
+        except sqlite3.OperationalError:  # created but killed before its first commit
+            return False
+
+
+def _connect(database: Path) -> sqlite3.Connection:
+    # Autocommit mode: transactions are explicit BEGIN ... COMMIT. Ingestion writes from a worker
+    # thread; self._db_guard serialises all use of the connection.
+    db = sqlite3.connect(database, isolation_level=None, check_same_thread=False, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
+
+
+class VectorStore:
+    """The committed rows of an index and their vectors, in a directory."""
+
+    def __init__(self, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> None:
+        self.path = Path(path)
+        self.lock_timeout = lock_timeout
+        self._db = _connect(self.path / DATABASE)
+        self._db.executescript(_SCHEMA)
+        self._db_guard = threading.RLock()
+        self._lock = FileLock(self.path / LOCK, thread_local=False)
+        self.model = ""
+        self.dims = 0
+        self.generation = 0
+        self.committed = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        model: str,
+        dims: int,
+        lock_timeout: float = LOCK_WAIT_SECONDS,
+        exist_ok: bool = False,
+    ) -> VectorStore:
+        """A new, empty index; with exist_ok, the one another process just created wins."""
+        path.mkdir(parents=True, exist_ok=True)
+        store = cls(path, lock_timeout)
+        with store.writing():
+            if store._read_meta() is not None:
+                if exist_ok:
+                    store._load_meta()
+                    return store
+                raise IndexStateError(f"an index already exists at {path}: open it instead")
+            open(path / vector_file(0), "wb").close()
+            store._fsync_directory()
+            with store._transaction():
+                store._write_meta(model=model, dims=dims, committed=0, generation=0)
+            store._load_meta()
+        return store
+
+    @classmethod
+    def open(cls, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> VectorStore:
+        if not exists(path):
+            raise IndexStateError(
+                f"no itlr index at {path}: create one with `itlr ingest FILE --index {path}`"
+            )
+        store = cls(path, lock_timeout)
+        if store._read_meta() is None:
+            store._migrate_legacy()
+        store._load_meta()
+        return store
+
+    def close(self) -> None:
+        with self._db_guard:
+            self._db.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read_rows(self, start: int) -> tuple[list[StoredRow], np.ndarray]:
+        """Committed rows from `start` on, and the vectors of all committed rows (memory-mapped).
+
+        One read transaction: the rows and the count come from the same snapshot.
+        """
+        with self._db_guard:
+            self._db.execute("BEGIN")
+            try:
+                self._load_meta()
+                found = self._db.execute(
+                    "SELECT id, text, fields, deleted FROM rows WHERE row >= ? AND row < ? "
+                    "ORDER BY row",
+                    (start, self.committed),
+                ).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        rows = [
+            StoredRow(doc_id, text, json.loads(fields), bool(deleted))
+            for doc_id, text, fields, deleted in found
+        ]
+        return rows, self.vectors()
+
+    def vectors(self) -> np.ndarray:
+        """The committed rows' vectors: exactly `committed` rows, never bytes past them."""
+        if self.committed == 0:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return np.memmap(
+            self.path / vector_file(self.generation),
+            dtype=np.float32,
+            mode="r",
+            shape=(self.committed, self.dims),
+        )
+
+    def changed_generation(self) -> bool:
+        """Whether another writer compacted the index since this store last read it."""
+        before = self.generation
+        with self._db_guard:
+            self._load_meta()
+        return self.generation != before
+
+    # -- writes ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writer lock (re-entrant within this store, across threads)."""
+        try:
+            self._lock.acquire(timeout=self.lock_timeout)
+        except Timeout:
+            raise IndexStateError(
+                f"index at {self.path} is being written by another process (it holds "
+                f"{self.path / LOCK}): wait until it finishes, then run again"
+            ) from None
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def append(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> None:
+        """Commit rows with their vectors as one batch (see the module docstring)."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self.writing(), self._db_guard:
+            self._load_meta()
+            start = self.committed
+            self._write_vectors(vector_file(self.generation), start, vectors, truncate=True)
+            with self._transaction():
+                self._insert(start, rows)
+                self._write_meta(committed=start + len(rows))
+            self._load_meta()
+
+    def rewrite(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> None:
+        """Replace every row (compaction): a new vector file, swapped in by one transaction."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self.writing(), self._db_guard:
+            self._load_meta()
+            old, new = self.generation, self.generation + 1
+            self._write_vectors(vector_file(new), 0, vectors, truncate=True)
+            self._fsync_directory()
+            with self._transaction():
+                self._db.execute("DELETE FROM rows")
+                self._insert(0, rows)
+                self._write_meta(committed=len(rows), generation=new)
+            self._load_meta()
+            # Readers that mapped the old file keep their mapping; POSIX frees it when they close.
+            (self.path / vector_file(old)).unlink(missing_ok=True)
+
+    def remove_orphans(self) -> None:
+        """Delete vector files of other generations (left by a kill during compaction)."""
+        with self.writing():
+            current = vector_file(self.generation)
+            for candidate in self.path.glob("vectors*.f32"):
+                if candidate.name != current:
+                    candidate.unlink(missing_ok=True)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _write_vectors(self, name: str, start: int, vectors: np.ndarray, truncate: bool) -> None:
+        row_bytes = 4 * self.dims
+        (self.path / name).touch(exist_ok=True)
+        with open(self.path / name, "r+b") as handle:
+            if truncate:
+                # Bytes past the commit point are a killed writer's batch: not part of any row.
+                handle.truncate(start * row_bytes)
+            handle.seek(start * row_bytes)
+            handle.write(vectors.tobytes())
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _insert(self, start: int, rows: Sequence[StoredRow]) -> None:
+        self._db.executemany(
+            "INSERT INTO rows (row, id, text, fields, deleted) VALUES (?, ?, ?, ?, ?)",
+            (
+                (start + i, r.id, r.text, json.dumps(r.fields, ensure_ascii=False), int(r.deleted))
+                for i, r in enumerate(rows)
+            ),
+        )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._db_guard:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read_meta(self) -> dict[str, str] | None:
+        with self._db_guard:
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        return meta or None
+
+    def _load_meta(self) -> None:
+        meta = self._read_meta()
+        if meta is None:
+            raise IndexStateError(f"index at {self.path} has no metadata: re-ingest it")
+        if int(meta["format"]) != FORMAT_VERSION:
+            raise IndexStateError(
+                f"index at {self.path} has format {meta['format']}, this itlr reads "
+                f"{FORMAT_VERSION}: upgrade itlr or re-ingest into a new index"
+            )
+        self.model = meta["model"]
+        self.dims = int(meta["dims"])
+        self.committed = int(meta["committed"])
+        self.generation = int(meta["generation"])
+
+    def _write_meta(self, **values: Any) -> None:
+        values = {"format": FORMAT_VERSION, "similarity": "cosine", **values}
+        self._db.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [(k, str(v)) for k, v in values.items()],
+        )
+
+    def _fsync_directory(self) -> None:
+        descriptor = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    def _migrate_legacy(self) -> None:
+        """Format 1 -> this format, in one transaction; the old files go after it commits."""
+        with self.writing(), self._db_guard:
+            if self._read_meta() is not None:  # another process migrated it meanwhile
+                return
+            manifest = json.loads((self.path / LEGACY_MANIFEST).read_text(encoding="utf-8"))
+            model, dims = manifest["model"], int(manifest["dims"])
+            vector_rows = (self.path / vector_file(0)).stat().st_size // (4 * dims)
+            rows: list[StoredRow] = []
+            with open(self.path / LEGACY_DOCS, "rb") as handle:
+                for line in handle:
+                    if len(rows) == vector_rows:
+                        break
+                    try:
+                        record = json.loads(line.decode("utf-8"))
+                    except (UnicodeDecodeError, json.JSONDecodeError):
+                        break  # a torn last line: the rows before it are whole
+                    rows.append(
+                        StoredRow(
+                            str(record["id"]),
+                            record.get("text", ""),
+                            record.get("fields") or {},
+                            bool(record.get("deleted")),
+                        )
+                    )
+            with self._transaction():
+                self._insert(0, rows)
+                self._write_meta(model=model, dims=dims, committed=len(rows), generation=0)
+            for name in (LEGACY_MANIFEST, LEGACY_MANIFEST + ".tmp", LEGACY_DOCS):
+                (self.path / name).unlink(missing_ok=True)
