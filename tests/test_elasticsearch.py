@@ -143,7 +143,7 @@ def test_knn_mode_before_8_12_is_refused_in_one_line_and_exact_mode_still_works(
     with pytest.raises(EngineError) as refused:
         backend.build_request(query, unit_vectors(2), SearchOptions(mode="knn"))
     message = str(refused.value)
-    assert "8.10.2" in message and "8.12" in message and "--mode exact" in message
+    assert "8.10.2" in message and "8.12" in message and '`mode="exact"`' in message
     assert "\n" not in message
     body = backend.build_request(query, unit_vectors(2), SearchOptions(mode="exact"))
     assert body["query"]["script_score"]["query"]["bool"]["must"] == [{"match_all": {}}]

@@ -119,7 +119,7 @@ def test_a_query_is_anchored_when_scoring_well_needs_a_positive_term(
 
 def test_a_not_under_an_or_warns_that_knn_mode_may_miss_documents() -> None:
     (warning,) = itlr.parse('"vitamin D" OR NOT "bone health"').warnings
-    assert "--mode exact" in warning and "\n" not in warning
+    assert '`mode="exact"`' in warning and "\n" not in warning
 
 
 @pytest.mark.parametrize(

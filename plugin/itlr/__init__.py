@@ -9,6 +9,7 @@ from itlr.errors import (
     QuerySyntaxError,
     RewriteError,
 )
+from itlr.index import Index
 from itlr.parser import parse
 from itlr.query import And, Not, Or, Query, Term
 from itlr.scoring import Operators, TruthMap
@@ -20,6 +21,7 @@ __all__ = [
     "ConfigurationError",
     "EmbeddingError",
     "EngineError",
+    "Index",
     "IndexStateError",
     "ItlrError",
     "Not",

@@ -231,3 +231,11 @@ def read_documents(source: str | Path) -> DocumentFile:
             duplicates += entry.id in by_id
             by_id[entry.id] = entry  # the last copy wins; the first copy's place is kept
     return DocumentFile(list(by_id.values()), bad_lines, duplicates)
+
+
+def document_from_record(record: Any, where: str) -> Document:
+    """One document from a mapping (the front door's `add`); a bad one is a one-line error."""
+    try:
+        return _from_record(record)
+    except _NotADocument as bad:
+        raise ConfigurationError(f"{where}: {bad}") from None

@@ -76,3 +76,21 @@ class Embedder:
 def get_embedder(model: str | None = None) -> Embedder:
     """A process-wide embedder per model: loading takes seconds, encoding is the cheap part."""
     return Embedder(model)
+
+
+def set_torch_threads(count: int | None) -> None:
+    """Threads torch uses inside one encode call, for the whole process (None: torch's default).
+
+    A service gets its parallelism from concurrent requests; on a small machine the intra-op
+    threads of one request spin-wait on the cores the event loop needs (docs/benchmarks.md). The
+    vectors can differ from a multi-threaded encode in the last bits (about 1e-7).
+    """
+    if count is None:
+        return
+    if count < 1:
+        from itlr.errors import ConfigurationError
+
+        raise ConfigurationError(f"`torch_threads` must be at least 1, got {count}")
+    import torch
+
+    torch.set_num_threads(count)

@@ -30,6 +30,15 @@ class IngestReport:
     encode_seconds: float = 0.0
     index_seconds: float = 0.0
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "added": self.added,
+            "skipped": self.skipped,
+            "failed": dict(self.failed),
+            "encode_seconds": self.encode_seconds,
+            "index_seconds": self.index_seconds,
+        }
+
 
 def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object]:
     """Be the backend's only writer for a whole run, if it has writers to exclude.

@@ -22,8 +22,27 @@ Span = tuple[int, int]
 NO_SPAN: Span = (0, 0)
 
 
+class _Composable:
+    """`&`, `|` and `~` build trees: `Term("a") & ~Term("b")` is `("a" AND NOT "b")`.
+
+    Operands of the same kind merge, as the parser merges `"a" AND "b" AND "c"` into one And, so
+    a built tree equals the parsed one.
+    """
+
+    __slots__ = ()
+
+    def __and__(self, other: Node | Query) -> And:
+        return And(_flatten(And, self, other))
+
+    def __or__(self, other: Node | Query) -> Or:
+        return Or(_flatten(Or, self, other))
+
+    def __invert__(self) -> Not:
+        return Not(self)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class Term:
+class Term(_Composable):
     text: str
     weight: float = 1.0
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
@@ -41,7 +60,7 @@ def _plain_number(value: float) -> str:
 
 
 @dataclass(frozen=True)
-class Not:
+class Not(_Composable):
     operand: Node
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
@@ -50,7 +69,7 @@ class Not:
 
 
 @dataclass(frozen=True)
-class And:
+class And(_Composable):
     operands: tuple[Node, ...]
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
@@ -59,7 +78,7 @@ class And:
 
 
 @dataclass(frozen=True)
-class Or:
+class Or(_Composable):
     operands: tuple[Node, ...]
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
 
@@ -68,6 +87,24 @@ class Or:
 
 
 Node = Union[Term, Not, And, Or]  # noqa: UP007 - a runtime alias used in isinstance-free typing
+
+
+def _node(value: object) -> Node:
+    if isinstance(value, Query):
+        return value.root
+    if isinstance(value, Term | Not | And | Or):
+        return value
+    raise TypeError(
+        f"cannot combine a query with {type(value).__name__}: use itlr.Term(...) or a parsed query"
+    )
+
+
+def _flatten(kind: type[And] | type[Or], *parts: object) -> tuple[Node, ...]:
+    operands: list[Node] = []
+    for part in parts:
+        node = _node(part)
+        operands.extend(node.operands if isinstance(node, kind) else (node,))
+    return tuple(operands)
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -102,6 +139,23 @@ class Query:
 
     def __str__(self) -> str:
         return str(self.root)
+
+    @classmethod
+    def of(cls, value: Query | Node) -> Query:
+        """A query from a built tree (`Term("a") & ~Term("b")`); a query stays itself."""
+        if isinstance(value, Query):
+            return value
+        root = _node(value)
+        return cls(root, str(root))
+
+    def __and__(self, other: Query | Node) -> Query:
+        return Query.of(And(_flatten(And, self, other)))
+
+    def __or__(self, other: Query | Node) -> Query:
+        return Query.of(Or(_flatten(Or, self, other)))
+
+    def __invert__(self) -> Query:
+        return Query.of(Not(self.root))
 
     @cached_property
     def terms(self) -> tuple[str, ...]:
@@ -182,7 +236,7 @@ class Query:
             return (
                 "documents far from every positive term can score well on this query (a NOT "
                 "under an OR): knn mode gathers candidates near positive terms only and may "
-                "miss them; use --mode exact for a complete ranking",
+                'miss them; use `mode="exact"` for a complete ranking',
             )
         return ()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,20 +13,27 @@ from itlr.parser import parse
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
 
+if TYPE_CHECKING:
+    from itlr.rewrite import RewriteResult
+
 
 @dataclass(frozen=True)
 class SearchResult:
     query: Query
     hits: list[Hit]
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    rewrite: RewriteResult | None = None  # how a plain-language question became the query
 
     def to_dict(self) -> dict:
-        return {
+        payload = {
             "query": str(self.query),
             "terms": list(self.query.terms),
             "warnings": list(self.warnings),
             "hits": [h.to_dict() for h in self.hits],
         }
+        if self.rewrite is not None:
+            payload["rewrite"] = self.rewrite.to_dict()
+        return payload
 
 
 class Retriever:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from itlr.errors import ConfigurationError
-from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
+from itlr.scoring import DEFAULT_NOT_STRENGTH, SEARCH_OPERATORS, Operators, TruthMap
 
 Mode = Literal["knn", "exact"]
 
@@ -37,19 +38,75 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ConfigurationError(f"k must be at least 1, got {self.k}")
+            raise ConfigurationError(f"`k` must be at least 1, got {self.k}")
         if self.mode not in ("knn", "exact"):
-            raise ConfigurationError(f"unknown mode {self.mode!r}: choose knn or exact")
+            raise ConfigurationError(f"unknown `mode` {self.mode!r}: choose knn or exact")
         if self.candidates is not None and self.candidates < 1:
-            raise ConfigurationError(f"candidates must be at least 1, got {self.candidates}")
+            raise ConfigurationError(f"`candidates` must be at least 1, got {self.candidates}")
         if self.hard_filter is not None and not 0.0 <= self.hard_filter <= 1.0:
             raise ConfigurationError(
-                f"--hard-filter is a truth threshold in [0, 1], got {self.hard_filter}"
+                f"`hard_filter` is a truth threshold in [0, 1], got {self.hard_filter}"
             )
 
     @property
     def candidate_budget(self) -> int:
         return self.candidates if self.candidates is not None else max(100, 10 * self.k)
+
+
+def search_options(
+    *,
+    k: int = 10,
+    mode: str = "knn",
+    candidates: int | None = None,
+    hard_filter: float | None = None,
+    and_: str = "product",
+    or_: str = "sum",
+    not_: str = "complement",
+    not_strength: float = DEFAULT_NOT_STRENGTH,
+    truth: str = "clamp",
+    tau: float = 0.5,
+    lam: float = 10.0,
+    filter: dict[str, Any] | None = None,
+    exclude_lexical: bool = False,
+    explain: bool = False,
+    model: str | None = None,
+) -> SearchOptions:
+    """SearchOptions from plain names and values: what `itlr search`, the front door and the
+    HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
+    `model`."""
+    for name, value in (("tau", tau), ("lam", lam), ("hard_filter", hard_filter)):
+        if value is not None and not math.isfinite(value):
+            # A request carrying NaN or Infinity is not JSON any engine accepts.
+            raise ConfigurationError(f"`{name}` must be a finite number, not {value}")
+    if filter is not None and not isinstance(filter, dict):
+        raise ConfigurationError(
+            '`filter` must be a JSON object, e.g. {"term": {"metadata.lang": "en"}}'
+        )
+    return SearchOptions(
+        k=k,
+        mode=mode,  # type: ignore[arg-type]
+        candidates=candidates,
+        hard_filter=hard_filter,
+        ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
+        truth=truth_map(truth, tau, lam, model),
+        filter=filter,
+        exclude_lexical=exclude_lexical,
+        explain=explain,
+    )
+
+
+def truth_map(truth: str, tau: float, lam: float, model: str | None) -> TruthMap:
+    if truth != "calibrated":
+        return TruthMap(truth, tau, lam)  # type: ignore[arg-type]
+    from itlr.evaluation.calibration import load_calibration
+
+    calibrated = load_calibration(model)
+    if calibrated is None:
+        raise ConfigurationError(
+            "no calibration saved for this model: run `itlr calibrate DATASET` first, "
+            'or use `truth="sigmoid"` with `tau` and `lam`'
+        )
+    return calibrated
 
 
 @dataclass(frozen=True)

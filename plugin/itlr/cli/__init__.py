@@ -8,6 +8,7 @@ from itlr.cli import (  # noqa: F401  (importing a module registers its commands
     perf,
     proxy_bench,
     rewrite,
+    serve,
     translate,
 )
 from itlr.cli.app import app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from enum import StrEnum
@@ -89,6 +90,50 @@ class Rewrite(StrEnum):
     llm = "llm"
 
 
+# The library names options as Python does, in backticks: `hard_filter`, `mode="exact"`.
+_PYTHON_OPTION = re.compile(r'`(\w+)(?:="([^"`]*)")?`')
+
+
+def _python_option_names() -> frozenset[str]:
+    from dataclasses import fields
+
+    from itlr.search import SearchOptions
+
+    return frozenset(
+        {f.name for f in fields(SearchOptions)}
+        | set(_ENGINE_OPTIONS)
+        | {
+            "model",
+            "index",
+            "and_",
+            "or_",
+            "not_",
+            "not_strength",
+            "tau",
+            "lam",
+            "with_install",
+            "token",
+            "host",
+            "torch_threads",
+        }
+    )
+
+
+def as_flags(message: str) -> str:
+    """A library message with its Python option names turned into this CLI's flags:
+    `hard_filter` -> --hard-filter, `mode="exact"` -> --mode exact."""
+    names = _python_option_names()
+
+    def flag(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in names:
+            return match.group(0)
+        spelled = "--" + name.rstrip("_").replace("_", "-")
+        return spelled if value is None else f"{spelled} {value}"
+
+    return _PYTHON_OPTION.sub(flag, message)
+
+
 def labelled(label: str, style: str, message: str) -> Text:
     """A styled label and a message printed literally: ids, engine reasons and user text may
     hold `[...]`, which must not be read as Rich markup."""
@@ -100,11 +145,11 @@ def say(console: Console, label: str, style: str, message: str) -> None:
 
 
 def warn(message: str) -> None:
-    say(err, "warning:", "yellow", message)
+    say(err, "warning:", "yellow", as_flags(message))
 
 
 def fail(message: str) -> typer.Exit:
-    say(err, "error:", "bold red", message)
+    say(err, "error:", "bold red", as_flags(message))
     return typer.Exit(2)
 
 

@@ -95,3 +95,37 @@ def synthetic(
         out.print(f"wrote synthetic.md, results.json and PNGs to {out_dir}", highlight=False)
 
     run_guarded(action)
+
+
+@bench_app.command("serve")
+def serve_throughput(
+    index: Annotated[
+        str, typer.Option("--index", "-i", help="Embedded index (default: the demo index).")
+    ] = "",
+    clients: Annotated[str, typer.Option(help="Client counts, comma-separated.")] = "1,4,8",
+    requests: Annotated[int, typer.Option(help="Requests per client count.")] = 200,
+    k: Annotated[int, typer.Option("--k", "-k", help="Hits per request.")] = 10,
+    torch_threads: Annotated[
+        int | None, typer.Option(help="Torch threads per encode (default: torch's).")
+    ] = None,
+) -> None:
+    """/search throughput of `itlr serve` on the embedded engine (the demo queries)."""
+
+    def action() -> None:
+        from itlr.benchmarks import service
+        from itlr.demo import demo_index, showcases
+        from itlr.embed import set_torch_threads
+        from itlr.index import Index
+
+        set_torch_threads(torch_threads)
+        counts = [int(c) for c in clients.split(",") if c.strip()]
+        if index:
+            opened = Index.open(index, create=False)
+        else:
+            opened = Index.open(str(demo_index().path), create=False)
+        queries = [case.query for case in showcases()]
+        results = service.run(opened, queries, counts, requests, k)
+        out.print(service.markdown(results), markup=False, highlight=False)
+        print(json.dumps([r.to_dict() for r in results]))
+
+    run_guarded(action)

@@ -80,14 +80,12 @@ def parse_command(
 
 
 def _open(spec, model: str | None, create: bool):
-    from itlr.embed import get_embedder
-    from itlr.engines.factory import open_backend
+    from itlr.index import Index
 
-    embedder = get_embedder(model)
-    backend = open_backend(spec, embedder, create=create)
-    for warning in getattr(backend, "warnings", ()):
+    index = Index.from_spec(spec, model=model, create=create)
+    for warning in index.warnings:
         warn(warning)
-    return backend, embedder
+    return index
 
 
 @app.command()
@@ -114,8 +112,6 @@ def ingest(
     status 1), or, with --strict, refuse the file.
     """
     from itlr.documents import read_documents
-    from itlr.ingest import ingest as run_ingest
-    from itlr.ingest import writer_session
     from itlr.progress import document_progress
 
     def action() -> None:
@@ -128,15 +124,11 @@ def ingest(
                 "above): nothing was ingested; fix them, or drop --strict to ingest the rest"
             )
         documents = source_file.documents
-        backend, embedder = _open(replace(spec, knn_engine=knn_engine), model, create=True)
-        with writer_session(backend), document_progress(err) as progress:
+        target = _open(replace(spec, knn_engine=knn_engine), model, create=True)
+        with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
-            report = run_ingest(
-                documents,
-                backend,
-                embedder,
-                batch_size=batch_size,
-                on_batch=lambda n: progress.advance(task, n),
+            report = target.add(
+                documents, batch_size=batch_size, on_batch=lambda n: progress.advance(task, n)
             )
         for doc_id, reason in report.failed.items():
             say(err, "failed", "red", f"{doc_id}: {reason}")
@@ -144,7 +136,7 @@ def ingest(
             f"added {report.added}, skipped {report.skipped} already present, "
             f"{source_file.duplicates} repeated ids (last copy kept), "
             f"{len(source_file.bad_lines)} bad lines, failed {len(report.failed)}; "
-            f"index now holds {backend.count()} documents",
+            f"index now holds {target.count()} documents",
             highlight=False,
             markup=False,
             soft_wrap=True,
@@ -207,24 +199,16 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
     """Search an index with a logical query; prints hits with each term's truth value."""
-    from itlr.retriever import Retriever
 
     def action() -> None:
-        rewritten = None
         text = query_text(query, query_file)
-        if rewrite is Rewrite.none:
-            parsed = parse(text)
-        else:
-            from itlr.rewrite import rewrite_for_search
-
+        config = None
+        if rewrite is not Rewrite.none:
             config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
             if rewrite is Rewrite.llm and config is None:
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
-            rewritten = rewrite_for_search(text, rewrite.value, config)
-            parsed = rewritten.query
-            for warning in rewritten.warnings:
-                warn(warning)
-            err.print(f"rewritten ({rewritten.method}): {parsed}", highlight=False, markup=False)
+        else:
+            parse(text)  # a syntax error shows before the model loads
         options = search_options(
             k=k,
             mode=mode,
@@ -242,15 +226,21 @@ def search(
             explain=explain,
             model=model,
         )
-        backend, embedder = _open(spec, model, create=False)
-        result = Retriever(backend, embedder).search(parsed, options)
+        result = _open(spec, model, create=False).search(
+            text, options=options, rewrite=rewrite.value, llm=config
+        )
+        if result.rewrite is not None:
+            for warning in result.rewrite.warnings:
+                warn(warning)
+            err.print(
+                f"rewritten ({result.rewrite.method}): {result.query}",
+                highlight=False,
+                markup=False,
+            )
         for warning in result.warnings:
             warn(warning)
         if as_json:
-            payload = result.to_dict()
-            if rewritten is not None:
-                payload["rewrite"] = rewritten.to_dict()
-            print(json.dumps(payload, indent=2, ensure_ascii=False))
+            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         else:
             _print_hits(str(result.query), result.hits, result.query.terms)
 

@@ -24,6 +24,7 @@ from itlr.cli.app import (
     err,
     out,
     run_guarded,
+    warn,
 )
 from itlr.cli.options import NotStrengthOpt
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
@@ -317,8 +318,6 @@ def _engine_runner(
     """An EngineRunner on the spec's cluster, its index created from the mapping if missing."""
     from dataclasses import replace
 
-    from rich.markup import escape
-
     from itlr.engines.factory import remote_backend
     from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 
@@ -326,7 +325,7 @@ def _engine_runner(
     backend = remote_backend(replace(spec, index=name), embedder.name, embedder.dims)
     created = backend.ensure_index(spec.knn_engine)
     for warning in backend.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+        warn(warning)
     return EngineRunner(
         backend,
         mode=(mode or Mode.knn).value,  # type: ignore[arg-type]

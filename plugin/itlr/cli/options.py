@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated, Any
 
 import typer
 
 from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
 from itlr.errors import ConfigurationError
-from itlr.scoring import DEFAULT_NOT_STRENGTH, Operators, TruthMap
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 from itlr.search import SearchOptions
+from itlr.search import search_options as library_search_options
 
 KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
 ModeOpt = Annotated[
@@ -86,20 +86,6 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
     return value
 
 
-def truth_map(truth: Truth, tau: float, lam: float, model: str | None) -> TruthMap:
-    if truth is not Truth.calibrated:
-        return TruthMap(truth.value, tau, lam)  # type: ignore[arg-type]
-    from itlr.evaluation.calibration import load_calibration
-
-    calibrated = load_calibration(model)
-    if calibrated is None:
-        raise ConfigurationError(
-            "no calibration saved for this model: run `itlr calibrate DATASET` first, "
-            "or use --truth sigmoid --tau T --lam L"
-        )
-    return calibrated
-
-
 def search_options(
     *,
     k: int,
@@ -118,18 +104,20 @@ def search_options(
     explain: bool,
     model: str | None,
 ) -> SearchOptions:
-    for flag, value in (("--tau", tau), ("--lam", lam), ("--hard-filter", hard_filter)):
-        if value is not None and not math.isfinite(value):
-            # A request carrying NaN or Infinity is not JSON any engine accepts.
-            raise ConfigurationError(f"{flag} must be a finite number, not {value}")
-    return SearchOptions(
+    return library_search_options(
         k=k,
-        mode=mode.value,  # type: ignore[arg-type]
+        mode=mode.value,
         candidates=candidates,
         hard_filter=hard_filter,
-        ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
-        truth=truth_map(truth, tau, lam, model),
+        and_=and_.value,
+        or_=or_.value,
+        not_=not_.value,
+        not_strength=not_strength,
+        truth=truth.value,
+        tau=tau,
+        lam=lam,
         filter=parse_filter(filter),
         exclude_lexical=exclude_lexical,
         explain=explain,
+        model=model,
     )

@@ -141,13 +141,13 @@ class ClusterBackend:
         if vector is None or vector.get("type") != self.vector_type:
             raise IndexStateError(
                 f"index {self.index!r} has no {self.vector_type} field "
-                f"{self.layout.vector_field!r}: name the right one with --vector-field"
+                f"{self.layout.vector_field!r}: name the right one with `vector_field`"
             )
         dims = self._mapped_dims(vector)
         if dims is not None and int(dims) != self.dims:
             raise IndexStateError(
                 f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
-                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching --model"
+                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
             )
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:

@@ -68,8 +68,9 @@ class Capabilities:
     def refuse_knn_mode(self) -> None:
         if not self.knn_query:
             raise EngineError(
-                f"Elasticsearch {self.version} has no knn query (it arrived in 8.12), so --mode "
-                "knn cannot gather candidates for rescoring: use --mode exact, or upgrade"
+                f"Elasticsearch {self.version} has no knn query (it arrived in 8.12), so "
+                '`mode="knn"` cannot gather candidates for rescoring: use `mode="exact"`, '
+                "or upgrade"
             )
 
 
@@ -190,7 +191,7 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
         yield
     except es_errors.AuthenticationException:
         raise EngineError(
-            f"Elasticsearch at {url} refused the credentials: check --user/--password or --api-key"
+            f"Elasticsearch at {url} refused the credentials: check `user`/`password` or `api_key`"
         ) from None
     except es_errors.AuthorizationException as denied:
         raise EngineError(
@@ -222,7 +223,7 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
     except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
-            "is it running? check --url"
+            "is it running? check `url`"
         ) from None
     except elastic_transport.TransportError as failed:
         raise EngineError(f"Elasticsearch at {url}: {failed}") from None
@@ -293,7 +294,7 @@ class ElasticsearchBackend(ClusterBackend):
         if vector.get("index") is False:
             self._warn(
                 f"field {self.layout.vector_field!r} of index {self.index!r} is not indexed for "
-                "kNN (index: false): only --mode exact can search it"
+                'kNN (index: false): only `mode="exact"` can search it'
             )
 
     # -- scripts and writes --------------------------------------------------------------
@@ -341,7 +342,7 @@ class ElasticsearchBackend(ClusterBackend):
         self.capabilities.refuse_knn_mode()
         if options.candidate_budget > MAX_NUM_CANDIDATES:
             self.warnings.append(
-                f"--candidates {options.candidate_budget} exceeds Elasticsearch's "
+                f"`candidates` {options.candidate_budget} exceeds Elasticsearch's "
                 f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
             )
         return [

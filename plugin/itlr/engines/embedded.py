@@ -82,12 +82,12 @@ class EmbeddedIndex:
         if dims != self.dims:
             raise IndexStateError(
                 f"index at {self.path} holds {self.dims}-dim vectors but model {model!r} makes "
-                f"{dims}-dim ones: use --model {self.model!r} or a new index"
+                f'{dims}-dim ones: use `model="{self.model}"` or a new index'
             )
         if model != self.model:
             raise IndexStateError(
                 f"index at {self.path} was built with model {self.model!r}, not {model!r}: "
-                f"use --model {self.model!r} or a new index"
+                f'use `model="{self.model}"` or a new index'
             )
 
     def manifest(self) -> dict[str, Any]:
@@ -240,7 +240,7 @@ class EmbeddedIndex:
                 keep &= truths[:, terms.index(term)] < options.hard_filter
         if options.exclude_lexical:
             raise ConfigurationError(
-                "--exclude-lexical needs a text index: use --engine opensearch or elasticsearch"
+                "`exclude_lexical` needs a text index: search an OpenSearch or Elasticsearch index"
             )
         rows, truths = rows[keep], truths[keep]
         scores = np.maximum(query.program.evaluate_matrix(truths, options.ops), 0.0)

@@ -72,7 +72,7 @@ class EngineSpec:
             raise ConfigurationError(f"unknown engine {self.engine!r}: choose one of {ENGINES}")
         if self.engine != "memory" and self.connection is None:
             raise ConfigurationError(
-                f"--engine {self.engine} needs --url (e.g. http://localhost:9200)"
+                f'`engine="{self.engine}"` needs `url` (e.g. http://localhost:9200)'
             )
 
 
@@ -103,7 +103,7 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
         ) from None
     except (urllib.error.URLError, OSError) as down:
         raise EngineError(
-            f"cannot reach {connection.url} ({down}): is it running? check --url"
+            f"cannot reach {connection.url} ({down}): is it running? check `url`"
         ) from None
     try:
         info = json.loads(body)
@@ -149,7 +149,7 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
 def remote_backend(spec: EngineSpec, model: str, dims: int):
     """A cluster backend for the spec, without touching its index yet."""
     if spec.connection is None:
-        raise ConfigurationError("this command needs a cluster: give --url")
+        raise ConfigurationError("this needs a cluster: give `url`")
     engine = spec.engine
     version: str | None = None
     if engine == "auto":

@@ -30,11 +30,11 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach OpenSearch at {url} ({type(down.info).__name__ if down.info else 'connection refused'}): "
-            "is it running? check --url"
+            "is it running? check `url`"
         ) from None
     except os_errors.AuthenticationException:
         raise EngineError(
-            f"OpenSearch at {url} refused the credentials: check --user/--password or --api-key"
+            f"OpenSearch at {url} refused the credentials: check `user`/`password` or `api_key`"
         ) from None
     except os_errors.NotFoundError as missing:
         if "index_not_found" in str(missing.error):

@@ -1,0 +1,75 @@
+"""`itlr serve`: the JSON HTTP service over one index (itlr.service)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.service.security import TOKEN_ENV
+
+
+@app.command()
+@engine_command
+def serve(
+    index: IndexOpt,
+    spec: Any = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; beyond loopback a --token is required.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=TOKEN_ENV,
+            help="Client token every request must present (Authorization: Bearer TOKEN or "
+            "X-Itlr-Token); required when --host is not loopback. Prefer the env var.",
+            show_default=False,
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body accepted (413 above).")
+    ] = 64 * 1024,
+    llm_base_url: LLMBaseUrlOpt = None,
+    llm_model: LLMModelOpt = None,
+    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
+    llm_timeout: LLMTimeoutOpt = 30.0,
+    model: ModelOpt = None,
+    torch_threads: Annotated[
+        int | None,
+        typer.Option(
+            help="Torch threads per encode (default: torch's). 1 is much faster for sequential "
+            "clients on a small machine; scores may then differ from `itlr search` by ~1e-7."
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs."""
+
+    def action() -> Any:
+        from itlr.embed import set_torch_threads
+        from itlr.index import Index
+        from itlr.service import create_app
+        from itlr.service.security import check_exposure, client_token
+
+        client = client_token(token)
+        check_exposure(host, client)  # before the model loads
+        set_torch_threads(torch_threads)
+        opened = Index.from_spec(spec, model=model, create=False)
+        for warning in opened.warnings:
+            warn(warning)
+        config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+        return create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config), opened
+
+    service, opened = run_guarded(action)
+    import uvicorn
+
+    err.print(
+        f"serving {opened.engine} index {opened.name!r} ({opened.count()} documents) on "
+        f"http://{host}:{port} (docs at /docs)",
+        highlight=False,
+        markup=False,
+    )
+    uvicorn.run(service, host=host, port=port, log_level=log_level)

@@ -1,0 +1,269 @@
+"""The front door: one object per index, on any engine.
+
+    idx = itlr.Index.open("notes")                       # embedded, under $ITLR_HOME/indexes
+    idx.add([{"id": "d1", "text": "..."}])
+    idx.search('"vitamin D" AND NOT "bone health"', k=10, hard_filter=0.6).hits
+
+The CLI and the HTTP service are thin layers over this class: they parse their input into the
+same names and call the same methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from itlr.documents import Document, document_from_record
+from itlr.embed import Embedder, get_embedder
+from itlr.engines import Backend
+from itlr.engines.factory import Connection, EngineSpec, open_backend
+from itlr.engines.remote import IndexLayout
+from itlr.errors import ConfigurationError
+from itlr.ingest import IngestReport, ingest, writer_session
+from itlr.parser import parse
+from itlr.query import Node, Query
+from itlr.retriever import Retriever, SearchResult
+from itlr.search import Hit, SearchOptions, search_options
+from itlr.translation import Request, translate_requests
+
+if TYPE_CHECKING:
+    from itlr.rewrite.llm import LLMConfig
+
+QueryLike = str | Query | Node
+
+
+def as_query(query: QueryLike) -> Query:
+    """A query from text (parsed), a built tree (`Term("a") & ~Term("b")`) or a query."""
+    return parse(query) if isinstance(query, str) else Query.of(query)
+
+
+class Index:
+    """An index and the model that embeds its documents and query terms.
+
+    Open it with `Index.open`; the model is loaded once per process and shared by every index
+    that uses it.
+    """
+
+    def __init__(self, spec: EngineSpec, backend: Backend, embedder: Embedder) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.embedder = embedder
+        self._retriever = Retriever(backend, embedder)
+
+    @classmethod
+    def open(
+        cls,
+        name: str | Path,
+        *,
+        url: str | None = None,
+        engine: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        api_key: str | None = None,
+        ca_file: str | None = None,
+        verify_certs: bool = True,
+        model: str | None = None,
+        vector_field: str = "embedding",
+        text_field: str = "text",
+        inline_script: bool = False,
+        create: bool | None = None,
+        knn_engine: str | None = None,
+    ) -> Index:
+        """Open an index by name.
+
+        Without `url` the index is embedded: a bare name lives under `$ITLR_HOME/indexes/NAME`
+        (the same place the CLI's `--index NAME` uses), a path is used as given, and a missing
+        index is created for the model (the bundled all-MiniLM-L6-v2 by default).
+        With `url` the engine is asked what it is (OpenSearch or Elasticsearch) unless `engine`
+        says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
+        cluster index is created only with `create=True`.
+        """
+        engine = engine or ("auto" if url else "memory")
+        connection = None
+        if url is not None and engine != "memory":
+            connection = Connection.from_env(
+                url,
+                user=user,
+                password=password,
+                api_key=api_key,
+                ca_file=ca_file,
+                verify_certs=verify_certs,
+            )
+        elif engine != "memory":
+            raise ConfigurationError(f"`engine={engine!r}` needs a cluster: give `url`")
+        spec = EngineSpec(
+            engine=engine,
+            index=str(name),
+            connection=connection,
+            layout=IndexLayout(vector_field, text_field),
+            inline_script=inline_script,
+            knn_engine=knn_engine,
+        )
+        if create is None:
+            create = engine == "memory"
+        return cls.from_spec(spec, model=model, create=create)
+
+    @classmethod
+    def from_spec(
+        cls, spec: EngineSpec, *, model: str | None = None, create: bool = False
+    ) -> Index:
+        """Open the index an EngineSpec describes (what the CLI's engine flags build)."""
+        embedder = get_embedder(model)
+        return cls(spec, open_backend(spec, embedder, create=create), embedder)
+
+    # -- what it is ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.index
+
+    @property
+    def engine(self) -> str:
+        """memory, opensearch or elasticsearch (what auto-detection found)."""
+        return getattr(self.backend, "engine", "memory")
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What opening the index noticed (e.g. a mapping that lacks something)."""
+        return tuple(getattr(self.backend, "warnings", ()))
+
+    def count(self) -> int:
+        return self.backend.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __repr__(self) -> str:
+        return f"Index({self.name!r}, engine={self.engine!r}, model={self.embedder.name!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the index is, without any credential."""
+        return {
+            "index": self.name,
+            "engine": self.engine,
+            "model": self.embedder.name,
+            "dims": self.embedder.dims,
+        }
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add(
+        self,
+        documents: Iterable[Mapping[str, Any] | Document],
+        *,
+        batch_size: int = 64,
+        on_batch: Any = None,
+    ) -> IngestReport:
+        """Embed and store documents, skipping ids the index already has.
+
+        A document is a Document or a mapping with an id and a text (`id`/`_id`/`doc_id`,
+        `text`/`body`/`content`); its other keys are stored as fields for filters.
+        """
+        docs = (
+            d if isinstance(d, Document) else document_from_record(dict(d), f"document {n}")
+            for n, d in enumerate(documents, 1)
+        )
+        with writer_session(self.backend):
+            report = ingest(
+                docs, self.backend, self.embedder, batch_size=batch_size, on_batch=on_batch
+            )
+        refresh = getattr(self.backend, "refresh", None)
+        if refresh is not None and report.added:
+            refresh()  # a search right after add should see the documents
+        return report
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def options(self, options: SearchOptions | None = None, **names: Any) -> SearchOptions:
+        """SearchOptions from keyword names (k, mode, hard_filter, and_, truth, ...)."""
+        if options is not None:
+            if names:
+                raise ConfigurationError(
+                    f"give either `options` or keyword options, not both (got {sorted(names)})"
+                )
+            return options
+        return search_options(model=self.embedder.name, **names)
+
+    def search(
+        self,
+        query: QueryLike,
+        k: int = 10,
+        *,
+        options: SearchOptions | None = None,
+        rewrite: str | None = None,
+        llm: LLMConfig | None = None,
+        **names: Any,
+    ) -> SearchResult:
+        """Run a logical query: hits with score and per-term truths, best first, and warnings.
+
+        Options by name: mode ("knn" or "exact"), candidates, hard_filter, and_, or_, not_,
+        truth, tau, lam, filter, exclude_lexical, explain. With `rewrite="rules"` (or "llm" and
+        an `llm` config) `query` is a plain-language question, rewritten first; text that is
+        already a logical query is used as typed.
+        """
+        if options is None:
+            names["k"] = k
+        options = self.options(options, **names)  # bad options fail before any model call
+        if rewrite in (None, "none"):
+            return self._retriever.search(as_query(query), options)
+        if not isinstance(query, str):
+            raise ConfigurationError("`rewrite` takes a question as text, not a built query")
+        if rewrite == "llm" and llm is None:
+            raise ConfigurationError('`rewrite="llm"` needs an `llm` configuration (a model)')
+        from itlr.rewrite import rewrite_for_search
+
+        rewritten = rewrite_for_search(query, rewrite, llm)
+        result = self._retriever.search(rewritten.query, options)
+        return replace(result, rewrite=rewritten)
+
+    def dense(self, text: str, k: int = 10, *, filter: dict[str, Any] | None = None) -> list[Hit]:
+        """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
+        return self._retriever.dense(text, k, filter)
+
+    def request(
+        self,
+        query: QueryLike,
+        k: int = 10,
+        *,
+        engine: str | None = None,
+        options: SearchOptions | None = None,
+        **names: Any,
+    ) -> dict[str, Any]:
+        """The search body this query becomes on the engine, without any network call.
+
+        A cluster index gives its own engine's body; an embedded one the body for `engine`
+        (opensearch by default), as `itlr translate --format json` prints it.
+        """
+        return self.requests(query, k, engine=engine, options=options, **names)[-1].body
+
+    def requests(
+        self,
+        query: QueryLike,
+        k: int = 10,
+        *,
+        engine: str | None = None,
+        options: SearchOptions | None = None,
+        with_install: bool = False,
+        **names: Any,
+    ) -> list[Request]:
+        """The requests to send, in order: the script installs (with_install), then the search."""
+        if options is None:
+            names["k"] = k
+        engine = engine or (self.engine if self.engine != "memory" else "opensearch")
+        version = None
+        if engine == "elasticsearch" and self.engine == "elasticsearch":
+            version = self.backend.capabilities.version  # type: ignore[attr-defined]
+        return translate_requests(
+            as_query(query),
+            engine,
+            self.name,
+            self.options(options, **names),
+            self.embedder,
+            with_install=with_install,
+            inline_script=self.spec.inline_script,
+            vector_field=self.spec.layout.vector_field,
+            text_field=self.spec.layout.text_field,
+            server_version=version,
+        )

@@ -1,0 +1,209 @@
+"""The JSON API over one index: /search, /translate, /parse, /rewrite, /healthz, docs at /docs.
+
+Each endpoint turns its JSON body into the front door's own names and calls one method of
+`itlr.Index`, so an answer is exactly what the library (and `itlr search --json`) gives. Bad
+input is a 4xx with the library's one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from itlr.errors import (
+    ConfigurationError,
+    EmbeddingError,
+    EngineError,
+    IndexStateError,
+    ItlrError,
+    QuerySyntaxError,
+    RewriteError,
+)
+from itlr.index import Index
+from itlr.parser import parse
+from itlr.rewrite import rewrite_for_search
+from itlr.rewrite.llm import LLMConfig
+from itlr.scoring import DEFAULT_NOT_STRENGTH, AndName, NotName, OrName, TruthName
+from itlr.search import Mode
+from itlr.service.security import BodyLimit, TokenGuard
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a query with options is well under 1 kB
+log = logging.getLogger("itlr.service")
+
+
+class SearchOptionsBody(BaseModel):
+    """Every search option of `itlr search`, by the same name."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    k: int = Field(10, ge=1, le=10_000, description="Number of hits.")
+    mode: Mode = Field(
+        "knn", description="knn: per-term kNN candidates, rescored exactly; exact: every document."
+    )
+    candidates: int | None = Field(None, ge=1, description="kNN candidates per positive term.")
+    hard_filter: float | None = Field(
+        None, ge=0.0, le=1.0, description="Drop documents whose truth for a root NOT term >= this."
+    )
+    and_: AndName = Field("product", alias="and")
+    or_: OrName = Field("sum", alias="or")
+    not_: NotName = Field("complement", alias="not")
+    not_strength: float = Field(
+        DEFAULT_NOT_STRENGTH, ge=0.0, le=1.0, description="NOT negates this share: 1 - s*x."
+    )
+    truth: TruthName | Literal["calibrated"] = "clamp"
+    tau: float = 0.5
+    lam: float = 10.0
+    filter: dict[str, Any] | None = Field(None, description="An engine query every hit must match.")
+    exclude_lexical: bool = False
+    explain: bool = False
+
+    def names(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=False)
+
+
+class SearchBody(SearchOptionsBody):
+    query: str = Field(..., description='A logical query, e.g. "vitamin D" AND NOT "bone health".')
+    rewrite: Literal["none", "rules", "llm"] = Field(
+        "none", description="rules or llm: `query` is a plain-language question, rewritten first."
+    )
+
+
+class TranslateBody(SearchOptionsBody):
+    query: str
+    engine: Literal["opensearch", "elasticsearch"] | None = Field(
+        None, description="Whose syntax; default: the index's own engine (opensearch if embedded)."
+    )
+    with_install: bool = Field(False, description="Also the requests that install the scripts.")
+
+
+class ParseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str
+
+
+class RewriteBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str
+    method: Literal["rules", "llm"] = "rules"
+
+
+def _error(status: int, text: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": text, **extra}, status_code=status)
+
+
+def _validation_message(problem: RequestValidationError) -> str:
+    parts = []
+    for item in problem.errors():
+        if item.get("type") == "json_invalid":
+            parts.append(f"the body is not valid JSON ({item.get('ctx', {}).get('error', '?')})")
+            continue
+        where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def create_app(
+    index: Index,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    llm: LLMConfig | None = None,
+) -> Any:
+    """The ASGI app for one index. With `token`, every request must present it (see
+    itlr.service.security); request bodies over `max_body_bytes` are refused with 413."""
+    app = FastAPI(
+        title="itlr",
+        summary="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
+        version=_version(),
+    )
+
+    @app.exception_handler(QuerySyntaxError)
+    async def syntax_error(_: Request, bad: QuerySyntaxError) -> JSONResponse:
+        return _error(
+            422,
+            f"syntax error at position {bad.position}: {bad.message}",
+            message=bad.message,
+            position=bad.position,
+            caret=bad.caret,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, bad: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(bad))
+
+    @app.exception_handler(ItlrError)
+    async def library_error(_: Request, bad: ItlrError) -> JSONResponse:
+        if isinstance(bad, ConfigurationError | RewriteError):
+            return _error(400, str(bad))
+        if isinstance(bad, IndexStateError):
+            return _error(409, str(bad))
+        if isinstance(bad, EngineError):
+            log.warning("engine error: %s", bad)  # the message never holds credentials
+            return _error(502, str(bad))
+        if isinstance(bad, EmbeddingError):
+            return _error(503, str(bad))
+        return _error(400, str(bad))
+
+    @app.post("/search")
+    def search(body: SearchBody) -> dict[str, Any]:
+        """Hits in the same order, with the same scores, as `itlr search --json`."""
+        names = body.names()
+        query, rewrite = names.pop("query"), names.pop("rewrite")
+        if rewrite == "llm" and llm is None:
+            raise ConfigurationError(
+                '`rewrite="llm"` is not available: this service was started without an LLM'
+            )
+        return index.search(query, rewrite=rewrite, llm=llm, **names).to_dict()
+
+    @app.post("/translate")
+    def translate(body: TranslateBody) -> dict[str, Any]:
+        """The requests `itlr translate` would print, as JSON; the last one is the search."""
+        names = body.names()
+        query = parse(names.pop("query"))
+        engine, with_install = names.pop("engine"), names.pop("with_install")
+        requests = index.requests(query, engine=engine, with_install=with_install, **names)
+        return {
+            "query": str(query),
+            "warnings": list(query.warnings),
+            "requests": [r.to_dict() for r in requests],
+        }
+
+    @app.post("/parse")
+    def parse_query(body: ParseBody) -> dict[str, Any]:
+        """The canonical form and tree of a logical query, as `itlr parse --json` prints them."""
+        parsed = parse(body.query)
+        return {**parsed.to_dict(), "warnings": list(parsed.warnings)}
+
+    @app.post("/rewrite")
+    def rewrite(body: RewriteBody) -> dict[str, Any]:
+        """A plain-language question as a logical query (`itlr search --rewrite` does this)."""
+        if body.method == "llm" and llm is None:
+            raise ConfigurationError(
+                '`method="llm"` is not available: this service was started without an LLM'
+            )
+        return rewrite_for_search(body.question, body.method, llm).to_dict()
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        """200 with the index's size when its engine answers, 503 when it does not."""
+        try:
+            count = index.count()
+        except EngineError as down:
+            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
+        return JSONResponse({"status": "ok", **index.to_dict(), "count": count})
+
+    guarded: Any = BodyLimit(app, max_body_bytes)
+    if token is not None:
+        guarded = TokenGuard(guarded, token)
+    return guarded
+
+
+def _version() -> str:
+    from itlr import __version__
+
+    return __version__

@@ -1,0 +1,173 @@
+"""Who may use a service that holds cluster credentials: loopback, or a client token.
+
+The JSON service and the query-bar proxy hold credentials for the cluster, so anyone who can
+reach them can use those credentials. Bound to loopback only local processes can; bound to
+anything else a client token of the service's own is required on every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from itlr.errors import ConfigurationError
+
+TOKEN_ENV = "ITLR_TOKEN"
+TOKEN_HEADER = "x-itlr-token"  # the proxy forwards Authorization upstream, so it uses this one
+MIN_TOKEN_LENGTH = 16
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the service reachable from this machine only."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def client_token(given: str | None) -> str | None:
+    """The client token from the option or $ITLR_TOKEN; a short one is refused."""
+    token = given or os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"the client token is {len(token)} characters: use at least {MIN_TOKEN_LENGTH}, "
+            'e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    return token
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Refuse to serve beyond loopback without a client token."""
+    if token is None and not is_loopback(host):
+        raise ConfigurationError(
+            f"binding {host} exposes the cluster credentials to the network: set a client "
+            f"token (`token`, or ${TOKEN_ENV}), or bind 127.0.0.1"
+        )
+
+
+def token_matches(given: str | None, token: str) -> bool:
+    """Constant-time comparison; hashing first hides the token's length too."""
+    if given is None:
+        return False
+    return hmac.compare_digest(
+        hashlib.sha256(given.encode()).digest(), hashlib.sha256(token.encode()).digest()
+    )
+
+
+def presented_token(headers: list[tuple[bytes, bytes]], bearer: bool = True) -> str | None:
+    """The token a request carries: X-Itlr-Token, or (with bearer) Authorization: Bearer."""
+    for name, value in headers:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        if key == TOKEN_HEADER:
+            return text.strip()
+        if bearer and key == "authorization" and text[:7].lower() == "bearer ":
+            return text[7:].strip()
+    return None
+
+
+class TokenGuard:
+    """ASGI middleware: every HTTP request must present the client token, else 401.
+
+    `bearer=False` accepts X-Itlr-Token only, for a proxy whose Authorization header belongs to
+    the upstream cluster.
+    """
+
+    def __init__(self, app: ASGIApp, token: str, bearer: bool = True) -> None:
+        self.app = app
+        self.token = token
+        self.bearer = bearer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if token_matches(presented_token(scope.get("headers", []), self.bearer), self.token):
+            await self.app(scope, receive, send)
+            return
+        how = "Authorization: Bearer TOKEN or " if self.bearer else ""
+        await send_json(
+            send,
+            401,
+            {"error": f"missing or wrong client token: send {how}X-Itlr-Token: TOKEN"},
+            extra_headers=[(b"www-authenticate", b"Bearer")],
+        )
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over `max_bytes` with 413, before they are parsed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = {"error": f"request body over {self.max_bytes} bytes: send a smaller one"}
+        for name, value in scope.get("headers", []):
+            declared = name.lower() == b"content-length" and value.isdigit()
+            if declared and int(value) > self.max_bytes:
+                await send_json(send, 413, too_big)
+                return
+        # Chunked bodies carry no length: read up to the limit, then replay what was read.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await send_json(send, 413, too_big)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    pending = list(messages)
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra_headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,131 @@
+"""The requests a logical query becomes on OpenSearch or Elasticsearch, built offline.
+
+No cluster is contacted: the terms are embedded with the local model and the body is built by the
+same backend code that a search uses, so what `itlr translate` prints is exactly what would run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from itlr.errors import ConfigurationError
+from itlr.parser import parse
+from itlr.query import Query
+from itlr.search import SearchOptions
+
+ENGINES = ("opensearch", "elasticsearch")
+FORMATS = ("console", "json", "curl")
+HEREDOC = "ITLR_JSON"
+JSON_IS_ONE_BODY = (
+    "the json format prints one request body: leave out the script installs (`with_install`), "
+    "or use the console or curl format"
+)
+
+
+def pretty_json(value: Any, indent: int = 2, level: int = 0) -> str:
+    """Indented JSON, except that a list of numbers stays on one line: a 384-dim vector is one
+    line in Dev Tools instead of 384."""
+    pad = " " * (indent * (level + 1))
+    end = " " * (indent * level)
+    if isinstance(value, dict) and value:
+        items = [
+            f"{pad}{json.dumps(key, ensure_ascii=False)}: {pretty_json(item, indent, level + 1)}"
+            for key, item in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    if isinstance(value, list) and value:
+        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+            return json.dumps(value)
+        items = [pad + pretty_json(item, indent, level + 1) for item in value]
+        return "[\n" + ",\n".join(items) + "\n" + end + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request as Dev Tools shows it: method, path without the host, JSON body."""
+
+    method: str
+    path: str
+    body: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "path": self.path, "body": self.body}
+
+    def console(self) -> str:
+        """Kibana / OpenSearch Dashboards Dev Tools syntax: `METHOD path` then the JSON body."""
+        return f"{self.method} {self.path}\n{pretty_json(self.body)}"
+
+    def curl(self, url: str) -> str:
+        """A runnable curl command; the body goes through a quoted heredoc so no shell quoting
+        can break it."""
+        target = shlex.quote(f"{url.rstrip('/')}/{self.path}")
+        return (
+            f"curl -sS -X {self.method} {target} -H 'Content-Type: application/json' "
+            f"--data-binary @- <<'{HEREDOC}'\n"
+            f"{pretty_json(self.body)}\n{HEREDOC}"
+        )
+
+
+def translate_requests(
+    query_text: str | Query,
+    engine: str,
+    index: str,
+    options: SearchOptions,
+    embedder: Any,
+    with_install: bool = False,
+    inline_script: bool = False,
+    vector_field: str = "embedding",
+    text_field: str = "text",
+    server_version: str | None = None,
+) -> list[Request]:
+    """The requests, in order: the stored scripts (with_install), then the search."""
+    from itlr.engines.remote import IndexLayout
+
+    if engine not in ENGINES:
+        raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
+    query = parse(query_text) if isinstance(query_text, str) else query_text
+    layout = IndexLayout(vector_field, text_field)
+    if engine == "elasticsearch":
+        from itlr.engines import elasticsearch as es
+
+        backend: Any = es.ElasticsearchBackend(
+            None,
+            index,
+            embedder.name,
+            embedder.dims,
+            layout=layout,
+            inline_script=inline_script,
+            version=server_version,
+        )
+        scripts = (es.SCORE_SCRIPT, es.EXCLUDE_SCRIPT)
+    else:
+        from itlr.engines import opensearch as os_engine
+
+        backend = os_engine.OpenSearchBackend(
+            None, index, embedder.name, embedder.dims, layout=layout, inline_script=inline_script
+        )
+        scripts = (os_engine.SCORE_SCRIPT, os_engine.EXCLUDE_SCRIPT)
+    vectors = embedder.encode(list(query.terms))
+    body = backend.build_request(query, vectors, options)
+    requests = []
+    if with_install and not inline_script:
+        requests += [Request("PUT", f"_scripts/{s.id}", s.body()) for s in scripts]
+    requests.append(Request("GET", f"{index}/_search", body))
+    return requests
+
+
+def render(requests: list[Request], output: str, url: str) -> str:
+    if output not in FORMATS:
+        raise ConfigurationError(f"unknown format {output!r}: choose one of {list(FORMATS)}")
+    if output == "json":
+        if len(requests) > 1:
+            raise ConfigurationError(JSON_IS_ONE_BODY)
+        return pretty_json(requests[0].body)
+    if output == "curl":
+        return "\n\n".join(r.curl(url) for r in requests)
+    # Dev Tools separates requests by their method line; a blank line keeps it readable.
+    return "\n\n".join(r.console() for r in requests)
