@@ -9,4 +9,4 @@ COPY scripts scripts
 RUN pip install --no-cache-dir .
 ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 EXPOSE 9200
-ENTRYPOINT ["python", "-m", "itlr.cli.proxy"]
+ENTRYPOINT ["itlr", "serve", "--proxy"]

@@ -166,7 +166,7 @@ def test_the_proxy_refuses_to_listen_beyond_loopback_without_a_token() -> None:
     check_exposure("localhost", None)
     check_exposure("::1", None)
     check_exposure("0.0.0.0", "a-token")
-    with pytest.raises(ConfigurationError, match="--token"):
+    with pytest.raises(ConfigurationError, match="client token"):
         check_exposure("0.0.0.0", None)
 
 

@@ -273,3 +273,15 @@ def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_serve_proxy_without_a_url_says_what_to_give() -> None:
+    result = runner.invoke(cli, ["serve", "--proxy"])
+    assert result.exit_code == 2
+    assert "--proxy needs --url" in result.stderr
+
+
+def test_serve_without_an_index_names_both_ways_to_run() -> None:
+    result = runner.invoke(cli, ["serve"])
+    assert result.exit_code == 2
+    assert "--index" in result.stderr and "--proxy" in result.stderr

@@ -21,11 +21,13 @@ from itlr.cli.options import (
     LamOpt,
     ModeOpt,
     NotOpt,
+    NotStrengthOpt,
     OrOpt,
     TauOpt,
     TruthOpt,
     search_options,
 )
+from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 CONNECTION_KEYS = ("user", "password", "api_key", "ca_file", "verify_certs")
 
@@ -43,7 +45,7 @@ def serve_proxy(
     Connection options: user, password, api_key, ca_file, verify_certs (the proxy uses them only
     to register itlr's stored scripts; searches carry the UI's own credentials). Search options:
     those of `itlr search` by the same names (mode, candidates, hard_filter, and_, or_, not_,
-    truth, tau, lam, filter, exclude_lexical) and model; k comes from each request's size.
+    not_strength, truth, tau, lam, filter, exclude_lexical) and model; k comes from each request's size.
     """
     from itlr.engines.factory import Connection
     from itlr.proxy import check_exposure, create_proxy_app, run_proxy
@@ -52,8 +54,8 @@ def serve_proxy(
     connection_values = {key: given.pop(key) for key in CONNECTION_KEYS if key in given}
     model = given.pop("model", None)
     unknown = set(given) - {
-        "mode", "candidates", "hard_filter", "and_", "or_", "not_", "truth", "tau", "lam",
-        "filter", "exclude_lexical",
+        "mode", "candidates", "hard_filter", "and_", "or_", "not_", "not_strength", "truth",
+        "tau", "lam", "filter", "exclude_lexical",
     }  # fmt: skip
     if unknown:
         raise TypeError(f"serve_proxy got unknown options: {', '.join(sorted(unknown))}")
@@ -68,6 +70,7 @@ def serve_proxy(
             and_=AndOp(given.get("and_", AndOp.product)),
             or_=OrOp(given.get("or_", OrOp.sum)),
             not_=NotOp(given.get("not_", NotOp.complement)),
+            not_strength=given.get("not_strength", DEFAULT_NOT_STRENGTH),
             truth=Truth(given.get("truth", Truth.clamp)),
             tau=given.get("tau", 0.5),
             lam=given.get("lam", 10.0),
@@ -120,6 +123,7 @@ def main(
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
     not_: NotOpt = NotOp.complement,
+    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: TruthOpt = Truth.clamp,
     tau: TauOpt = 0.5,
     lam: LamOpt = 10.0,
@@ -144,6 +148,7 @@ def main(
         and_=and_,
         or_=or_,
         not_=not_,
+        not_strength=not_strength,
         truth=truth,
         tau=tau,
         lam=lam,

@@ -6,16 +6,33 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.errors import ConfigurationError
 from itlr.service.security import TOKEN_ENV
 
 
 @app.command()
 @engine_command
 def serve(
-    index: IndexOpt,
+    index: Annotated[
+        str | None,
+        typer.Option(
+            "--index", "-i", help="Index to serve (not with --proxy, which serves every index)."
+        ),
+    ] = None,
     spec: Any = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            "--proxy",
+            help="Serve the query-bar proxy in front of --url instead of the JSON API: point "
+            "Kibana / Dashboards at it and type itlr:(...) in the query bar.",
+        ),
+    ] = False,
+    field: Annotated[
+        str, typer.Option(help="With --proxy: the query bar's virtual field.")
+    ] = "itlr",
     host: Annotated[
         str, typer.Option(help="Address to bind; beyond loopback a --token is required.")
     ] = "127.0.0.1",
@@ -46,7 +63,15 @@ def serve(
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs."""
+    """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
+
+    With --proxy: serve the query-bar proxy in front of the cluster at --url instead.
+    """
+    if proxy:
+        _serve_proxy(spec, field, host, port, token, model)
+        return
+    if index is None:
+        run_guarded(_missing_index)
 
     def action() -> Any:
         from itlr.embed import set_torch_threads
@@ -73,3 +98,37 @@ def serve(
         markup=False,
     )
     uvicorn.run(service, host=host, port=port, log_level=log_level)
+
+
+def _missing_index() -> None:
+    raise ConfigurationError("serve needs --index NAME (or --proxy --url URL for the query bar)")
+
+
+def _serve_proxy(
+    spec: Any, field: str, host: str, port: int, token: str | None, model: str | None
+) -> None:
+    from itlr.cli.proxy import serve_proxy
+    from itlr.service.security import client_token
+
+    given = token
+    client = run_guarded(lambda: client_token(given))
+    connection = spec.connection
+    if connection is None:
+        run_guarded(_missing_upstream)
+    serve_proxy(
+        connection.url,
+        field,
+        host,
+        port,
+        client,
+        user=connection.user,
+        password=connection.password,
+        api_key=connection.api_key,
+        ca_file=connection.ca_file,
+        verify_certs=connection.verify_certs,
+        model=model,
+    )
+
+
+def _missing_upstream() -> None:
+    raise ConfigurationError("--proxy needs --url: the cluster the UI should reach through it")

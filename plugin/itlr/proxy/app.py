@@ -9,7 +9,6 @@ async search (`GET _async_search/<id>`) refer to the upstream's id and pass thro
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import re
@@ -33,10 +32,10 @@ from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import Upstream, auth_headers
 from itlr.search import SearchOptions
+from itlr.service.security import TOKEN_HEADER, token_matches
 
 log = logging.getLogger("itlr.proxy")
 
-TOKEN_HEADER = "x-itlr-token"
 # A UI's search bodies are small; a _msearch of many panels stays far below this.
 MAX_SEARCH_BODY = 16 * 1024 * 1024
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, never forwarded.
@@ -213,8 +212,7 @@ class QueryBarProxy:
     def _authorized(self, request: Request) -> bool:
         if self.token is None:
             return True
-        given = request.headers.get(TOKEN_HEADER, "")
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        return token_matches(request.headers.get(TOKEN_HEADER), self.token)
 
     async def _read_search_body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")

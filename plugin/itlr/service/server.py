@@ -26,9 +26,7 @@ def free_port() -> int:
 def serving(app: Any, timeout: float = 30.0) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 until the block ends; yields the base URL."""
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="itlr-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
