@@ -21,6 +21,8 @@ class RateColumn(ProgressColumn):
 
 
 def document_progress(console: Console) -> Progress:
+    """On a terminal, a live bar; elsewhere (a log, a pipe, CI) nothing: a bar's last frame in
+    a log says nothing the summary line does not, and before an error it reads as output."""
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -28,4 +30,5 @@ def document_progress(console: Console) -> Progress:
         RateColumn(),
         TimeRemainingColumn(),
         console=console,
+        transient=not console.is_terminal,
     )
