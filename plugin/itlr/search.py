@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from itlr.candidates import DEFAULT_PLAN, PLANS, Plan
 from itlr.errors import ConfigurationError
 from itlr.scoring import DEFAULT_NOT_STRENGTH, SEARCH_OPERATORS, Operators, TruthMap
 
@@ -22,6 +23,8 @@ class SearchOptions:
     hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
+    plan:        which kNN searches gather the candidates (itlr.candidates): per-term,
+                 per-branch or combined.
     filter:      an engine query (JSON DSL) that every hit must match.
     explain:     return each hit's per-term truth values (the embedded engine always does).
     """
@@ -29,6 +32,7 @@ class SearchOptions:
     k: int = 10
     mode: Mode = "knn"
     candidates: int | None = None
+    plan: Plan = DEFAULT_PLAN
     hard_filter: float | None = None
     exclude_lexical: bool = False
     ops: Operators = SEARCH_OPERATORS
@@ -41,6 +45,8 @@ class SearchOptions:
             raise ConfigurationError(f"`k` must be at least 1, got {self.k}")
         if self.mode not in ("knn", "exact"):
             raise ConfigurationError(f"unknown `mode` {self.mode!r}: choose knn or exact")
+        if self.plan not in PLANS:
+            raise ConfigurationError(f"unknown `plan` {self.plan!r}: choose one of {list(PLANS)}")
         if self.candidates is not None and self.candidates < 1:
             raise ConfigurationError(f"`candidates` must be at least 1, got {self.candidates}")
         if self.hard_filter is not None and not 0.0 <= self.hard_filter <= 1.0:
@@ -58,6 +64,7 @@ def search_options(
     k: int = 10,
     mode: str = "knn",
     candidates: int | None = None,
+    plan: str = DEFAULT_PLAN,
     hard_filter: float | None = None,
     and_: str = "product",
     or_: str = "sum",
@@ -86,6 +93,7 @@ def search_options(
         k=k,
         mode=mode,  # type: ignore[arg-type]
         candidates=candidates,
+        plan=plan,  # type: ignore[arg-type]
         hard_filter=hard_filter,
         ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
         truth=truth_map(truth, tau, lam, model),

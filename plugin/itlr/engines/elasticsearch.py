@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from itlr.candidates import plan_candidates
 from itlr.engines.cluster import ClusterBackend, error_reason
 from itlr.engines.remote import IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
@@ -340,15 +341,16 @@ class ElasticsearchBackend(ClusterBackend):
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> list[dict[str, Any]]:
         self.capabilities.refuse_knn_mode()
-        if options.candidate_budget > MAX_NUM_CANDIDATES:
+        searches = plan_candidates(
+            query, term_vectors, options.candidate_budget, options.plan, limit=MAX_NUM_CANDIDATES
+        )
+        largest = max((s.budget for s in searches), default=0)
+        if largest > MAX_NUM_CANDIDATES:
             self.warnings.append(
-                f"`candidates` {options.candidate_budget} exceeds Elasticsearch's "
+                f"a candidate search of {largest} neighbours exceeds Elasticsearch's "
                 f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
             )
-        return [
-            self._knn(term_vectors[query.terms.index(t)], options.candidate_budget, options.filter)
-            for t in query.positive_terms
-        ]
+        return [self._knn(s.vector, s.budget, options.filter) for s in searches]
 
     def _explained_source(self) -> dict[str, Any]:
         source: dict[str, Any] = {"includes": ["*"]}

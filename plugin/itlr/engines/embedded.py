@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.query import Query
@@ -228,9 +229,9 @@ class EmbeddedIndex:
         if rows.size == 0:
             return []
         terms = query.terms
-        positive = [terms.index(t) for t in query.positive_terms]
-        if options.mode == "knn" and positive:
-            rows = self._knn_candidates(rows, term_vectors[positive], options.candidate_budget)
+        searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
+        if options.mode == "knn" and searches:
+            rows = self._knn_candidates(rows, searches)
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         truths = options.truth.apply(cosines, terms)
@@ -261,12 +262,18 @@ class EmbeddedIndex:
             return self._vectors
         return self._vectors[rows]
 
-    def _knn_candidates(self, rows: np.ndarray, vectors: np.ndarray, budget: int) -> np.ndarray:
-        if budget >= len(rows):
+    def _knn_candidates(self, rows: np.ndarray, searches: Sequence[CandidateSearch]) -> np.ndarray:
+        """The union of each search's `budget` nearest rows (exact cosines)."""
+        if all(s.budget >= len(rows) for s in searches):
             return rows
-        cosines = cosine_matrix(self._matrix(rows), vectors)
-        chosen = np.argpartition(-cosines, budget - 1, axis=0)[:budget]
-        return rows[np.unique(chosen)]
+        cosines = cosine_matrix(self._matrix(rows), np.stack([s.vector for s in searches]))
+        chosen = [
+            np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]
+            if s.budget < len(rows)
+            else np.arange(len(rows))
+            for j, s in enumerate(searches)
+        ]
+        return rows[np.unique(np.concatenate(chosen))]
 
     def _hits(
         self,

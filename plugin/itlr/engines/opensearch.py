@@ -10,12 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from itlr.candidates import plan_candidates
 from itlr.engines.cluster import ClusterBackend, error_reason, short_text
 from itlr.engines.remote import StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
 
+# The k-NN plugin refuses a larger k.
+MAX_K = 10_000
 SCORE_SCRIPT = StoredScript.load("score", "itlr_score_opensearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude_opensearch.painless")
 
@@ -113,11 +116,11 @@ class OpenSearchBackend(ClusterBackend):
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> list[dict[str, Any]]:
         should = []
-        for term in query.positive_terms:
-            knn: dict[str, Any] = {
-                "vector": term_vectors[query.terms.index(term)].tolist(),
-                "k": options.candidate_budget,
-            }
+        searches = plan_candidates(
+            query, term_vectors, options.candidate_budget, options.plan, limit=MAX_K
+        )
+        for search in searches:
+            knn: dict[str, Any] = {"vector": search.vector.tolist(), "k": search.budget}
             if options.filter:
                 knn["filter"] = options.filter
             should.append({"knn": {self.layout.vector_field: knn}})

@@ -1,0 +1,143 @@
+"""Candidate plans: which kNN searches gather the documents that knn mode rescores.
+
+A logical query is scored exactly on the union of its candidates, so the plan decides only
+which documents get a chance. Each kNN search costs one graph walk on a cluster (and one ANN
+probe on the embedded engine), so fewer searches are faster, as long as the best documents are
+still among the candidates.
+
+Plans:
+    per-term    one search per positive term (the original plan: the most searches).
+    per-branch  the query as an OR of conjunctions of positive terms (negated terms gather
+                nothing); one search per conjunction, with the normalised sum of its terms'
+                vectors. `"a" AND "b" AND NOT "c"` is one search, `("a" OR "b") AND "c"` two.
+    combined    one search with the normalised sum of every positive term's vector.
+    auto        combined for anchored queries, per-term for the others (see below).
+
+Every plan gathers about as many candidates: the budget is per positive term, and a plan with
+fewer searches gives each a larger share (`combined` on three positive terms is one search for
+3 x budget neighbours). One graph walk for 3k neighbours costs less than three for k each.
+
+Why a sum of vectors finds conjunctions: for unit vectors, the cosine of a document with the
+normalised sum of the terms' vectors is proportional to the sum of its cosines with each term.
+Documents high on every term of a conjunction are high on that sum; the default OR (x + y) ranks
+by that very sum.
+
+Why `auto` chooses so (docs/benchmarks.md, "Candidate plans"): on real text, one combined search
+with the whole budget matched or beat one search per term in candidate recall for every anchored
+query shape (single conjunctions, disjunctions, disjunctions of conjunctions). For a query that
+is not anchored (a NOT under an OR) the best documents need not be near any positive term, and
+a combined vector lies nearer none of them than each term's own does: it keeps per-term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+from typing import Literal
+
+import numpy as np
+
+from itlr.query import And, Node, Not, Query, Term
+
+Plan = Literal["auto", "per-term", "per-branch", "combined"]
+PLANS: tuple[Plan, ...] = ("auto", "per-term", "per-branch", "combined")
+DEFAULT_PLAN: Plan = "auto"
+# Past this many conjunctions the expansion costs more searches than per-term would.
+MAX_BRANCHES = 8
+
+
+@dataclass(frozen=True)
+class CandidateSearch:
+    """One kNN search: the unit vector to search with, how many neighbours, and the positive
+    terms it stands for."""
+
+    terms: tuple[str, ...]
+    vector: np.ndarray
+    budget: int
+
+
+def branches(query: Query) -> list[tuple[str, ...]] | None:
+    """The query as an OR of conjunctions of positive terms, or None when some way of scoring
+    well needs no positive term (the query is not anchored) or the expansion is too large.
+
+    Negations are pushed inward (De Morgan) as in `Query.anchored`; a negated term contributes
+    no requirement, and a term weighted 0 under an AND none either.
+    """
+
+    def expand(node: Node, negated: bool) -> list[frozenset[str]] | None:
+        if isinstance(node, Term):
+            return [frozenset() if negated or node.weight == 0 else frozenset([node.text])]
+        if isinstance(node, Not):
+            return expand(node.operand, not negated)
+        parts = [expand(child, negated) for child in node.operands]
+        if any(part is None for part in parts):
+            return None
+        conjunction = isinstance(node, And) != negated
+        if conjunction:
+            combos = [frozenset().union(*choice) for choice in product(*parts)]  # type: ignore[misc]
+        else:
+            combos = [branch for part in parts for branch in part]  # type: ignore[union-attr]
+        if len(combos) > MAX_BRANCHES:
+            return None
+        return combos
+
+    expanded = expand(query.root, False)
+    if expanded is None or any(not branch for branch in expanded):
+        return None
+    order = {term: i for i, term in enumerate(query.terms)}
+    distinct: dict[tuple[str, ...], None] = {}
+    for branch in expanded:
+        distinct.setdefault(tuple(sorted(branch, key=order.__getitem__)))
+    # A branch that contains another adds nothing: its documents are near the smaller one too.
+    kept = [b for b in distinct if not any(set(o) < set(b) for o in distinct)]
+    return kept
+
+
+def plan_candidates(
+    query: Query,
+    term_vectors: np.ndarray,
+    budget: int,
+    plan: Plan = DEFAULT_PLAN,
+    limit: int | None = None,
+) -> tuple[CandidateSearch, ...]:
+    """The kNN searches for a query whose terms (query.terms order) are embedded as
+    term_vectors, `budget` neighbours per positive term shared among them. Empty when the query
+    has no positive term (then every document is scored).
+
+    A plan that does not apply falls back to per-term: per-branch on a query that is not
+    anchored, and any plan whose searches would exceed `limit` neighbours (an engine's largest
+    k), since fewer, capped searches would gather fewer candidates than per-term."""
+    positive = query.positive_terms
+    if not positive:
+        return ()
+    if plan == "auto":
+        plan = "combined" if query.anchored else "per-term"
+    groups: list[tuple[str, ...]] | None = None
+    if plan == "combined":
+        groups = [positive]
+    elif plan == "per-branch":
+        groups = branches(query)
+    if groups is None or plan == "per-term":
+        groups = [(term,) for term in positive]
+    share = budget * len(positive) // len(groups)
+    if limit is not None and share > limit:
+        groups, share = [(term,) for term in positive], budget
+    vectors = np.asarray(term_vectors, dtype=np.float32)
+    return tuple(_search(query, vectors, group, share) for group in groups)
+
+
+def _search(
+    query: Query, vectors: np.ndarray, terms: Sequence[str], budget: int
+) -> CandidateSearch:
+    if len(terms) == 1:
+        # The term's own vector: a cosine search does not care for its norm, and single-term
+        # requests stay byte for byte what they were.
+        return CandidateSearch(tuple(terms), vectors[query.terms.index(terms[0])], budget)
+    summed = np.sum([vectors[query.terms.index(t)] for t in terms], axis=0)
+    norm = float(np.linalg.norm(summed))
+    unit = summed / norm if norm > 0 else summed
+    return CandidateSearch(tuple(terms), unit.astype(np.float32), budget)
+
+
+__all__ = ["DEFAULT_PLAN", "PLANS", "CandidateSearch", "Plan", "branches", "plan_candidates"]
