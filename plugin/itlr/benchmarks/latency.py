@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from itlr.candidates import DEFAULT_PLAN, Plan
 from itlr.parser import parse
 from itlr.query import Query
 from itlr.search import SearchOptions
@@ -116,8 +117,10 @@ def candidate_recall(
     queries: list[Query],
     budgets: list[int],
     k: int = 10,
+    plan: Plan = DEFAULT_PLAN,
 ) -> dict[int, CandidateRecall]:
-    """knn mode against exact mode, per candidate budget, averaged over the queries."""
+    """knn mode with one candidate plan against exact mode, per candidate budget (per positive
+    term), averaged over the queries."""
     exact = []
     for query in queries:
         vectors = term_vectors_for(query)
@@ -128,7 +131,8 @@ def candidate_recall(
     for budget in budgets:
         by_score, by_id = [], []
         for query, vectors, truth in exact:
-            found = index.search(query, vectors, SearchOptions(k=k, mode="knn", candidates=budget))
+            options = SearchOptions(k=k, mode="knn", candidates=budget, plan=plan)
+            found = index.search(query, vectors, options)
             found_scores = [h.score for h in found] + [-np.inf] * (len(truth) - len(found))
             by_score.append(
                 np.mean(

@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
+from itlr.candidates import PLANS
 from itlr.cli.app import out, run_guarded
 from itlr.cli.bench import bench_app
+from itlr.errors import ConfigurationError
 
 OutFile = Annotated[
     Path | None, typer.Option("--out", help="Append the markdown report to this file.")
@@ -136,6 +138,10 @@ def recall(
         str, typer.Option(help="Candidate budgets, comma-separated.")
     ] = "10,20,50,100,200",
     queries: Annotated[int, typer.Option(help="Random logical queries to average over.")] = 100,
+    plans: Annotated[
+        str,
+        typer.Option(help="Candidate plans to compare per query shape, comma-separated."),
+    ] = ",".join(PLANS),
     url: UrlOpt = None,
     out_file: OutFile = None,
 ) -> None:
@@ -149,6 +155,7 @@ def recall(
     import numpy as np
 
     from itlr.benchmarks.latency import CandidateRecall, candidate_recall
+    from itlr.benchmarks.plans import recall_by_plan_and_shape
     from itlr.benchmarks.text_corpus import random_queries, recall_corpus
     from itlr.embed import get_embedder
     from itlr.engines.embedded import EmbeddedIndex
@@ -172,6 +179,11 @@ def recall(
             f"not anchored ({len(sample) - len(anchored)})": [q for q in sample if not q.anchored],
         }
 
+        compared = [p.strip() for p in plans.split(",") if p.strip()]
+        unknown = [p for p in compared if p not in PLANS]
+        if unknown:
+            raise ConfigurationError(f"unknown plan(s) {unknown}: choose from {list(PLANS)}")
+
         def measure(backend) -> dict[str, dict[int, CandidateRecall]]:
             return {
                 name: candidate_recall(backend, vectors_for, group, sizes)
@@ -180,15 +192,30 @@ def recall(
             }
 
         rows: dict[str, dict[str, dict[int, CandidateRecall]]] = {}
+        by_plan: dict[str, dict] = {}
         with tempfile.TemporaryDirectory() as folder:
             index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
             index.add(ids, texts, vectors)
             rows["embedded"] = measure(index)
+            by_plan["embedded"] = recall_by_plan_and_shape(
+                index,
+                vectors_for,
+                sample,
+                sizes,
+                compared,  # type: ignore[arg-type]
+            )
         if url:
             with throwaway_opensearch(url, "recall", embedder.name, embedder.dims) as backend:
                 backend.add(ids, texts, vectors)
                 backend.refresh()
                 rows["OpenSearch (lucene HNSW)"] = measure(backend)
+                by_plan["OpenSearch (lucene HNSW)"] = recall_by_plan_and_shape(
+                    backend,
+                    vectors_for,
+                    sample,
+                    sizes,
+                    compared,  # type: ignore[arg-type]
+                )
         lines = [
             f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}"
             + (" --url URL" if url else "")
@@ -213,6 +240,18 @@ def recall(
                 for label, attribute in (("score agreement", "scores"), ("id overlap", "ids")):
                     values = " | ".join(f"{getattr(recall[b], attribute):.3f}" for b in sizes)
                     lines.append(f"| {engine_name} | {group} | {label} | {values} |")
+        lines += [
+            "",
+            "Score agreement per candidate plan and query shape (`itlr.candidates`; the budget "
+            "is per positive term, shared among a plan's searches):",
+            "",
+            "| engine | shape | queries | plan | " + " | ".join(str(b) for b in sizes) + " |",
+            "|---|---|---:|---|" + "---:|" * len(sizes),
+        ]
+        for engine_name, table in by_plan.items():
+            for (shape, plan), (count, recall) in table.items():
+                values = " | ".join(f"{recall[b].scores:.3f}" for b in sizes)
+                lines.append(f"| {engine_name} | {shape} | {count} | {plan} | {values} |")
         _emit(lines, out_file)
 
     run_guarded(action)
