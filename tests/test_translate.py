@@ -145,7 +145,7 @@ def test_json_format_prints_the_search_body_alone() -> None:
     body = json.loads(
         translate(QUERY, "--engine", "elasticsearch", "-i", "demo", "--format", "json")
     )
-    assert set(body) == {"size", "query", "sort", "track_scores", "_source"}
+    assert set(body) == {"size", "query", "sort", "_source"}
     refused = runner.invoke(
         app, ["translate", QUERY, "-i", "demo", "--format", "json", "--with-install"]
     )

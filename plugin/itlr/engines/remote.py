@@ -161,10 +161,19 @@ def hits_from_response(
         hits.append(
             Hit(
                 id=str(raw["_id"]),
-                score=float(raw["_score"] or 0.0),
+                score=_score(raw),
                 truths=truths,
                 text=str(source.get(layout.text_field, "")),
                 fields=dict(source.get(layout.metadata_field) or {}),
             )
         )
     return hits
+
+
+def _score(raw: dict[str, Any]) -> float:
+    """A hit's score: `_score`, or the first sort value when the engine left `_score` out (the
+    first sort key of a logical query is the score)."""
+    if raw.get("_score") is not None:
+        return float(raw["_score"])
+    sort = raw.get("sort") or [0.0]
+    return float(sort[0]) if isinstance(sort[0], int | float) else 0.0
