@@ -111,7 +111,7 @@ def test_knn_candidates_sit_in_bool_should_one_per_positive_term_with_k_and_filt
     vectors = unit_vectors(3)
     topic = {"term": {"metadata.topic": "health"}}
     body = offline("8.19.0").build_request(
-        query, vectors, SearchOptions(k=10, candidates=150, filter=topic)
+        query, vectors, SearchOptions(k=10, candidates=150, filter=topic, plan="per-term")
     )
     inner = body["query"]["script_score"]["query"]["bool"]
     assert inner["minimum_should_match"] == 1
@@ -131,7 +131,8 @@ def test_knn_candidates_sit_in_bool_should_one_per_positive_term_with_k_and_filt
 
 def test_before_8_15_the_knn_query_has_no_k_and_num_candidates_is_the_budget() -> None:
     query = itlr.parse('"vitamin D" AND "sleep"')
-    body = offline("8.13.4").build_request(query, unit_vectors(2), SearchOptions(candidates=120))
+    options = SearchOptions(candidates=120, plan="per-term")
+    body = offline("8.13.4").build_request(query, unit_vectors(2), options)
     for knn in knn_clauses(body):
         assert "k" not in knn
         assert knn["num_candidates"] == 120
@@ -422,7 +423,7 @@ def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
     query = itlr.parse('"vitamin D" AND "coffee and sleep" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
     budget = 25
-    body = es_demo.build_request(query, vectors, SearchOptions(candidates=budget))
+    body = es_demo.build_request(query, vectors, SearchOptions(candidates=budget, plan="per-term"))
     candidate_query = body["query"]["script_score"]["query"]
     response = es_demo.client.search(
         index=es_demo.index, query=candidate_query, size=500, source=False
