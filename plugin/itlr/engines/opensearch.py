@@ -58,6 +58,25 @@ def _reason(error: Any) -> str:
     return error_reason(getattr(error, "info", None), getattr(error, "error", error))
 
 
+def _fast_serializer():
+    """opensearch-py's JSON serializer with orjson's encoder: a logical query carries every
+    term's vector, and the standard library spent 0.9 ms encoding the body of a 3-term query
+    (orjson: 0.05 ms). Anything orjson refuses goes through the standard serializer."""
+    import orjson
+    from opensearchpy.serializer import JSONSerializer
+
+    class OrjsonSerializer(JSONSerializer):
+        def dumps(self, data: Any) -> str:
+            if isinstance(data, str | bytes):
+                return super().dumps(data)
+            try:
+                return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+            except TypeError:
+                return super().dumps(data)
+
+    return OrjsonSerializer()
+
+
 def connect(
     url: str,
     user: str | None = None,
@@ -68,7 +87,7 @@ def connect(
 ):
     from opensearchpy import OpenSearch
 
-    kwargs: dict[str, Any] = {"hosts": [url], "timeout": timeout}
+    kwargs: dict[str, Any] = {"hosts": [url], "timeout": timeout, "serializer": _fast_serializer()}
     if user is not None:
         kwargs["http_auth"] = (user, password or "")
     if url.startswith("https"):
