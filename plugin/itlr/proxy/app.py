@@ -19,6 +19,7 @@ from typing import Any
 import anyio.to_thread
 import httpx
 import numpy as np
+import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -85,6 +86,15 @@ def _raw_target(request: Request) -> str:
     path = request.scope.get("raw_path") or request.url.path.encode()
     query = request.scope.get("query_string") or b""
     return (path + (b"?" + query if query else b"")).decode("latin-1")
+
+
+def encode_json(body: dict[str, Any]) -> bytes:
+    """A rewritten body carries every term's vector: orjson encodes it in a twentieth of the
+    standard library's time; what orjson refuses (an integer past 64 bits) goes the slow way."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
 
 
 class _Refused(Exception):
@@ -166,7 +176,7 @@ class QueryBarProxy:
         if not isinstance(body, dict):
             return None
         rewritten = await self._rewrite_one(body, target, headers)
-        return None if rewritten is None else json.dumps(rewritten).encode()
+        return None if rewritten is None else encode_json(rewritten)
 
     async def _rewrite_msearch(
         self, raw: bytes, target: str | None, headers: dict[str, str]
@@ -191,7 +201,7 @@ class QueryBarProxy:
                     index = ",".join(index)
                 rewritten = await self._rewrite_one(body, index, headers)
                 if rewritten is not None:
-                    lines[position + 1] = json.dumps(rewritten).encode()
+                    lines[position + 1] = encode_json(rewritten)
                     changed = True
             position += 2
         return b"\n".join(lines) if changed else None
