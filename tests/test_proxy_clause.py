@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from itlr.candidates import plan_candidates
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.errors import ConfigurationError
@@ -141,7 +142,8 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
     assert script_score["script"]["id"].startswith("itlr-score")
     inner = script_score["query"]["bool"]
     assert inner["filter"] == [found.rest]
-    assert len(inner["should"]) == len(found.query.positive_terms)
+    # One kNN clause per search of the default candidate plan.
+    assert len(inner["should"]) == len(plan_candidates(found.query, vectors, 100))
     # The logical score ranks; the UI's time sort only breaks ties.
     assert rewritten["sort"][0] == {"_score": "desc"}
     assert rewritten["sort"][1:] == body["sort"]
