@@ -87,13 +87,21 @@ def measure_backend(
     calls["plain kNN (1 vector)"] = lambda i: backend.search_vector(pool[i % 64], k)
     for terms, text in QUERIES.items():
         query = parse(text)
-        for mode in ("knn", "exact"):
-            options = SearchOptions(k=k, mode=mode)  # type: ignore[arg-type]
+        variants = {
+            f"itlr {terms}-term, {mode} mode": SearchOptions(k=k, mode=mode)
+            for mode in ("knn", "exact")
+        }  # type: ignore[arg-type]
+        if len(query.positive_terms) > 1:
+            # The original plan, one kNN search per positive term, to compare the default with.
+            variants[f"itlr {terms}-term, knn mode, per-term plan"] = SearchOptions(
+                k=k, mode="knn", plan="per-term"
+            )
+        for name, options in variants.items():
 
             def run(i: int, query: Query = query, options: SearchOptions = options) -> object:
                 return backend.search(query, query_vectors(query, dims, seed=i % 64), options)
 
-            calls[f"itlr {terms}-term, {mode} mode"] = run
+            calls[name] = run
     return reference + time_interleaved(calls, repeats)
 
 
