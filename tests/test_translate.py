@@ -237,3 +237,17 @@ def test_curl_output_runs_against_opensearch_and_returns_the_embedded_ranking(
     query = itlr.parse(QUERY)
     expected = backend.search(query, embedder.encode(list(query.terms)), SearchOptions())
     assert ids == [h.id for h in expected] and len(ids) == 10
+
+
+def test_the_plan_flag_chooses_the_candidate_searches() -> None:
+    query = '"vitamin D" AND "immune system" AND NOT "bone health"'
+
+    def knn_ks(*flags: str) -> list[int]:
+        body = json.loads(translate(query, "-i", "demo", "--format", "json", *flags))
+        should = body["query"]["script_score"]["query"]["bool"]["should"]
+        return [clause["knn"]["embedding"]["k"] for clause in should]
+
+    # The default combines an anchored conjunction into one search with the whole budget.
+    assert knn_ks() == [200]
+    assert knn_ks("--plan", "per-term") == [100, 100]
+    assert knn_ks("--plan", "per-branch", "--candidates", "30") == [60]

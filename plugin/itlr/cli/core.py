@@ -29,6 +29,7 @@ from itlr.cli.app import (
     warn,
 )
 from itlr.cli.options import (
+    DEFAULT_PLAN_CHOICE,
     AndOpt,
     CandidatesOpt,
     ExcludeLexicalOpt,
@@ -41,6 +42,7 @@ from itlr.cli.options import (
     NotOpt,
     NotStrengthOpt,
     OrOpt,
+    PlanOpt,
     TauOpt,
     TruthOpt,
     search_options,
@@ -173,6 +175,7 @@ def search(
     k: KOpt = 10,
     mode: ModeOpt = Mode.knn,
     candidates: CandidatesOpt = None,
+    plan: PlanOpt = DEFAULT_PLAN_CHOICE,
     hard_filter: HardFilterOpt = None,
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
@@ -213,6 +216,7 @@ def search(
             k=k,
             mode=mode,
             candidates=candidates,
+            plan=plan,
             hard_filter=hard_filter,
             and_=and_,
             or_=or_,

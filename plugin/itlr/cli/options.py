@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
+from itlr.candidates import DEFAULT_PLAN, PLANS
 from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
 from itlr.errors import ConfigurationError
 from itlr.scoring import DEFAULT_NOT_STRENGTH
@@ -22,6 +24,16 @@ ModeOpt = Annotated[
 ]
 CandidatesOpt = Annotated[
     int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
+]
+# The choices come from the library's own list.
+PlanChoice = StrEnum("PlanChoice", {plan.replace("-", "_"): plan for plan in PLANS})  # type: ignore[misc]
+DEFAULT_PLAN_CHOICE = PlanChoice(DEFAULT_PLAN)
+PlanOpt = Annotated[
+    PlanChoice,
+    typer.Option(
+        help="Which kNN searches gather the candidates: auto (one search with the terms' summed "
+        "vector for anchored queries), per-term, per-branch or combined.",
+    ),
 ]
 HardFilterOpt = Annotated[
     float | None,
@@ -103,11 +115,13 @@ def search_options(
     exclude_lexical: bool,
     explain: bool,
     model: str | None,
+    plan: str = DEFAULT_PLAN,
 ) -> SearchOptions:
     return library_search_options(
         k=k,
         mode=mode.value,
         candidates=candidates,
+        plan=str(plan),
         hard_filter=hard_filter,
         and_=and_.value,
         or_=or_.value,

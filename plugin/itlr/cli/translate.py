@@ -10,6 +10,7 @@ import typer
 from itlr import translation
 from itlr.cli.app import AndOp, Mode, ModelOpt, NotOp, OrOp, Truth, app, run_guarded
 from itlr.cli.options import (
+    DEFAULT_PLAN_CHOICE,
     AndOpt,
     CandidatesOpt,
     ExcludeLexicalOpt,
@@ -22,6 +23,7 @@ from itlr.cli.options import (
     NotOpt,
     NotStrengthOpt,
     OrOpt,
+    PlanOpt,
     TauOpt,
     TruthOpt,
     search_options,
@@ -73,6 +75,7 @@ def translate(
     k: KOpt = 10,
     mode: ModeOpt = Mode.knn,
     candidates: CandidatesOpt = None,
+    plan: PlanOpt = DEFAULT_PLAN_CHOICE,
     hard_filter: HardFilterOpt = None,
     and_: AndOpt = AndOp.product,
     or_: OrOpt = OrOp.sum,
@@ -100,6 +103,7 @@ def translate(
             k=k,
             mode=mode,
             candidates=candidates,
+            plan=plan,
             hard_filter=hard_filter,
             and_=and_,
             or_=or_,
