@@ -36,7 +36,7 @@ class Backend(Protocol):
     ) -> list[Hit]: ...
 
     def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
     ) -> list[Hit]: ...
 
 

@@ -362,14 +362,17 @@ class ElasticsearchBackend(ClusterBackend):
             source["exclude_vectors"] = False
         return source
 
-    def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline."""
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+    ) -> list[Hit]:
+        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
+        gathers before the top k are kept (default k)."""
         caps = self.capabilities
         excludes = {"excludes": [self.layout.vector_field]}
         if caps.knn_query:
             body: dict[str, Any] = {
                 "size": k,
-                "query": self._knn(vector, k, filter),
+                "query": self._knn(vector, max(k, candidates or k), filter),
                 "_source": excludes,
             }
         elif caps.knn_section:

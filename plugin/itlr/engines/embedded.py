@@ -247,8 +247,11 @@ class EmbeddedIndex:
         scores = np.maximum(query.program.evaluate_matrix(truths, options.ops), 0.0)
         return self._hits(rows, scores, truths, terms, options.k)
 
-    def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
-        """Plain dense retrieval: rank by cosine to one vector."""
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+    ) -> list[Hit]:
+        """Plain dense retrieval: rank by cosine to one vector (exact: `candidates` changes
+        nothing)."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
         rows = self._filtered_rows(filter)
         if rows.size == 0:

@@ -145,9 +145,15 @@ class OpenSearchBackend(ClusterBackend):
             should.append({"knn": {self.layout.vector_field: knn}})
         return should
 
-    def search_vector(self, vector: np.ndarray, k: int, filter: dict | None = None) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline."""
-        knn: dict[str, Any] = {"vector": np.asarray(vector, dtype=np.float32).tolist(), "k": k}
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+    ) -> list[Hit]:
+        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
+        gathers before the top k are kept (default k)."""
+        knn: dict[str, Any] = {
+            "vector": np.asarray(vector, dtype=np.float32).tolist(),
+            "k": max(k, candidates or k),
+        }
         if filter:
             knn["filter"] = filter
         body = {
