@@ -30,8 +30,8 @@ def write_corpus(path: Path, count: int) -> dict[str, str]:
     return texts
 
 
-def itlr(*args: str, **popen: object) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": PLUGIN, "HF_HUB_OFFLINE": "1"}
+def itlr(*args: str, env_extra: dict[str, str] | None = None, **popen: object) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": PLUGIN, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     return subprocess.Popen(
         [sys.executable, "-c", "from itlr.cli import app; app()", *args],
         env=env,
@@ -173,3 +173,47 @@ def test_two_ingestions_into_one_index_at_once_one_refused_no_duplicates(
     assert len(stderr.strip().splitlines()) == 1
     assert assert_every_document_has_its_own_vector(index_dir, texts, embedder) == len(texts)
     assert EmbeddedIndex.open(index_dir).committed_rows == len(texts)
+
+
+def test_kill_9_during_an_ingestion_that_builds_the_ann_graph_leaves_it_usable(
+    tmp_path, embedder
+) -> None:
+    """The HNSW graph is a cache: killed at random instants while ingestion builds and saves
+    it, the index opens and knn mode's graph candidates give what a full scan gives."""
+    from itlr.parser import parse
+    from itlr.search import SearchOptions
+
+    texts = write_corpus(tmp_path / "docs.jsonl", 480)
+    index_dir = tmp_path / "idx"
+    command = ("ingest", str(tmp_path / "docs.jsonl"), "--index", str(index_dir))
+    query = parse('"espresso" AND "remark number 7" AND NOT "volcanoes"')
+    vectors = embedder.encode(list(query.terms))
+    chance = random.Random(17)
+
+    def assert_graph_agrees_with_a_scan() -> None:
+        index = EmbeddedIndex.open(index_dir)
+        index.ann_min_rows = 32
+        through_graph = index.search(query, vectors, SearchOptions(k=10))
+        index.ann_min_rows = 10**9
+        scanned = index.search(query, vectors, SearchOptions(k=10))
+        assert [h.id for h in through_graph] == [h.id for h in scanned]
+        index.close()
+
+    for _ in range(3):
+        before = committed_rows(index_dir)
+        process = itlr(*command, "--batch-size", "16", env_extra={"ITLR_ANN_MIN_ROWS": "32"})
+        deadline = time.monotonic() + 120
+        while committed_rows(index_dir) == before and process.poll() is None:
+            assert time.monotonic() < deadline, "ingestion never committed a batch"
+            time.sleep(0.01)
+        time.sleep(chance.uniform(0.0, 0.6))
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert_every_document_has_its_own_vector(index_dir, texts, embedder)
+        if committed_rows(index_dir) >= 32:
+            assert_graph_agrees_with_a_scan()
+    finished = itlr(*command, "--batch-size", "16", env_extra={"ITLR_ANN_MIN_ROWS": "32"})
+    _, stderr = finished.communicate(timeout=300)
+    assert finished.returncode == 0, stderr
+    assert [p.name for p in index_dir.glob("ann.*")] == ["ann.0.usearch"]
+    assert_graph_agrees_with_a_scan()

@@ -1,12 +1,13 @@
-"""The embedded engine: an exact, in-process index persisted in a directory.
+"""The embedded engine: an in-process index persisted in a directory.
 
 Storage, crash consistency and the writer lock live in itlr.engines.store (read its docstring).
 Rows are only ever appended, so an update or delete is one more row and the newest row of an id
 wins; `compact()` rewrites the index without the dead rows.
 
-What a derived structure (an ANN index, a cache) builds on: `committed_rows` (how many rows are
-committed, live or dead) and `vectors` (their float32 unit vectors, row i for row i); both only
-change at a commit.
+Scores are always exact cosines of the stored float32 rows. From `ann_min_rows` documents on,
+knn mode and plain kNN take their candidates from an HNSW graph (itlr.engines.ann), a derived
+cache built on `committed_rows` (how many rows are committed, live or dead) and `vectors`
+(their unit vectors, row i for row i); both only change at a commit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.query import Query
@@ -39,8 +41,15 @@ def index_path(name: str | Path) -> Path:
 
 
 class EmbeddedIndex:
+    """knn mode gathers candidates from an HNSW graph (itlr.engines.ann) once the index holds
+    `ann_min_rows` documents, and by an exact scan below that or when a filter is given."""
+
     def __init__(self, store: VectorStore) -> None:
+        # ITLR_ANN_MIN_ROWS moves the threshold (0: always use the graph; a huge value: never).
+        self.ann_min_rows = int(os.environ.get("ITLR_ANN_MIN_ROWS") or ANN_MIN_ROWS)
         self.store = store
+        self._ann = AnnGraph(store.path, store.dims)
+        self._writing_depth = 0
         self.path = store.path
         self.model = store.model
         self.dims = store.dims
@@ -48,6 +57,7 @@ class EmbeddedIndex:
         self._latest: dict[str, int] = {}
         self._vectors: np.ndarray = np.zeros((0, self.dims), dtype=np.float32)
         self._live_cache: np.ndarray | None = None
+        self._live_mask_cache: np.ndarray | None = None
         self._catch_up()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -113,10 +123,18 @@ class EmbeddedIndex:
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
         """Be the index's only writer for the block (a whole ingestion, say), up to date with
-        what other processes committed before. Each write takes it by itself too."""
+        what other processes committed before. Each write takes it by itself too. When the
+        block ends without an error, the ANN graph is saved with every row."""
         with self.store.writing():
-            self._catch_up()
-            yield
+            self._writing_depth += 1
+            try:
+                self._catch_up()
+                yield
+            finally:
+                self._writing_depth -= 1
+            if self._writing_depth == 0 and self._uses_ann():
+                self._ann.catch_up(self.store.generation, self._vectors)
+                self._ann.save_if_due(force=True)
 
     def _catch_up(self) -> None:
         """Load rows committed since this object last looked (by this or another process)."""
@@ -126,7 +144,7 @@ class EmbeddedIndex:
         for row in rows:
             self._append_row(row)
         self._vectors = vectors
-        self._live_cache = None
+        self._live_cache = self._live_mask_cache = None
 
     def _append_row(self, row: StoredRow) -> None:
         number = len(self._rows)
@@ -165,12 +183,17 @@ class EmbeddedIndex:
         return len(present)
 
     def _append(self, rows: list[StoredRow], vectors: np.ndarray) -> None:
-        with self.writing():
+        with self.store.writing():
+            self._catch_up()
             self.store.append(rows, vectors)
             for row in rows:
                 self._append_row(row)
             self._vectors = self.store.vectors()
-            self._live_cache = None
+            self._live_cache = self._live_mask_cache = None
+            if self._uses_ann():
+                # The graph grows with ingestion and is saved now and then, under the lock.
+                self._ann.catch_up(self.store.generation, self._vectors)
+                self._ann.save_if_due()
 
     def compact(self) -> None:
         """Rewrite the index with live rows only."""
@@ -184,6 +207,28 @@ class EmbeddedIndex:
             self.store.remove_orphans()
 
     # -- reads -----------------------------------------------------------------------------
+
+    def _uses_ann(self) -> bool:
+        return self.count() >= self.ann_min_rows
+
+    def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
+        """Live rows among each query's `budget` graph neighbours, unioned, in row order.
+
+        Dead rows stay in the graph, so each search asks for more neighbours in proportion to
+        them."""
+        self._ann.catch_up(self.store.generation, self._vectors)
+        live = self._live_rows()
+        share = len(live) / max(1, self.committed_rows)
+        counts = [int(np.ceil(budget / share)) for budget in budgets]
+        found = np.unique(np.concatenate(self._ann.search(queries, counts, self.committed_rows)))
+        return found[self._live_mask()[found]]
+
+    def _live_mask(self) -> np.ndarray:
+        if self._live_mask_cache is None or len(self._live_mask_cache) != self.committed_rows:
+            mask = np.zeros(self.committed_rows, dtype=bool)
+            mask[self._live_rows()] = True
+            self._live_mask_cache = mask
+        return self._live_mask_cache
 
     def _live_rows(self) -> np.ndarray:
         if self._live_cache is None:
@@ -231,7 +276,11 @@ class EmbeddedIndex:
         terms = query.terms
         searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
         if options.mode == "knn" and searches:
-            rows = self._knn_candidates(rows, searches)
+            if options.filter is None and self._uses_ann():
+                queries = np.stack([s.vector for s in searches])
+                rows = self._ann_rows(queries, [s.budget for s in searches])
+            else:
+                rows = self._knn_candidates(rows, searches)
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         truths = options.truth.apply(cosines, terms)
@@ -250,10 +299,14 @@ class EmbeddedIndex:
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
     ) -> list[Hit]:
-        """Plain dense retrieval: rank by cosine to one vector (exact: `candidates` changes
-        nothing)."""
+        """Plain dense retrieval: rank by cosine to one vector. With the ANN graph in use,
+        `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
+        is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
-        rows = self._filtered_rows(filter)
+        if filter is None and self._uses_ann():
+            rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
+        else:
+            rows = self._filtered_rows(filter)
         if rows.size == 0:
             return []
         scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
