@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -160,3 +161,62 @@ def candidate_recall(
             float(np.mean(by_id)) if by_id else float("nan"),
         )
     return recall
+
+
+@dataclass(frozen=True)
+class EmbeddedRun:
+    """One embedded-engine latency run, with what the index costs to build and hold."""
+
+    count: int
+    floor: Timing
+    timings: list[Timing]
+    store_seconds: float
+    graph_seconds: float | None
+    disk_bytes: int
+    graph_bytes: int
+    rss_bytes: int
+
+
+def measure_embedded(count: int, dims: int, repeats: int, folder: Path) -> EmbeddedRun:
+    """Fill an embedded index with `count` random unit vectors (the store first, then the HNSW
+    graph when the index is past its threshold, each timed), then time the queries."""
+    from itlr.engines.embedded import EmbeddedIndex
+
+    path = folder / "bench"
+    vectors = random_unit(count, dims, seed=1)
+    index = EmbeddedIndex.create(path, "random", dims)
+    threshold, index.ann_min_rows = index.ann_min_rows, 2**62
+    started = time.perf_counter()
+    index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
+    store_seconds = time.perf_counter() - started
+    index.ann_min_rows = threshold
+    graph_seconds = None
+    if count >= threshold:
+        started = time.perf_counter()
+        with index.writing():
+            pass  # the end of a write block brings the graph up to date and saves it
+        graph_seconds = time.perf_counter() - started
+    floor, *timings = measure_backend(index, dims, repeats, floor=vectors)
+    del vectors
+    files = [p for p in path.iterdir() if p.is_file()]
+    return EmbeddedRun(
+        count=count,
+        floor=floor,
+        timings=timings,
+        store_seconds=store_seconds,
+        graph_seconds=graph_seconds,
+        disk_bytes=sum(p.stat().st_size for p in files),
+        graph_bytes=sum(p.stat().st_size for p in files if p.name.startswith("ann.")),
+        rss_bytes=resident_bytes(),
+    )
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
+    import os
+
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")

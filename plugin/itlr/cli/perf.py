@@ -49,6 +49,30 @@ def _timing_table(timings, reference) -> list[str]:
     return rows
 
 
+def _embedded_summary(run) -> list[str]:
+    """Build cost, size and the ratios the goals speak of, for one embedded run."""
+    by_name = {t.name: t for t in run.timings}
+    plain, knn3 = by_name["plain kNN (1 vector)"], by_name["itlr 3-term, knn mode"]
+    exact3 = by_name["itlr 3-term, exact mode"]
+    per_million = 1_000_000 / run.count
+    graph = (
+        f"HNSW graph built in {run.graph_seconds:.1f} s "
+        f"({run.graph_seconds * per_million:.0f} s per million), "
+        f"{run.graph_bytes / 1e6:.0f} MB on disk"
+        if run.graph_seconds is not None
+        else "no HNSW graph (below the threshold: exact candidates)"
+    )
+    return [
+        f"Store written in {run.store_seconds:.1f} s; {graph}; index directory "
+        f"{run.disk_bytes / 1e6:.0f} MB ({run.disk_bytes * per_million / 1e9:.2f} GB per "
+        f"million); process RSS after the run {run.rss_bytes / 1e9:.2f} GB.",
+        "",
+        f"3-term knn mode / plain kNN: {knn3.ratio_to(plain):.2f}x; 3-term exact / knn mode: "
+        f"{exact3.p50_ms / knn3.p50_ms:.1f}x; 3-term exact scoring / one memory pass: "
+        f"{exact3.p50_ms / run.floor.p50_ms:.2f}x",
+    ]
+
+
 @contextmanager
 def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Iterator[Any]:
     """A fresh OpenSearch index for one measurement, deleted afterwards whatever happens."""
@@ -84,18 +108,25 @@ def latency(
     url: UrlOpt = None,
     repeats: Annotated[int, typer.Option(help="Timed runs per measurement.")] = 50,
     dims: Annotated[int, typer.Option(help="Vector dimensions.")] = 384,
+    engines: Annotated[
+        str, typer.Option(help="Engines to measure, comma-separated: embedded, opensearch.")
+    ] = "embedded,opensearch",
     out_file: OutFile = None,
 ) -> None:
     """Plain kNN vs logical queries (1, 3, 5 terms; knn and exact mode), p50/p95, same index.
 
     Vectors are random unit vectors: latency does not depend on what they mean.
     """
-    from itlr.benchmarks.latency import measure_backend, random_unit
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.benchmarks.latency import measure_backend, measure_embedded
+
+    chosen = {e.strip() for e in engines.split(",") if e.strip()}
+    if not chosen <= {"embedded", "opensearch"}:
+        raise typer.BadParameter(f"unknown engine(s) {sorted(chosen)}: embedded, opensearch")
 
     def action() -> None:
         lines = [
             f"### Latency (`itlr bench latency --docs {docs} --repeats {repeats}"
+            + (f" --engines {engines}" if chosen != {"embedded", "opensearch"} else "")
             + (" --url URL" if url else "")
             + "`)",
             "",
@@ -103,20 +134,13 @@ def latency(
             "",
         ]
         for count in (int(n) for n in docs.split(",")):
-            with tempfile.TemporaryDirectory() as folder:
-                index = EmbeddedIndex.create(Path(folder) / "bench", "random", dims)
-                vectors = random_unit(count, dims, seed=1)
-                index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
-                floor, *timings = measure_backend(index, dims, repeats, floor=vectors)
+            if "embedded" in chosen:
+                with tempfile.TemporaryDirectory() as folder:
+                    run = measure_embedded(count, dims, repeats, Path(folder))
                 lines += [f"**Embedded engine, {count:,} random {dims}-dim vectors**", ""]
-                lines += _timing_table([floor, *timings], timings[0])
-                exact3 = next(t for t in timings if t.name == "itlr 3-term, exact mode")
-                lines += [
-                    "",
-                    f"3-term exact scoring / one memory pass: {exact3.p50_ms / floor.p50_ms:.2f}x",
-                    "",
-                ]
-            if url:
+                lines += _timing_table([run.floor, *run.timings], run.timings[0])
+                lines += ["", *_embedded_summary(run), ""]
+            if url and "opensearch" in chosen:
                 with throwaway_opensearch(url, "bench", "random", dims) as backend:
                     _fill_with_random(backend, count, dims)
                     timings = measure_backend(backend, dims, repeats)
