@@ -24,8 +24,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from itlr.query import And, Node, Not, Query, Term
 from itlr.scoring import Operators
+from itlr.tree import And, Node, Not, Term
 
 
 class Op(IntEnum):
@@ -83,8 +83,8 @@ class Program:
         return result
 
 
-def compile_query(query: Query) -> Program:
-    terms = query.terms
+def compile_tree(root: Node, terms: tuple[str, ...]) -> Program:
+    """The postfix program of a tree whose distinct term texts are `terms`, in that order."""
     index = {text: i for i, text in enumerate(terms)}
     instructions: list[tuple[Op, int]] = []
     weights: list[float] = []
@@ -105,8 +105,8 @@ def compile_query(query: Query) -> Program:
             kind = Op.AND if isinstance(node, And) else Op.OR
             instructions.append((kind, len(node.operands)))
 
-    emit(query.root, None)
+    emit(root, None)
     return Program(tuple(instructions), terms, tuple(weights))
 
 
-__all__ = ["Op", "Program", "compile_query"]
+__all__ = ["Op", "Program", "compile_tree"]

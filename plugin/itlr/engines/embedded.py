@@ -28,17 +28,6 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
 
-HOME_ENV = "ITLR_HOME"
-
-
-def index_path(name: str | Path) -> Path:
-    """Where an embedded index lives: a path as given, or a bare name under $ITLR_HOME/indexes."""
-    text = str(name)
-    if os.sep in text or text.startswith(".") or Path(text).is_dir():
-        return Path(text)
-    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".local" / "share" / "itlr")
-    return home / "indexes" / text
-
 
 class EmbeddedIndex:
     """knn mode gathers candidates from an HNSW graph (itlr.engines.ann) once the index holds

@@ -129,7 +129,8 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
 def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
     """An engine for the spec's index; `create` makes a missing index (ingestion)."""
     if spec.engine == "memory":
-        from itlr.engines.embedded import EmbeddedIndex, index_path
+        from itlr.engines.embedded import EmbeddedIndex
+        from itlr.paths import index_path
 
         path = index_path(spec.index)
         if create:

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from itlr.engines.embedded import HOME_ENV
+from itlr.paths import itlr_home
 
 CHUNK = 2048
 
@@ -27,10 +27,6 @@ class Encoder(Protocol):
     dims: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-def itlr_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".local" / "share" / "itlr")
 
 
 def model_slug(model: str) -> str:

@@ -19,7 +19,8 @@ import numpy as np
 
 from itlr.embed import DEFAULT_MODEL
 from itlr.errors import ConfigurationError
-from itlr.evaluation.cache import itlr_home, model_slug
+from itlr.evaluation.cache import model_slug
+from itlr.paths import itlr_home
 from itlr.scoring import TruthMap
 
 # The hard filter's threshold keeps this share of the judged relevant documents: on judged

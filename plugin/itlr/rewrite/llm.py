@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from itlr.engines.embedded import HOME_ENV
 from itlr.errors import QuerySyntaxError, RewriteError
 from itlr.parser import parse
+from itlr.paths import itlr_home
 from itlr.query import Query
 
 if TYPE_CHECKING:
@@ -120,8 +120,7 @@ def parse_answer(answer: str) -> Query:
 
 
 def cache_dir() -> Path:
-    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".local" / "share" / "itlr")
-    return home / "cache" / "rewrite"
+    return itlr_home() / "cache" / "rewrite"
 
 
 def cache_key(config: LLMConfig, question: str) -> str:
