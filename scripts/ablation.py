@@ -118,7 +118,7 @@ def main() -> None:
                 cosines = docs @ term_vectors[term]
                 columns.append(truth(query, term, cosines, term in negated))
             truths = np.stack(columns, axis=1)
-            scores = np.maximum(query.program.evaluate_matrix(truths, ops), 0.0)
+            scores = np.maximum(query.program.compose_matrix(truths, ops), 0.0)
             if hard is not None:
                 for term in query.excluded_terms:
                     scores[clamp(docs @ term_vectors[term]) >= hard] = -np.inf

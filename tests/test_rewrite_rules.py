@@ -15,7 +15,7 @@ from itlr.cli import app
 from itlr.errors import RewriteError
 from itlr.query import Term
 from itlr.rewrite import rewrite, rewrite_rules
-from itlr.rewrite.evaluate import evaluate, load_devset, score, shape
+from itlr.rewrite.accuracy import load_devset, measure_accuracy, score, shape
 
 
 def rules(question: str) -> str:
@@ -190,7 +190,7 @@ def test_the_bundled_devset_is_canonical_and_covers_every_category() -> None:
 
 def test_rules_meet_the_papers_llm_bar_on_in_scope_questions() -> None:
     items = [i for i in load_devset() if i.in_scope]
-    report = evaluate(items, lambda q: rewrite(q, "rules"), "rules")
+    report = measure_accuracy(items, lambda q: rewrite(q, "rules"), "rules")
     assert report.select().exact_rate >= 0.85
 
 

@@ -50,16 +50,17 @@ class Program:
     def to_params(self) -> dict[str, object]:
         return {"program": self.flat(), "weights": list(self.weights)}
 
-    def evaluate(
+    def compose(
         self, truths: Mapping[str, float | np.ndarray], ops: Operators
     ) -> float | np.ndarray:
+        """Compose named truth values (floats, or arrays over documents) into scores."""
         missing = [t for t in self.terms if t not in truths]
         if missing:
             raise KeyError(f"no truth value for term(s) {missing}")
         columns = [truths[t] for t in self.terms]
         return self.run(columns, ops)
 
-    def evaluate_matrix(self, truth_matrix: np.ndarray, ops: Operators) -> np.ndarray:
+    def compose_matrix(self, truth_matrix: np.ndarray, ops: Operators) -> np.ndarray:
         """Score every row of a (documents x terms) truth matrix."""
         return np.asarray(self.run(list(truth_matrix.T), ops))
 

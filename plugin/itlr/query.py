@@ -152,7 +152,7 @@ class Query:
         ops: Operators | None = None,
     ) -> float | np.ndarray:
         """Compose per-term truth values (floats or arrays over documents) into one score."""
-        return self.program.evaluate(truths, ops or Operators())
+        return self.program.compose(truths, ops or Operators())
 
     def to_dict(self) -> dict:
         return {"query": str(self), "tree": _node_to_dict(self.root), "terms": list(self.terms)}

@@ -4,7 +4,7 @@ from itlr.cli import (  # noqa: F401  (importing a module registers its commands
     bench,
     cluster,
     core,
-    evaluate,
+    evaluation,
     perf,
     proxy_bench,
     rewrite,

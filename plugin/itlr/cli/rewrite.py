@@ -89,7 +89,7 @@ def _percent(part: int, whole: int) -> str:
 
 
 def _print_report(report, path: Path, throughput) -> None:
-    from itlr.rewrite.evaluate import CATEGORIES
+    from itlr.rewrite.accuracy import CATEGORIES
 
     table = Table(
         title=f"{report.method} rewriter on {path.name} ({len(report.outcomes)} questions)",
@@ -177,7 +177,7 @@ def rewrite_command(
         if eval_path is not None:
             if question is not None:
                 raise RewriteError("give either a QUESTION or --eval DEVSET, not both")
-            _evaluate(eval_path, config, as_json, failures)
+            _report_accuracy(eval_path, config, as_json, failures)
             return
         if question is None:
             raise RewriteError("no question: itlr rewrite 'your question' (or --eval DEVSET)")
@@ -186,13 +186,18 @@ def rewrite_command(
     run_guarded(action)
 
 
-def _evaluate(path: Path, config: LLMConfig | None, as_json: bool, failures: bool) -> None:
-    from itlr.rewrite.evaluate import default_devset, evaluate, load_devset, measure_throughput
+def _report_accuracy(path: Path, config: LLMConfig | None, as_json: bool, failures: bool) -> None:
+    from itlr.rewrite.accuracy import (
+        default_devset,
+        load_devset,
+        measure_accuracy,
+        measure_throughput,
+    )
 
     path = default_devset() if str(path) == "bundled" else path
     items = load_devset(path)
     method = "rules" if config is None else f"llm ({config.model})"
-    report = evaluate(items, _rewriter(config), method)
+    report = measure_accuracy(items, _rewriter(config), method)
     throughput = None
     if config is None:
         throughput = measure_throughput(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
@@ -270,20 +271,15 @@ class EmbeddedIndex:
                 rows = self._ann_rows(queries, [s.budget for s in searches])
             else:
                 rows = self._knn_candidates(rows, searches)
-        # One matrix product scores every term against every candidate.
-        cosines = cosine_matrix(self._matrix(rows), term_vectors)
-        truths = options.truth.apply(cosines, terms)
-        keep = np.ones(len(rows), dtype=bool)
-        if options.hard_filter is not None:
-            for term in query.excluded_terms:
-                keep &= truths[:, terms.index(term)] < options.hard_filter
         if options.exclude_lexical:
             raise ConfigurationError(
                 "`exclude_lexical` needs a text index: search an OpenSearch or Elasticsearch index"
             )
-        rows, truths = rows[keep], truths[keep]
-        scores = np.maximum(query.program.evaluate_matrix(truths, options.ops), 0.0)
-        return self._hits(rows, scores, truths, terms, options.k)
+        # One matrix product scores every term against every candidate.
+        cosines = cosine_matrix(self._matrix(rows), term_vectors)
+        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
+        kept = scored.kept
+        return self._hits(rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k)
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None

@@ -5,7 +5,7 @@ the documents against each distinct term of the logical query (query.terms order
 the whole query text. A score of -inf means "not retrieved".
 
 dense            cosine to the whole query text embedded as one vector (the paper's Base).
-itlr             fuzzy composition: TruthMap.apply then Program.evaluate_matrix, clamped at 0,
+itlr             fuzzy composition: itlr.composition.compose (truth map, program, clamp at 0),
                  which is exactly what the embedded engine's exact mode computes, with the
                  search defaults (SEARCH_OPERATORS: NOT at half strength).
 itlr-paper       itlr with the paper's operators (NOT = 1 - x), for reproduction.
@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from itlr.composition import compose
 from itlr.errors import ConfigurationError
 from itlr.evaluation.calibration import BUNDLED_HARD_FILTER
 from itlr.query import And, Node, Not, Or, Query, Term
@@ -77,13 +78,9 @@ class Logical:
     hard_filter: float | None = None
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
-        terms = case.query.terms
-        truths = self.truth.apply(term_cosines, terms)
-        scores = np.maximum(case.query.program.evaluate_matrix(truths, self.ops), 0.0)
-        scores = np.asarray(scores, dtype=np.float64)
-        if self.hard_filter is not None:
-            for term in case.query.excluded_terms:
-                scores[truths[:, terms.index(term)] >= self.hard_filter] = -np.inf
+        composed = compose(case.query, term_cosines, self.ops, self.truth, self.hard_filter)
+        scores = np.asarray(composed.scores, dtype=np.float64)
+        scores[~composed.kept] = -np.inf
         return scores
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from itlr.evaluation.benchmark import GRID_NOT, NEGATIONS, SyntheticReport
+from itlr.evaluation.paper_tables import GRID_NOT, NEGATIONS, SyntheticReport
 
 
 def _fmt(value: float | None) -> str:

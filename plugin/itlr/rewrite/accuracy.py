@@ -197,7 +197,7 @@ def score(item: DevItem, predicted: Node) -> tuple[bool, bool]:
     return exact, shape(predicted) == shape(gold)
 
 
-def evaluate(
+def measure_accuracy(
     items: Iterable[DevItem], rewriter: Callable[[str], object], method: str
 ) -> EvalReport:
     """Run `rewriter` (question -> RewriteResult) over the items and score every answer."""
