@@ -142,7 +142,7 @@ def test_beir_loader_reads_trec_qrels_by_path(beir: Path, tmp_path: Path) -> Non
 
 
 def test_beir_loader_names_the_available_splits(beir: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"use --split with one of \['test'\]"):
+    with pytest.raises(ConfigurationError, match=r"choose `split` from \['test'\]"):
         load_beir(beir, split="dev")
 
 

@@ -163,7 +163,7 @@ def test_the_key_comes_from_the_named_variable(
 
 
 def test_llm_without_a_configuration_is_an_actionable_error() -> None:
-    with pytest.raises(RewriteError, match="--llm-model"):
+    with pytest.raises(RewriteError, match="`llm_model`"):
         rewrite(QUESTION, "llm", None)
 
 

@@ -113,6 +113,13 @@ def _python_option_names() -> frozenset[str]:
             "lam",
             "with_install",
             "token",
+            "split",
+            "qrels",
+            "rewrite",
+            "methods",
+            "depth",
+            "llm_model",
+            "llm_base_url",
             "host",
             "torch_threads",
         }

@@ -48,7 +48,7 @@ def short_text(text: str, limit: int = 200) -> str:
     one_line = " ".join(text.split())
     lowered = one_line[:500].lower()
     if "<html" in lowered or "<!doctype" in lowered:
-        return "an HTML page, not a search engine's JSON (is --url the cluster's address?)"
+        return "an HTML page, not a search engine's JSON (is `url` the cluster's address?)"
     if not one_line:
         return "an empty body"
     return one_line if len(one_line) <= limit else one_line[:limit] + "..."

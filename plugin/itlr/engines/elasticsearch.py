@@ -80,7 +80,7 @@ def unsupported_version(version: str) -> str | None:
     if Capabilities(version).numbers < (8, 0):
         return (
             f"Elasticsearch {version} is too old for itlr: it needs 8.0+ for indexed "
-            "dense_vector fields (8.12+ for --mode knn)"
+            'dense_vector fields (8.12+ for `mode="knn"`)'
         )
     return None
 
@@ -205,14 +205,14 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
     except es_errors.NotFoundError as missing:
         if "index_not_found" in str(missing):
             raise IndexStateError(
-                f"index {index!r} does not exist at {url}: create it with "
-                f"`itlr ingest FILE --engine elasticsearch --url {url} --index {index}`"
+                f"index {index!r} does not exist at {url}: create it by "
+                "adding documents (`itlr ingest FILE` or `Index.add`)"
             ) from None
         raise EngineError(f"Elasticsearch at {url}: {_reason(missing)}") from None
     except es_errors.UnsupportedProductError:
         raise EngineError(
             f"{url} is not Elasticsearch (the client's product check failed): "
-            "use --engine opensearch or --engine auto"
+            'use `engine="opensearch"` or `engine="auto"`'
         ) from None
     except es_errors.ApiError as refused:
         reason = _reason(refused)

@@ -112,7 +112,7 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
     if not isinstance(info, dict):
         raise EngineError(
             f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
-            f"{short_text(body.decode('utf-8', errors='replace'))}; check --url"
+            f"{short_text(body.decode('utf-8', errors='replace'))}; check `url`"
         )
     version = info.get("version") if isinstance(info.get("version"), dict) else {}
     number = str(version.get("number", "?"))
@@ -122,7 +122,7 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
         return "elasticsearch", number
     raise EngineError(
         f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
-        f"{short_text(json.dumps(info))}; check --url"
+        f"{short_text(json.dumps(info))}; check `url`"
     )
 
 
@@ -194,5 +194,5 @@ def remote_backend(spec: EngineSpec, model: str, dims: int):
             version=None if version in (None, "?") else version,
         )
     raise ConfigurationError(
-        f"--engine {engine} needs no cluster: drop --url, or use opensearch or elasticsearch"
+        f'`engine="{engine}"` needs no cluster: drop `url`, or use opensearch or elasticsearch'
     )

@@ -42,15 +42,15 @@ def engine_errors(url: str, index: str) -> Iterator[None]:
     except os_errors.NotFoundError as missing:
         if "index_not_found" in str(missing.error):
             raise IndexStateError(
-                f"index {index!r} does not exist at {url}: create it with "
-                f"`itlr ingest FILE --engine opensearch --url {url} --index {index}`"
+                f"index {index!r} does not exist at {url}: create it by "
+                "adding documents (`itlr ingest FILE` or `Index.add`)"
             ) from None
         raise EngineError(f"OpenSearch at {url}: {_reason(missing)}") from None
     except os_errors.TransportError as refused:
         raise EngineError(f"OpenSearch at {url} refused the request: {_reason(refused)}") from None
     except os_errors.SerializationError as garbled:
         raise EngineError(
-            f"{url} does not answer like OpenSearch ({short_text(str(garbled))}): check --url"
+            f"{url} does not answer like OpenSearch ({short_text(str(garbled))}): check `url`"
         ) from None
 
 

@@ -162,7 +162,7 @@ class VectorStore:
     def open(cls, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> VectorStore:
         if not exists(path):
             raise IndexStateError(
-                f"no itlr index at {path}: create one with `itlr ingest FILE --index {path}`"
+                f"no itlr index at {path}: create one by adding documents (`itlr ingest FILE` or `Index.add`)"
             )
         store = cls(path, lock_timeout)
         if store._read_meta() is None:

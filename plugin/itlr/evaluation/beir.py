@@ -64,15 +64,15 @@ class EvalResult:
 def rewriter_for(method: str, llm_config: Any = None) -> Rewriter | None:
     """A function question -> logical query, from itlr.rewrite; None for --rewrite none."""
     if method not in REWRITES:
-        raise ConfigurationError(f"unknown --rewrite {method!r}: choose none, rules or llm")
+        raise ConfigurationError(f"unknown `rewrite` {method!r}: choose none, rules or llm")
     if method == "none":
         return None
     try:
         from itlr.rewrite import rewrite_for_search
     except ImportError:
         raise ConfigurationError(
-            f"--rewrite {method} needs itlr.rewrite, which this installation lacks: "
-            "use --rewrite none (queries are then parsed as logical queries)"
+            f'`rewrite="{method}"` needs itlr.rewrite, which this installation lacks: '
+            'use `rewrite="none"` (queries are then parsed as logical queries)'
         ) from None
 
     def rewrite(text: str) -> tuple[Query, dict[str, Any]]:

@@ -100,7 +100,7 @@ def hard_filter_threshold(relevant_truths: Sequence[float]) -> float:
     if values.size == 0:
         raise ConfigurationError(
             "no judged question excludes anything: a hard-filter threshold needs questions with "
-            "a NOT (rewrite them with --rewrite rules)"
+            'a NOT (rewrite them first: `rewrite="rules"`)'
         )
     return float(np.quantile(values, HARD_FILTER_KEEP))
 
@@ -135,8 +135,8 @@ def load_calibration(model: str | None) -> TruthMap | None:
         truth = TruthMap.from_dict(record)
     except (ValueError, TypeError, KeyError) as bad:
         raise ConfigurationError(
-            f"unreadable calibration {path} ({bad}): re-run `itlr calibrate DATASET --model "
-            f"{display_name(model)}`"
+            f"unreadable calibration {path} ({bad}): calibrate again for model "
+            f"{display_name(model)!r} (`itlr calibrate DATASET`)"
         ) from None
     return truth
 

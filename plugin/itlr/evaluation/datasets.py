@@ -115,9 +115,9 @@ def _qrels_for_split(folder: Path, split: str) -> Path:
     available = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
     if available:
         raise ConfigurationError(
-            f"{folder} has no qrels/{split}.tsv: use --split with one of {available}"
+            f"{folder} has no qrels/{split}.tsv: choose `split` from {available}"
         )
-    raise ConfigurationError(f"{folder} has no qrels/ folder: pass a qrels file with --qrels")
+    raise ConfigurationError(f"{folder} has no qrels/ folder: give a qrels file as `qrels`")
 
 
 def load_beir(

@@ -89,7 +89,7 @@ def check_depth(depth: int) -> None:
     """Refuse a depth no single engine request can return."""
     if depth > MAX_ENGINE_K:
         raise ConfigurationError(
-            f"--depth {depth} is more hits than one cluster request returns "
+            f"`depth` {depth} is more hits than one cluster request returns "
             f"(index.max_result_window and the kNN k stop at {MAX_ENGINE_K})"
         )
 
@@ -119,7 +119,7 @@ class EngineRunner:
             raise ConfigurationError(f"unknown mode {self.mode!r}: choose knn or exact")
         if self.candidates is not None and not 1 <= self.candidates <= MAX_ENGINE_K:
             raise ConfigurationError(
-                f"--candidates must be between 1 and {MAX_ENGINE_K} (the engines' largest kNN "
+                f"`candidates` must be between 1 and {MAX_ENGINE_K} (the engines' largest kNN "
                 f"k), got {self.candidates}"
             )
 

@@ -168,7 +168,7 @@ def build_methods(
         )
     if "itlr-calibrated" in names and calibrated is None:
         raise ConfigurationError(
-            "itlr-calibrated needs a calibration: run `itlr calibrate DATASET --model MODEL` first"
+            "itlr-calibrated needs a calibration for the model: run `itlr calibrate DATASET` first"
         )
     made: dict[str, Method] = {
         "dense": Dense(),
@@ -187,6 +187,6 @@ def parse_method_names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigurationError(
-            f"--methods lists no method: choose from {', '.join(METHOD_NAMES)}"
+            f"`methods` lists no method: choose from {', '.join(METHOD_NAMES)}"
         )
     return names

@@ -141,7 +141,7 @@ class QueryBarProxy:
             if self._embedder.name != model:
                 raise EngineError(
                     f"the index was embedded with {model!r} but the proxy runs "
-                    f"{self._embedder.name!r}: start it with the index's --model"
+                    f"{self._embedder.name!r}: start it with the index's `model`"
                 )
             return self._embedder.encode(terms)
 

@@ -100,7 +100,7 @@ class Upstream:
         except httpx.TransportError as down:
             raise EngineError(
                 f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
-                "is it running? check --url"
+                "is it running? check `url`"
             ) from None
 
     async def engine(self, headers: dict[str, str]) -> tuple[str, str]:
@@ -176,7 +176,7 @@ class Upstream:
                         if put.status_code >= 300:
                             raise EngineError(
                                 f"the upstream refused to store itlr's script {script.id} "
-                                f"({put.status_code}): run `itlr install --url ...` as a user "
+                                f"({put.status_code}): run `itlr install` against it as a user "
                                 "allowed to, or give the proxy such credentials"
                             )
                     elif found.status_code != 200:
@@ -187,6 +187,6 @@ class Upstream:
                 except httpx.TransportError as down:
                     raise EngineError(
                         f"cannot reach the upstream {self.connection.url} "
-                        f"({type(down).__name__}): is it running? check --url"
+                        f"({type(down).__name__}): is it running? check `url`"
                     ) from None
                 self._scripts_ready.add(script.id)

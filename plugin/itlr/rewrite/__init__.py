@@ -100,7 +100,7 @@ def rewrite(question: str, method: Method = "rules", llm: LLMConfig | None = Non
         raise RewriteError(f"unknown rewrite method {method!r}: use rules or llm")
     if llm is None:
         raise RewriteError(
-            "the llm rewriter needs a model: pass --llm-model (and --llm-base-url for a "
+            "the llm rewriter needs a model: give `llm_model` (and `llm_base_url` for a "
             "local OpenAI-compatible server)"
         )
     from itlr.rewrite.llm import LLMAnswer

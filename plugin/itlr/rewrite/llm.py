@@ -61,7 +61,7 @@ class LLMConfig:
             return key
         if self.base_url is None:
             raise RewriteError(
-                f"no API key for OpenAI: set ${self.api_key_env}, or pass --llm-base-url "
+                f"no API key for OpenAI: set ${self.api_key_env}, or give `llm_base_url` "
                 "for a local OpenAI-compatible server"
             )
         return PLACEHOLDER_KEY
@@ -309,8 +309,8 @@ def _refusal(config: LLMConfig, status: int, message: str) -> str:
         return f"{config.endpoint} refused the credentials ({status}): check ${config.api_key_env}"
     if status == 404:
         return (
-            f"{config.endpoint} has no model {config.model!r} (404): check --llm-model "
-            "and --llm-base-url (it usually ends in /v1)"
+            f"{config.endpoint} has no model {config.model!r} (404): check `llm_model` "
+            "and `llm_base_url` (it usually ends in /v1)"
         )
     said = " ".join(message.split())[:160]
-    return f"{config.endpoint} rejected the request ({status}: {said}): check --llm-model"
+    return f"{config.endpoint} rejected the request ({status}: {said}): check `llm_model`"
