@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,14 +28,17 @@ from itlr.cli.app import (
 from itlr.cli.options import NotStrengthOpt
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
-from itlr.scoring import DEFAULT_NOT_STRENGTH
+from itlr.evaluation.experiment import (
+    CLUSTER_DEPTH,
+    DEFAULT_METHODS,
+    MEMORY_DEPTH,
+    EvalSettings,
+)
+from itlr.scoring import DEFAULT_NOT_STRENGTH, Operators, TruthMap
 
 if TYPE_CHECKING:
-    from itlr.embed import Embedder
-    from itlr.engines.factory import EngineSpec
-    from itlr.evaluation.engine_runs import EngineRunner, IndexSync
+    from itlr.evaluation.engine_runs import IndexSync
 
-DEFAULT_METHODS = "dense,itlr,itlr-hard,setops"
 SplitOpt = Annotated[str, typer.Option(help="Which qrels/<split>.tsv to use.")]
 QrelsOpt = Annotated[
     Path | None,
@@ -74,11 +76,6 @@ EvalCandidatesOpt = Annotated[
         rich_help_panel="Engine",
     ),
 ]
-# Without --depth: 1000 in process, 100 on a cluster, where every method is one request per
-# query returning `depth` hits and knn mode asks 10 x depth candidates per term (1000 would hit
-# the k-NN plugin's k limit of 10000). R@100 needs at least 100.
-MEMORY_DEPTH = 1000
-CLUSTER_DEPTH = 100
 
 
 @contextmanager
@@ -109,10 +106,6 @@ def _print_metrics(title: str, metrics: dict[str, dict[str, float]], names: list
     out.print(table)
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 @app.command("eval")
 @engine_command
 def eval_command(
@@ -128,7 +121,7 @@ def eval_command(
         typer.Option(
             help="Comma-separated: dense, itlr, itlr-hard, setops, itlr-calibrated, itlr-paper, "
             "random. "
-            f"Default: {DEFAULT_METHODS}, plus itlr-calibrated when the model is calibrated."
+            f"Default: {','.join(DEFAULT_METHODS)}, plus itlr-calibrated when the model is calibrated."
         ),
     ] = None,
     rewrite: Annotated[
@@ -182,25 +175,19 @@ def eval_command(
 
     def action() -> None:
         from itlr.embed import get_embedder
-        from itlr.evaluation.beir import evaluate_beir, rewriter_for
-        from itlr.evaluation.calibration import default_hard_filter, load_calibration
         from itlr.evaluation.datasets import load_beir
-        from itlr.evaluation.methods import (
-            build_methods,
-            parse_method_names,
+        from itlr.evaluation.experiment import (
+            cluster_runner,
+            default_results_folder,
+            metric_names,
+            negation_groups,
+            ranked_depth,
+            run_evaluation,
+            write_results,
         )
-        from itlr.evaluation.metrics import METRIC_NAMES
-        from itlr.evaluation.report import grouped_bars, metrics_markdown
-        from itlr.scoring import Operators, TruthMap
 
         on_cluster = spec.engine != "memory"
-        ranked = depth if depth is not None else CLUSTER_DEPTH if on_cluster else MEMORY_DEPTH
-        if ranked < 100:
-            raise ConfigurationError(f"--depth must be at least 100 for R@100, got {ranked}")
-        if on_cluster:
-            from itlr.evaluation.engine_runs import check_depth
-
-            check_depth(ranked)  # before an index is created or anything encoded
+        ranked_depth(depth, on_cluster)  # before an index is created or anything encoded
         if not on_cluster and (mode is not None or candidates is not None or index is not None):
             err.print(
                 "[yellow]note:[/] --index, --mode and --candidates apply to a cluster (--url); "
@@ -212,18 +199,18 @@ def eval_command(
             if rewrite is Rewrite.llm
             else None
         )
-        rewriter = rewriter_for(rewrite.value, config)
-        calibrated = load_calibration(model)
-        names = parse_method_names(methods or DEFAULT_METHODS)
-        if methods is None and calibrated is not None:
-            names.append("itlr-calibrated")
-        chosen = build_methods(
-            names,
+        settings = EvalSettings(
+            methods=[m.strip() for m in methods.split(",")] if methods else None,
+            rewrite=rewrite.value,
+            llm=config,
             ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
             truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
-            hard_filter=default_hard_filter(model) if hard_filter is None else hard_filter,
-            calibrated=calibrated,
-            setops_depth=20,
+            hard_filter=hard_filter,
+            split=split,
+            qrels=qrels,
+            negatives=negatives,
+            depth=depth,
+            model=model,
         )
         data = load_beir(dataset, split=split, qrels=qrels, negatives=negatives)
         if data.skipped_queries:
@@ -232,106 +219,35 @@ def eval_command(
                 "queries.jsonl or no relevant document: skipped"
             )
         embedder = get_embedder(model)
-        runner = (
-            _engine_runner(spec, index, dataset, embedder, mode, candidates) if on_cluster else None
-        )
-        with staged_progress() as (on_stage, on_progress):
-            result = evaluate_beir(
-                data,
-                embedder,
-                chosen,
-                rewriter=rewriter,
-                depth=ranked,
-                on_stage=on_stage,
-                on_progress=on_progress,
-                engine=runner,
-                config={
-                    # In process; a cluster run overrides these four with its own.
-                    "engine": "memory",
-                    "url": None,
-                    "index": None,
-                    "mode": "exact",
-                    "methods": [m.name for m in chosen],
-                    "rewrite": rewrite.value,
-                    "llm_model": config.model if config else None,
-                    "operators": {"and": and_.value, "or": or_.value, "not": not_.value},
-                    "truth": {"kind": truth.value, "tau": tau, "lam": lam},
-                    "hard_filter": default_hard_filter(model)
-                    if hard_filter is None
-                    else hard_filter,
-                    "split": split,
-                    "qrels": str(qrels) if qrels else None,
-                    "negatives": str(negatives) if negatives else None,
-                    "setops_depth": 20,
-                },
+        runner = None
+        if on_cluster:
+            runner, warnings = cluster_runner(
+                spec, index, dataset, embedder, (mode or Mode.knn).value, candidates
             )
+            for warning in warnings:
+                warn(warning)
+        with staged_progress() as (on_stage, on_progress):
+            result = run_evaluation(data, settings, embedder, runner, on_stage, on_progress)
         if result.index_sync is not None:
             _print_sync(result.index_sync, result.config["computed_in_process"])
-        metric_names = [n for n in METRIC_NAMES if any(n in v for v in result.metrics.values())]
+        names = metric_names(result)
         _print_metrics(
             f"{data.name}: {len(data.queries)} queries, {len(data.corpus)} documents "
             f"(MRR@10 = ir-measures RR@10, MAP = AP)",
             result.metrics,
-            metric_names,
+            names,
         )
-        groups = list(next(iter(result.by_negations.values())))
+        groups = negation_groups(result)
         if len(groups) > 1:
             _print_metrics("nDCG@10 by number of NOTs", result.by_negations, groups)
-
-        folder = out_dir or Path("results") / "eval" / data.name
-        folder.mkdir(parents=True, exist_ok=True)
-        _write_json(folder / "results.json", result.to_dict())
-        (folder / "metrics.md").write_text(
-            metrics_markdown(result.metrics, metric_names) + "\n", encoding="utf-8"
-        )
-        grouped_bars(
-            folder / "metrics.png",
-            metric_names,
-            {m: [v.get(n, float("nan")) for n in metric_names] for m, v in result.metrics.items()},
-            f"{data.name} ({len(data.queries)} queries)",
-            "score",
-        )
-        if len(groups) > 1:
-            grouped_bars(
-                folder / "by_negations.png",
-                groups,
-                {m: list(v.values()) for m, v in result.by_negations.items()},
-                f"{data.name}: nDCG@10 by number of NOTs",
-                "nDCG@10",
-            )
+        folder = out_dir or default_results_folder(data)
+        write_results(result, data, folder)
         out.print(f"wrote {folder / 'results.json'} and plots in {folder}", highlight=False)
         if result.index_sync is not None and result.index_sync.failed:
             # As `itlr ingest`: the results are written, but a partial index is an error.
             raise typer.Exit(1)
 
     run_guarded(action)
-
-
-def _engine_runner(
-    spec: EngineSpec,
-    index: str | None,
-    dataset: Path,
-    embedder: Embedder,
-    mode: Mode | None,
-    candidates: int | None,
-) -> EngineRunner:
-    """An EngineRunner on the spec's cluster, its index created from the mapping if missing."""
-    from dataclasses import replace
-
-    from itlr.engines.factory import remote_backend
-    from itlr.evaluation.engine_runs import EngineRunner, default_index_name
-
-    name = index or default_index_name(dataset, embedder.name)
-    backend = remote_backend(replace(spec, index=name), embedder.name, embedder.dims)
-    created = backend.ensure_index(spec.knn_engine)
-    for warning in backend.warnings:
-        warn(warning)
-    return EngineRunner(
-        backend,
-        mode=(mode or Mode.knn).value,  # type: ignore[arg-type]
-        candidates=candidates,
-        index_created=created,
-    )
 
 
 def _print_sync(sync: IndexSync, in_process: list[str]) -> None:
