@@ -1,20 +1,16 @@
-"""`itlr bench latency|recall|ingest|store|encode`: speed, measured in one run on one machine."""
+"""`itlr bench latency|recall|ingest|store|encode`: flags in, the report of
+itlr.benchmarks.reports out (printed, and appended to --out)."""
 
 from __future__ import annotations
 
-import platform
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from itlr.candidates import PLANS
 from itlr.cli.app import out, run_guarded
 from itlr.cli.bench import bench_app
-from itlr.errors import ConfigurationError
 
 OutFile = Annotated[
     Path | None, typer.Option("--out", help="Append the markdown report to this file.")
@@ -25,81 +21,12 @@ UrlOpt = Annotated[
 ]
 
 
-def machine() -> str:
-    import os
-
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
-
-
-def _emit(lines: list[str], destination: Path | None) -> None:
+def emit(lines: list[str], destination: Path | None) -> None:
     text = "\n".join(lines) + "\n"
     out.print(text, markup=False, highlight=False)
     if destination:
         with open(destination, "a", encoding="utf-8") as handle:
             handle.write(text + "\n")
-
-
-def _timing_table(timings, reference) -> list[str]:
-    rows = ["| measurement | p50 ms | p95 ms | p50 / plain kNN |", "|---|---:|---:|---:|"]
-    for timing in timings:
-        rows.append(
-            f"| {timing.name} | {timing.p50_ms:.2f} | {timing.p95_ms:.2f} | "
-            f"{timing.ratio_to(reference):.2f}x |"
-        )
-    return rows
-
-
-def _embedded_summary(run) -> list[str]:
-    """Build cost, size and the ratios the goals speak of, for one embedded run."""
-    by_name = {t.name: t for t in run.timings}
-    plain, knn3 = by_name["plain kNN (1 vector)"], by_name["itlr 3-term, knn mode"]
-    exact3 = by_name["itlr 3-term, exact mode"]
-    per_million = 1_000_000 / run.count
-    graph = (
-        f"HNSW graph built in {run.graph_seconds:.1f} s "
-        f"({run.graph_seconds * per_million:.0f} s per million), "
-        f"{run.graph_bytes / 1e6:.0f} MB on disk"
-        if run.graph_seconds is not None
-        else "no HNSW graph (below the threshold: exact candidates)"
-    )
-    return [
-        f"Store written in {run.store_seconds:.1f} s; {graph}; index directory "
-        f"{run.disk_bytes / 1e6:.0f} MB ({run.disk_bytes * per_million / 1e9:.2f} GB per "
-        f"million); process RSS after the run {run.rss_bytes / 1e9:.2f} GB.",
-        "",
-        f"3-term knn mode / plain kNN: {knn3.ratio_to(plain):.2f}x; 3-term exact / knn mode: "
-        f"{exact3.p50_ms / knn3.p50_ms:.1f}x; 3-term exact scoring / one memory pass: "
-        f"{exact3.p50_ms / run.floor.p50_ms:.2f}x",
-    ]
-
-
-@contextmanager
-def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Iterator[Any]:
-    """A fresh OpenSearch index for one measurement, deleted afterwards whatever happens."""
-    import uuid
-
-    from itlr.engines.opensearch import OpenSearchBackend, connect
-
-    name = f"itlr-{purpose}-{uuid.uuid4().hex[:8]}"
-    backend = OpenSearchBackend(connect(url, timeout=120), name, model, dims, url=url)
-    backend.ensure_index()
-    try:
-        yield backend
-    finally:
-        backend.client.indices.delete(index=name)
-
-
-def _fill_with_random(backend: Any, count: int, dims: int) -> None:
-    from itlr.benchmarks.latency import random_unit
-
-    step = 2000
-    for start in range(0, count, step):
-        vectors = random_unit(min(step, count - start), dims, seed=start)
-        ids = [f"r{start + i}" for i in range(len(vectors))]
-        backend.add(ids, [""] * len(ids), vectors)
-    # One segment, so that latency does not depend on how the merges happened to go.
-    backend.client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
-    backend.refresh()
 
 
 @bench_app.command()
@@ -117,51 +44,9 @@ def latency(
 
     Vectors are random unit vectors: latency does not depend on what they mean.
     """
-    from itlr.benchmarks.latency import measure_backend, measure_embedded
+    from itlr.benchmarks.reports import latency_report
 
-    chosen = {e.strip() for e in engines.split(",") if e.strip()}
-    if not chosen <= {"embedded", "opensearch"}:
-        raise typer.BadParameter(f"unknown engine(s) {sorted(chosen)}: embedded, opensearch")
-
-    def action() -> None:
-        lines = [
-            f"### Latency (`itlr bench latency --docs {docs} --repeats {repeats}"
-            + (f" --engines {engines}" if chosen != {"embedded", "opensearch"} else "")
-            + (" --url URL" if url else "")
-            + "`)",
-            "",
-            f"Machine: {machine()}.",
-            "",
-        ]
-        for count in (int(n) for n in docs.split(",")):
-            if "embedded" in chosen:
-                with tempfile.TemporaryDirectory() as folder:
-                    run = measure_embedded(count, dims, repeats, Path(folder))
-                lines += [f"**Embedded engine, {count:,} random {dims}-dim vectors**", ""]
-                lines += _timing_table([run.floor, *run.timings], run.timings[0])
-                lines += ["", *_embedded_summary(run), ""]
-            if url and "opensearch" in chosen:
-                with throwaway_opensearch(url, "bench", "random", dims) as backend:
-                    _fill_with_random(backend, count, dims)
-                    timings = measure_backend(backend, dims, repeats)
-                lines += [
-                    f"**OpenSearch at {url}, {count:,} random {dims}-dim vectors (lucene HNSW, 1 segment)**",
-                    "",
-                ]
-                lines += _timing_table(timings, timings[0])
-                knn3 = next(t for t in timings if t.name == "itlr 3-term, knn mode")
-                fastest = min(
-                    (t for t in timings if t.name.startswith("plain kNN")), key=lambda t: t.p50_ms
-                )
-                lines += [
-                    "",
-                    f"3-term knn mode / fastest plain kNN ({fastest.name}): "
-                    f"{knn3.ratio_to(fastest):.2f}x",
-                    "",
-                ]
-        _emit(lines, out_file)
-
-    run_guarded(action)
+    run_guarded(lambda: emit(latency_report(docs, url, repeats, dims, engines), out_file))
 
 
 @bench_app.command()
@@ -182,111 +67,9 @@ def recall(
     The embedded engine's per-term candidates are exact, so it measures only what the union of
     candidates misses; OpenSearch adds what its HNSW graph misses.
     """
-    import random
+    from itlr.benchmarks.reports import recall_report
 
-    import numpy as np
-
-    from itlr.benchmarks.latency import CandidateRecall, candidate_recall
-    from itlr.benchmarks.plans import recall_by_plan_and_shape
-    from itlr.benchmarks.text_corpus import random_queries, recall_corpus
-    from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
-
-    def action() -> None:
-        embedder = get_embedder()
-        documents, vocabulary = recall_corpus()
-        ids = [d.id for d in documents]
-        texts = [d.text for d in documents]
-        vectors = embedder.encode(texts)
-        term_vectors = dict(zip(vocabulary, embedder.encode(vocabulary), strict=True))
-        sample = random_queries(vocabulary, queries, random.Random(3))
-        sizes = [int(b) for b in budgets.split(",")]
-
-        def vectors_for(query):
-            return np.stack([term_vectors[t] for t in query.terms])
-
-        anchored = [q for q in sample if q.anchored]
-        groups = {
-            f"anchored ({len(anchored)})": anchored,
-            f"not anchored ({len(sample) - len(anchored)})": [q for q in sample if not q.anchored],
-        }
-
-        compared = [p.strip() for p in plans.split(",") if p.strip()]
-        unknown = [p for p in compared if p not in PLANS]
-        if unknown:
-            raise ConfigurationError(f"unknown plan(s) {unknown}: choose from {list(PLANS)}")
-
-        def measure(backend) -> dict[str, dict[int, CandidateRecall]]:
-            return {
-                name: candidate_recall(backend, vectors_for, group, sizes)
-                for name, group in groups.items()
-                if group
-            }
-
-        rows: dict[str, dict[str, dict[int, CandidateRecall]]] = {}
-        by_plan: dict[str, dict] = {}
-        with tempfile.TemporaryDirectory() as folder:
-            index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
-            index.add(ids, texts, vectors)
-            rows["embedded"] = measure(index)
-            by_plan["embedded"] = recall_by_plan_and_shape(
-                index,
-                vectors_for,
-                sample,
-                sizes,
-                compared,  # type: ignore[arg-type]
-            )
-        if url:
-            with throwaway_opensearch(url, "recall", embedder.name, embedder.dims) as backend:
-                backend.add(ids, texts, vectors)
-                backend.refresh()
-                rows["OpenSearch (lucene HNSW)"] = measure(backend)
-                by_plan["OpenSearch (lucene HNSW)"] = recall_by_plan_and_shape(
-                    backend,
-                    vectors_for,
-                    sample,
-                    sizes,
-                    compared,  # type: ignore[arg-type]
-                )
-        lines = [
-            f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}"
-            + (" --url URL" if url else "")
-            + "`)",
-            "",
-            f"{len(documents)} real-text passages (demo corpus + topic bank sentences), "
-            f"{queries} random logical queries over {len(vocabulary)} phrases, top-10, "
-            "knn mode against exact mode on the same engine.",
-            "",
-            "Score agreement: the share of the top-10 ranks where knn mode returns a document "
-            "scoring as high as exact mode's at that rank (tied documents, often at score 0 "
-            "when fewer than 10 documents satisfy the query at all, are equally right). "
-            "Id overlap: the two top-10 id sets compared, ties broken by id. Anchored queries "
-            "need a positive term to score well (`Query.anchored`); the others (a NOT under "
-            "an OR) warn that knn mode may miss documents.",
-            "",
-            "| engine | queries | measure | " + " | ".join(str(b) for b in sizes) + " |",
-            "|---|---|---|" + "---:|" * len(sizes),
-        ]
-        for engine_name, measured in rows.items():
-            for group, recall in measured.items():
-                for label, attribute in (("score agreement", "scores"), ("id overlap", "ids")):
-                    values = " | ".join(f"{getattr(recall[b], attribute):.3f}" for b in sizes)
-                    lines.append(f"| {engine_name} | {group} | {label} | {values} |")
-        lines += [
-            "",
-            "Score agreement per candidate plan and query shape (`itlr.candidates`; the budget "
-            "is per positive term, shared among a plan's searches):",
-            "",
-            "| engine | shape | queries | plan | " + " | ".join(str(b) for b in sizes) + " |",
-            "|---|---|---:|---|" + "---:|" * len(sizes),
-        ]
-        for engine_name, table in by_plan.items():
-            for (shape, plan), (count, recall) in table.items():
-                values = " | ".join(f"{recall[b].scores:.3f}" for b in sizes)
-                lines.append(f"| {engine_name} | {shape} | {count} | {plan} | {values} |")
-        _emit(lines, out_file)
-
-    run_guarded(action)
+    run_guarded(lambda: emit(recall_report(budgets, queries, plans, url), out_file))
 
 
 @bench_app.command("ingest")
@@ -298,42 +81,9 @@ def ingest_speed(
     out_file: OutFile = None,
 ) -> None:
     """Documents per second and the share of wall time outside the encoder."""
+    from itlr.benchmarks.reports import ingest_report
 
-    from itlr.benchmarks.ingest import measure_ingest
-    from itlr.documents import Document, read_jsonl
-    from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
-    from itlr.resources import data_file
-
-    def action() -> None:
-        embedder = get_embedder()
-        base = list(read_jsonl(data_file("demo", "corpus.jsonl")))
-        documents = [Document(f"{d.id}-{c}", d.text, d.fields) for c in range(copies) for d in base]
-        measurements = []
-        with tempfile.TemporaryDirectory() as folder:
-            index = EmbeddedIndex.create(Path(folder) / "ingest", embedder.name, embedder.dims)
-            measurements.append(measure_ingest("embedded", index, embedder, documents))
-        if url:
-            with throwaway_opensearch(url, "ingest", embedder.name, embedder.dims) as backend:
-                measurements.append(measure_ingest("opensearch", backend, embedder, documents))
-        lines = [
-            f"### Ingestion (`itlr bench ingest --copies {copies}"
-            + (" --url URL" if url else "")
-            + "`)",
-            "",
-            f"Machine: {machine()}. {len(documents)} demo passages, batch size 64, bundled MiniLM on CPU.",
-            "",
-            "| engine | docs | seconds | docs/s | encoder share | outside the encoder |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for m in measurements:
-            lines.append(
-                f"| {m.engine} | {m.documents} | {m.seconds:.1f} | {m.docs_per_second:.1f} | "
-                f"{1 - m.engine_share:.1%} | {m.engine_share:.1%} |"
-            )
-        _emit(lines, out_file)
-
-    run_guarded(action)
+    run_guarded(lambda: emit(ingest_report(url, copies), out_file))
 
 
 @bench_app.command()
@@ -343,23 +93,9 @@ def store(
     out_file: OutFile = None,
 ) -> None:
     """What the embedded engine's crash-safe commit per batch costs (no model involved)."""
-    from itlr.benchmarks.store import measure_store
+    from itlr.benchmarks.reports import store_report
 
-    def action() -> None:
-        m = measure_store(rows, batch_size)
-        lines = [
-            f"### Embedded store (`itlr bench store --rows {rows} --batch-size {batch_size}`)",
-            "",
-            f"Machine: {machine()}. {m.dims}-dim random vectors, short texts, median of 3 runs.",
-            "",
-            "| rows | batch | write s | ms per batch (commit) | reopen s |",
-            "|---:|---:|---:|---:|---:|",
-            f"| {m.rows} | {m.batch_size} | {m.write_seconds:.2f} | {m.ms_per_batch:.1f} | "
-            f"{m.open_seconds:.2f} |",
-        ]
-        _emit(lines, out_file)
-
-    run_guarded(action)
+    run_guarded(lambda: emit(store_report(rows, batch_size), out_file))
 
 
 @bench_app.command()
@@ -367,28 +103,6 @@ def encode(
     out_file: OutFile = None,
 ) -> None:
     """Encoding T terms in one batch vs one call per term vs the original question."""
-    from itlr.benchmarks.ingest import measure_term_encoding
-    from itlr.embed import get_embedder
+    from itlr.benchmarks.reports import encode_report
 
-    def action() -> None:
-        embedder = get_embedder()
-        question = "What are the benefits of vitamin D for the immune system and mood, other than bone health or muscle strength?"
-        terms = ["benefits of vitamin D", "immune system", "mood", "bone health", "muscle strength"]
-        rows = []
-        for count in (1, 3, 5):
-            m = measure_term_encoding(embedder, terms[:count], question)
-            rows.append(
-                f"| {count} | {m.batched_ms:.1f} | {m.one_by_one_ms:.1f} | {m.question_ms:.1f} |"
-            )
-        lines = [
-            "### Term encoding (`itlr bench encode`)",
-            "",
-            f"Machine: {machine()}. Median of 20 runs.",
-            "",
-            "| terms | one batch ms | one call per term ms | whole question once ms |",
-            "|---:|---:|---:|---:|",
-            *rows,
-        ]
-        _emit(lines, out_file)
-
-    run_guarded(action)
+    run_guarded(lambda: emit(encode_report(), out_file))

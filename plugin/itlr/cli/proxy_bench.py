@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
+from itlr.benchmarks.reports import machine, throwaway_opensearch
 from itlr.cli.app import run_guarded
 from itlr.cli.bench import bench_app
-from itlr.cli.perf import OutFile, _emit, machine, throwaway_opensearch
+from itlr.cli.perf import OutFile, emit
 
 
 @bench_app.command("proxy")
@@ -61,6 +62,6 @@ def proxy_overhead(
             f"per-round differences (same query, same round): {result.paired_added_p50_ms:.2f} ms. "
             f"Goal at most {result.allowed_p50_ms:.2f} ms: {verdict}.",
         ]
-        _emit(lines, out_file)
+        emit(lines, out_file)
 
     run_guarded(action)
