@@ -37,7 +37,7 @@ from itlr.engines.elasticsearch import (
     unsupported_version,
 )
 from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
-from itlr.engines.remote import IndexLayout, derive_mapping, score_params
+from itlr.engines.dialect import IndexLayout, derive_mapping, score_params
 from itlr.errors import EngineError
 from itlr.resources import data_file
 from itlr.search import SearchOptions
@@ -280,7 +280,7 @@ def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
 
 def run_es_script_on_opensearch(backend, body: dict) -> list:
     """Swap the ES scripts' sources (inline) into an ES request body and run it on OpenSearch."""
-    from itlr.engines.remote import hits_from_response
+    from itlr.engines.dialect import hits_from_response
 
     text = json.dumps(body)
     sources = {
@@ -557,7 +557,7 @@ def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
 def test_two_terms_get_two_different_similarities_on_the_same_document(
     painless_demo, corpus, corpus_vectors, vocabulary_vectors
 ) -> None:
-    from itlr.engines.remote import hits_from_response
+    from itlr.engines.dialect import hits_from_response
 
     query = itlr.parse('"vitamin D" OR "electric car batteries"')
     vectors = term_vectors(query, vocabulary_vectors)

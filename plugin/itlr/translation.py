@@ -1,7 +1,7 @@
 """The requests a logical query becomes on OpenSearch or Elasticsearch, built offline.
 
 No cluster is contacted: the terms are embedded with the local model and the body is built by the
-same backend code that a search uses, so what `itlr translate` prints is exactly what would run.
+engine's dialect, which a search uses too, so what `itlr translate` prints is exactly what runs.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError
 from itlr.parser import parse
 from itlr.query import Query
@@ -83,39 +84,37 @@ def translate_requests(
     server_version: str | None = None,
 ) -> list[Request]:
     """The requests, in order: the stored scripts (with_install), then the search."""
-    from itlr.engines.remote import IndexLayout
-
     if engine not in ENGINES:
         raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
     query = parse(query_text) if isinstance(query_text, str) else query_text
-    layout = IndexLayout(vector_field, text_field)
-    if engine == "elasticsearch":
-        from itlr.engines import elasticsearch as es
-
-        backend: Any = es.ElasticsearchBackend(
-            None,
-            index,
-            embedder.name,
-            embedder.dims,
-            layout=layout,
-            inline_script=inline_script,
-            version=server_version,
-        )
-        scripts = (es.SCORE_SCRIPT, es.EXCLUDE_SCRIPT)
-    else:
-        from itlr.engines import opensearch as os_engine
-
-        backend = os_engine.OpenSearchBackend(
-            None, index, embedder.name, embedder.dims, layout=layout, inline_script=inline_script
-        )
-        scripts = (os_engine.SCORE_SCRIPT, os_engine.EXCLUDE_SCRIPT)
+    dialect = dialect_for(
+        engine, IndexLayout(vector_field, text_field), inline_script, server_version
+    )
     vectors = embedder.encode(list(query.terms))
-    body = backend.build_request(query, vectors, options)
+    body = dialect.search_body(query, vectors, options)
     requests = []
     if with_install and not inline_script:
-        requests += [Request("PUT", f"_scripts/{s.id}", s.body()) for s in scripts]
+        requests += [Request("PUT", path, script) for path, script in dialect.script_installs()]
     requests.append(Request("GET", f"{index}/_search", body))
     return requests
+
+
+def dialect_for(
+    engine: str,
+    layout: IndexLayout | None = None,
+    inline_script: bool = False,
+    server_version: str | None = None,
+) -> Dialect:
+    """The engine's dialect; for Elasticsearch, of `server_version` (None: the newest)."""
+    if engine == "elasticsearch":
+        from itlr.engines.elasticsearch import Capabilities, ElasticsearchDialect
+
+        return ElasticsearchDialect(layout, inline_script, Capabilities(server_version))
+    if engine == "opensearch":
+        from itlr.engines.opensearch import OpenSearchDialect
+
+        return OpenSearchDialect(layout, inline_script)
+    raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
 
 
 def render(requests: list[Request], output: str, url: str) -> str:

@@ -272,8 +272,8 @@ _ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
 
 
 def _build_spec(index: str, values: dict[str, Any]):
+    from itlr.engines.dialect import IndexLayout
     from itlr.engines.factory import Connection, EngineSpec
-    from itlr.engines.remote import IndexLayout
 
     engine = values["engine"]
     url = values["url"]

@@ -1,9 +1,10 @@
-"""What the OpenSearch and Elasticsearch backends do alike once a client is in hand: index
-checks, counting, stored scripts, bulk ingestion, resumption and the script_score request.
+"""A cluster index = the engine's dialect (itlr.engines.dialect: every request body) + a client
+(I/O, errors as one line): index checks, counting, stored scripts, bulk ingestion, resumption
+and search, alike for OpenSearch and Elasticsearch.
 
 Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
-or the request shapes differ (which `helpers` module, how put_script / mget are called, the
-client's NotFoundError, the kNN clause, the error context manager).
+differ (which `helpers` module, how put_script / mget are called, the client's NotFoundError,
+the error context manager) and names its dialect.
 """
 
 from __future__ import annotations
@@ -16,14 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.engines.remote import (
-    IndexLayout,
-    StoredScript,
-    bulk_actions,
-    exclusion_params,
-    hits_from_response,
-    score_params,
-)
+from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
 from itlr.errors import IndexStateError
 from itlr.query import Query
 from itlr.search import Hit, SearchOptions
@@ -58,8 +52,6 @@ class ClusterBackend:
     """A remote index on an OpenSearch-like cluster; subclasses supply the engine specifics."""
 
     engine: ClassVar[str]
-    score_script: ClassVar[StoredScript]
-    exclude_script: ClassVar[StoredScript]
     # The mapping type of the vector field, and the key holding its dimension count.
     vector_type: ClassVar[str]
 
@@ -110,15 +102,6 @@ class ClusterBackend:
 
     def _mget(self, ids: list[str]) -> Any:
         raise NotImplementedError
-
-    def _candidates(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> list[dict[str, Any]]:
-        """One kNN clause per positive term, for `bool.should`."""
-        raise NotImplementedError
-
-    def _explained_source(self) -> dict[str, Any]:
-        return {"includes": ["*"]}
 
     # -- index ---------------------------------------------------------------------------
 
@@ -177,7 +160,7 @@ class ClusterBackend:
         not_found = self._not_found_error()
         installed = []
         with self._errors():
-            for script in (self.score_script, self.exclude_script):
+            for script in (self.dialect.score_script, self.dialect.exclude_script):
                 try:
                     self.client.get_script(id=script.id)
                 except not_found:
@@ -231,6 +214,11 @@ class ClusterBackend:
 
     # -- search --------------------------------------------------------------------------
 
+    @property
+    def dialect(self) -> Dialect:
+        """The engine's requests for this index (pure; no client)."""
+        raise NotImplementedError
+
     def build_request(
         self,
         query: Query,
@@ -238,48 +226,9 @@ class ClusterBackend:
         options: SearchOptions,
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document)."""
-        field = self.layout.vector_field
-        term_vectors = np.asarray(term_vectors, dtype=np.float32)
-        user_filter = [options.filter] if options.filter else []
-        must_not: list[dict[str, Any]] = []
-        if options.hard_filter is not None:
-            for term in query.excluded_terms:
-                params = exclusion_params(query, term_vectors, options, self.layout, term)
-                must_not.append(
-                    {
-                        "script_score": {
-                            "query": {"match_all": {}},
-                            "script": self.exclude_script.reference(params, self.inline_script),
-                            "min_score": options.hard_filter,
-                        }
-                    }
-                )
-        if options.exclude_lexical:
-            must_not += [
-                {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
-            ]
-        inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
-        # Without a positive term nothing gathers candidates: every document is scored.
-        if options.mode == "knn" and query.has_positive_term:
-            inner["should"] = self._candidates(query, term_vectors, options)
-            inner["minimum_should_match"] = 1
-        else:
-            inner["must"] = [{"match_all": {}}]
-        params = score_params(query, term_vectors, options, self.layout)
-        return {
-            "size": options.k,
-            "query": {
-                "script_score": {
-                    "query": {"bool": inner},
-                    "script": self.score_script.reference(params, self.inline_script),
-                }
-            },
-            # Sorting on _score first fills each hit's _score; `track_scores` would add nothing
-            # but cost (1.5 ms of a 8 ms query at 10k documents, docs/benchmarks.md).
-            "sort": [{"_score": "desc"}, {"doc_id": "asc"}],
-            # With explain the hits' vectors come back so truths can be shown; never otherwise.
-            "_source": self._explained_source() if options.explain else {"excludes": [field]},
-        }
+        dialect = self.dialect
+        self.warnings.extend(dialect.warnings(query, term_vectors, options))
+        return dialect.search_body(query, term_vectors, options)
 
     def search(
         self,
@@ -302,4 +251,11 @@ class ClusterBackend:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
             response = self.client.search(index=self.index, body=body)
-        return hits_from_response(dict(response), query, term_vectors, options, self.layout)
+        return self.dialect.hits(dict(response), query, term_vectors, options)
+
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+    ) -> list[Hit]:
+        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
+        gathers before the top k are kept (default k)."""
+        return self._hits(self.dialect.dense_body(vector, k, filter, candidates), None, None, None)

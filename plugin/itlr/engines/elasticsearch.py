@@ -2,7 +2,7 @@
 composing the terms' similarities, optional hard filter, bulk ingestion.
 
 Everything that is not engine-specific is shared with OpenSearch: params, mapping layout, bulk
-actions and hits through itlr.engines.remote; index checks, scripts, ingestion and the
+actions and hits through itlr.engines.dialect; index checks, scripts, ingestion and the
 script_score request through itlr.engines.cluster. What differs is the request shape (`knn` query
 with `query_vector` / `num_candidates`), the Painless source (no cosineSimilarity class bindings)
 and the client.
@@ -19,12 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from itlr.candidates import plan_candidates
+from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend, error_reason
-from itlr.engines.remote import IndexLayout, StoredScript, derive_mapping
+from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError, IndexStateError
-from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
 SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score_elasticsearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude_elasticsearch.painless")
@@ -242,8 +240,6 @@ def _reason(error: Any) -> str:
 
 class ElasticsearchBackend(ClusterBackend):
     engine = "elasticsearch"
-    score_script = SCORE_SCRIPT
-    exclude_script = EXCLUDE_SCRIPT
     vector_type = "dense_vector"
 
     def __init__(
@@ -278,14 +274,14 @@ class ElasticsearchBackend(ClusterBackend):
                 raise EngineError(problem)
         return Capabilities(self._version)
 
+    @property
+    def dialect(self) -> ElasticsearchDialect:
+        return ElasticsearchDialect(self.layout, self.inline_script, self.capabilities)
+
     # -- index ---------------------------------------------------------------------------
 
     def _create_index(self, knn_engine: str | None) -> None:
-        """`knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here."""
-        body = derive_mapping("elasticsearch", self.layout, self.dims, self.model)
-        if self.capabilities.vectors_left_out_of_source:
-            # --explain (and any reindexing tool) reads the vectors from _source.
-            body["settings"]["index"]["mapping.exclude_source_vectors"] = False
+        body = self.dialect.mapping(self.dims, self.model, knn_engine)
         self.client.indices.create(
             index=self.index, settings=body["settings"], mappings=body["mappings"]
         )
@@ -319,7 +315,28 @@ class ElasticsearchBackend(ClusterBackend):
     def _mget(self, ids: list[str]) -> Any:
         return self.client.mget(index=self.index, ids=ids, source=False)
 
-    # -- search --------------------------------------------------------------------------
+
+# -- dialect -------------------------------------------------------------------------------
+
+
+class ElasticsearchDialect(Dialect):
+    """Elasticsearch's requests for one server version (`Capabilities`)."""
+
+    engine = "elasticsearch"
+    title = "Elasticsearch"
+    score_script = SCORE_SCRIPT
+    exclude_script = EXCLUDE_SCRIPT
+    max_k = MAX_NUM_CANDIDATES
+    limit_name = "num_candidates"
+
+    def __init__(
+        self,
+        layout: IndexLayout | None = None,
+        inline_script: bool = False,
+        capabilities: Capabilities | None = None,
+    ) -> None:
+        super().__init__(layout, inline_script)
+        self.capabilities = capabilities or Capabilities()
 
     def _knn(self, vector: np.ndarray, budget: int, filter: dict | None) -> dict[str, Any]:
         """One `knn` query clause that yields `budget` nearest neighbours per shard."""
@@ -340,48 +357,43 @@ class ElasticsearchBackend(ClusterBackend):
             knn["filter"] = filter
         return {"knn": knn}
 
-    def _candidates(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> list[dict[str, Any]]:
-        self.capabilities.refuse_knn_mode()
-        searches = plan_candidates(
-            query, term_vectors, options.candidate_budget, options.plan, limit=MAX_NUM_CANDIDATES
-        )
-        largest = max((s.budget for s in searches), default=0)
-        if largest > MAX_NUM_CANDIDATES:
-            self.warnings.append(
-                f"a candidate search of {largest} neighbours exceeds Elasticsearch's "
-                f"num_candidates limit; using {MAX_NUM_CANDIDATES}"
-            )
-        return [self._knn(s.vector, s.budget, options.filter) for s in searches]
+    def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+        return self._knn(search.vector, search.budget, filter)
 
-    def _explained_source(self) -> dict[str, Any]:
+    def check_knn_mode(self) -> None:
+        self.capabilities.refuse_knn_mode()
+
+    def explained_source(self) -> dict[str, Any]:
         source: dict[str, Any] = {"includes": ["*"]}
         if self.capabilities.vectors_left_out_of_source:
             # An index made elsewhere on 9.2+ may keep its vectors out of _source by default.
             source["exclude_vectors"] = False
         return source
 
-    def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
-        gathers before the top k are kept (default k)."""
+    def mapping(self, dims: int, model: str, knn_engine: str | None = None) -> dict[str, Any]:
+        """`knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here."""
+        body = derive_mapping("elasticsearch", self.layout, dims, model)
+        if self.capabilities.vectors_left_out_of_source:
+            # --explain (and any reindexing tool) reads the vectors from _source.
+            body["settings"]["index"]["mapping.exclude_source_vectors"] = False
+        return body
+
+    def dense_body(
+        self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
+    ) -> dict[str, Any]:
         caps = self.capabilities
         excludes = {"excludes": [self.layout.vector_field]}
         if caps.knn_query:
-            body: dict[str, Any] = {
+            return {
                 "size": k,
                 "query": self._knn(vector, max(k, candidates or k), filter),
                 "_source": excludes,
             }
-        elif caps.knn_section:
+        if caps.knn_section:
             knn = self._knn(vector, k, filter)["knn"]
             knn["k"] = k
             knn["num_candidates"] = min(MAX_NUM_CANDIDATES, max(k, 2 * k))
-            body = {"size": k, "knn": knn, "_source": excludes}
-        else:
-            raise EngineError(
-                f"Elasticsearch {caps.version} has no kNN search (it arrived in 8.4): upgrade"
-            )
-        return self._hits(body, None, None, None)
+            return {"size": k, "knn": knn, "_source": excludes}
+        raise EngineError(
+            f"Elasticsearch {caps.version} has no kNN search (it arrived in 8.4): upgrade"
+        )

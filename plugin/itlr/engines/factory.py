@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.embed import Embedder
 from itlr.engines.cluster import short_text
-from itlr.engines.remote import IndexLayout
+from itlr.engines.dialect import IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 
 ENGINES = ("memory", "opensearch", "elasticsearch", "auto")

@@ -1,5 +1,5 @@
-"""OpenSearch backend: kNN candidates per positive term, one stored Painless script composing
-the terms' similarities, optional hard filter, bulk ingestion."""
+"""OpenSearch: its dialect (the k-NN plugin's `knn` clause, the OpenSearch Painless scripts) and
+its backend (opensearch-py: errors as one line, bulk ingestion)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from itlr.candidates import plan_candidates
+from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend, error_reason, short_text
-from itlr.engines.remote import StoredScript, derive_mapping
+from itlr.engines.dialect import Dialect, StoredScript
 from itlr.errors import EngineError, IndexStateError
-from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
-# The k-NN plugin refuses a larger k.
-MAX_K = 10_000
 SCORE_SCRIPT = StoredScript.load("score", "itlr_score_opensearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude_opensearch.painless")
 
@@ -97,17 +93,51 @@ def connect(
     return OpenSearch(**kwargs)
 
 
-class OpenSearchBackend(ClusterBackend):
+class OpenSearchDialect(Dialect):
     engine = "opensearch"
+    title = "OpenSearch"
     score_script = SCORE_SCRIPT
     exclude_script = EXCLUDE_SCRIPT
+    max_k = 10_000  # the k-NN plugin refuses a larger k
+
+    def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+        knn: dict[str, Any] = {
+            "vector": np.asarray(search.vector, dtype=np.float32).tolist(),
+            "k": search.budget,
+        }
+        if filter:
+            knn["filter"] = filter
+        return {"knn": {self.layout.vector_field: knn}}
+
+    def dense_body(
+        self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
+    ) -> dict[str, Any]:
+        knn: dict[str, Any] = {
+            "vector": np.asarray(vector, dtype=np.float32).tolist(),
+            "k": max(k, candidates or k),
+        }
+        if filter:
+            knn["filter"] = filter
+        return {
+            "size": k,
+            "query": {"knn": {self.layout.vector_field: knn}},
+            "_source": {"excludes": [self.layout.vector_field]},
+        }
+
+
+class OpenSearchBackend(ClusterBackend):
+    engine = "opensearch"
     vector_type = "knn_vector"
+
+    @property
+    def dialect(self) -> OpenSearchDialect:
+        return OpenSearchDialect(self.layout, self.inline_script)
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         return engine_errors(self.url, self.index)
 
     def _create_index(self, knn_engine: str | None) -> None:
-        body = derive_mapping("opensearch", self.layout, self.dims, self.model, knn_engine)
+        body = self.dialect.mapping(self.dims, self.model, knn_engine)
         self.client.indices.create(index=self.index, body=body)
 
     def _mapped_dims(self, vector: dict[str, Any]) -> int:
@@ -128,37 +158,3 @@ class OpenSearchBackend(ClusterBackend):
 
     def _mget(self, ids: list[str]) -> Any:
         return self.client.mget(index=self.index, body={"ids": ids}, _source=False)
-
-    # -- search --------------------------------------------------------------------------
-
-    def _candidates(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> list[dict[str, Any]]:
-        should = []
-        searches = plan_candidates(
-            query, term_vectors, options.candidate_budget, options.plan, limit=MAX_K
-        )
-        for search in searches:
-            knn: dict[str, Any] = {"vector": search.vector.tolist(), "k": search.budget}
-            if options.filter:
-                knn["filter"] = options.filter
-            should.append({"knn": {self.layout.vector_field: knn}})
-        return should
-
-    def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
-        gathers before the top k are kept (default k)."""
-        knn: dict[str, Any] = {
-            "vector": np.asarray(vector, dtype=np.float32).tolist(),
-            "k": max(k, candidates or k),
-        }
-        if filter:
-            knn["filter"] = filter
-        body = {
-            "size": k,
-            "query": {"knn": {self.layout.vector_field: knn}},
-            "_source": {"excludes": [self.layout.vector_field]},
-        }
-        return self._hits(body, None, None, None)

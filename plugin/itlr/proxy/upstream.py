@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 
 from itlr.engines.cluster import ClusterBackend
+from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import Connection
-from itlr.engines.remote import IndexLayout
 from itlr.errors import EngineError, IndexStateError
 
 # Headers that carry the caller's identity to the cluster.
@@ -159,7 +159,7 @@ class Upstream:
         """Register the stored scripts once per process (idempotent on the cluster too)."""
         wanted = [
             s
-            for s in (backend.score_script, backend.exclude_script)
+            for s in (backend.dialect.score_script, backend.dialect.exclude_script)
             if s.id not in self._scripts_ready
         ]
         if not wanted:
