@@ -25,9 +25,9 @@ from itlr.documents import read_jsonl
 from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.factory import Connection, EngineSpec, open_backend
+from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.resources import data_file
-from itlr.search import SearchOptions
 
 
 def main() -> None:

@@ -15,8 +15,8 @@ from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries, random_tre
 from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
 from itlr.errors import IndexStateError
 from itlr.ingest import ingest
+from itlr.options import SearchOptions
 from itlr.query import Query
-from itlr.search import SearchOptions
 
 VOCABULARY = DEMO_PHRASES
 

@@ -11,7 +11,7 @@ import pytest
 import itlr
 from itlr.engines.ann import graph_path
 from itlr.engines.embedded import EmbeddedIndex
-from itlr.search import SearchOptions
+from itlr.options import SearchOptions
 
 DIMS = 32
 

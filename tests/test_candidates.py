@@ -8,7 +8,7 @@ import pytest
 import itlr
 from itlr.candidates import PLANS, branches, plan_candidates
 from itlr.errors import ConfigurationError
-from itlr.search import SearchOptions
+from itlr.options import SearchOptions
 
 
 def unit(rows: int, seed: int) -> np.ndarray:

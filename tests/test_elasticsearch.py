@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 import itlr
 from itlr import IndexStateError, Operators, TruthMap
 from itlr.cli import app
+from itlr.engines.dialect import IndexLayout, derive_mapping, score_params
 from itlr.engines.elasticsearch import (
     EXCLUDE_SCRIPT,
     MAX_NUM_CANDIDATES,
@@ -37,10 +38,9 @@ from itlr.engines.elasticsearch import (
     unsupported_version,
 )
 from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
-from itlr.engines.dialect import IndexLayout, derive_mapping, score_params
 from itlr.errors import EngineError
+from itlr.options import SearchOptions
 from itlr.resources import data_file
-from itlr.search import SearchOptions
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,

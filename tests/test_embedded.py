@@ -8,8 +8,8 @@ import pytest
 import itlr
 from itlr import IndexStateError
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.options import SearchOptions
 from itlr.scoring import DEFAULT_NOT_STRENGTH
-from itlr.search import SearchOptions
 
 DIMS = 16
 

@@ -37,8 +37,8 @@ from itlr.evaluation.synthetic import (
     template_queries,
     templates,
 )
+from itlr.options import SearchOptions
 from itlr.scoring import Operators, TruthMap
-from itlr.search import SearchOptions
 
 runner = CliRunner()
 

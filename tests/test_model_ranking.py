@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.options import SearchOptions
 from itlr.retriever import Retriever
-from itlr.search import SearchOptions
 
 IMMUNITY = "Vitamin D helps the immune system fight infections such as colds and flu."
 BONES = "Vitamin D helps the body absorb calcium, which keeps bones strong and healthy."

@@ -13,8 +13,8 @@ from itlr.cli import app
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend, connect
 from itlr.errors import EngineError
+from itlr.options import SearchOptions
 from itlr.resources import data_file
-from itlr.search import SearchOptions
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,

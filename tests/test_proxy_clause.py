@@ -14,11 +14,11 @@ from itlr.candidates import plan_candidates
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.errors import ConfigurationError
+from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.proxy import ClauseError, check_exposure, find_logical_search
 from itlr.proxy.clause import LogicalSearch
 from itlr.proxy.rewrite import rewrite_body
-from itlr.search import SearchOptions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "query_bar"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.json"))

@@ -17,9 +17,9 @@ import pytest
 
 from itlr.engines.factory import Connection
 from itlr.engines.opensearch import OpenSearchBackend, connect
+from itlr.options import SearchOptions
 from itlr.proxy import create_proxy_app, serving
 from itlr.retriever import Retriever
-from itlr.search import SearchOptions
 
 pytestmark = pytest.mark.opensearch
 

@@ -117,8 +117,8 @@ def test_not_strength_negates_that_share_of_the_value() -> None:
 
 
 def test_query_evaluate_keeps_the_papers_not_while_searches_default_to_half_strength() -> None:
+    from itlr.options import SearchOptions
     from itlr.scoring import DEFAULT_NOT_STRENGTH
-    from itlr.search import SearchOptions
 
     assert itlr.parse("NOT b").evaluate({"b": 0.6}) == pytest.approx(0.4)
     assert SearchOptions().ops.not_strength == DEFAULT_NOT_STRENGTH == 0.5

@@ -16,8 +16,8 @@ import itlr
 from itlr.cli import app
 from itlr.documents import read_jsonl
 from itlr.engines import elasticsearch, opensearch
+from itlr.options import SearchOptions
 from itlr.resources import data_file
-from itlr.search import SearchOptions
 
 runner = CliRunner()
 

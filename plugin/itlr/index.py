@@ -22,10 +22,10 @@ from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, ingest, writer_session
+from itlr.options import Hit, SearchOptions, search_options
 from itlr.parser import parse
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
-from itlr.search import Hit, SearchOptions, search_options
 from itlr.translation import Request, translate_requests
 
 if TYPE_CHECKING:

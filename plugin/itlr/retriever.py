@@ -9,9 +9,9 @@ import numpy as np
 
 from itlr.embed import Embedder
 from itlr.engines import Backend
+from itlr.options import Hit, SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
 if TYPE_CHECKING:
     from itlr.rewrite import RewriteResult

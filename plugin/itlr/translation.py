@@ -13,9 +13,9 @@ from typing import Any
 
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError
+from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
-from itlr.search import SearchOptions
 
 ENGINES = ("opensearch", "elasticsearch")
 FORMATS = ("console", "json", "curl")

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from itlr.candidates import DEFAULT_PLAN, Plan
+from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
-from itlr.search import SearchOptions
 
 QUERIES: dict[int, str] = {
     1: '"t0"',

@@ -16,8 +16,8 @@ import httpx
 from itlr.benchmarks.latency import Timing
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.options import SearchOptions
 from itlr.parser import parse
-from itlr.search import SearchOptions
 
 # Real questions over the demo corpus, 1 to 5 terms.
 QUERIES = (

@@ -97,7 +97,7 @@ _PYTHON_OPTION = re.compile(r'`(\w+)(?:="([^"`]*)")?`')
 def _python_option_names() -> frozenset[str]:
     from dataclasses import fields
 
-    from itlr.search import SearchOptions
+    from itlr.options import SearchOptions
 
     return frozenset(
         {f.name for f in fields(SearchOptions)}

@@ -11,9 +11,9 @@ import typer
 from itlr.candidates import DEFAULT_PLAN, PLANS
 from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
 from itlr.errors import ConfigurationError
+from itlr.options import SearchOptions
+from itlr.options import search_options as library_search_options
 from itlr.scoring import DEFAULT_NOT_STRENGTH
-from itlr.search import SearchOptions
-from itlr.search import search_options as library_search_options
 
 KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
 ModeOpt = Annotated[

@@ -7,8 +7,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from itlr.options import Hit, SearchOptions
 from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
 
 class Backend(Protocol):

@@ -19,8 +19,8 @@ import numpy as np
 
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
 from itlr.errors import IndexStateError
+from itlr.options import Hit, SearchOptions
 from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
 
 def error_reason(payload: Any, fallback: Any) -> str:

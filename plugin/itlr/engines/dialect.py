@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
-from itlr.search import Hit, SearchOptions
 
 SCRIPT_FORMAT = 1
 

@@ -26,8 +26,8 @@ from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
+from itlr.options import Hit, SearchOptions
 from itlr.query import Query
-from itlr.search import Hit, SearchOptions
 
 
 class EmbeddedIndex:

@@ -34,7 +34,7 @@ from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
 from itlr.ingest import ingest
-from itlr.search import Hit, Mode, SearchOptions
+from itlr.options import Hit, Mode, SearchOptions
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;
 # 10000 is also both engines' default index.max_result_window, the most hits one request returns.

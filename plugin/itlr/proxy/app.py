@@ -29,10 +29,10 @@ from starlette.routing import Route
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.factory import Connection
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.options import SearchOptions
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import Upstream, auth_headers
-from itlr.search import SearchOptions
 from itlr.service.security import TOKEN_HEADER, token_matches
 
 log = logging.getLogger("itlr.proxy")

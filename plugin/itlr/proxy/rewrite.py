@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from itlr.engines.cluster import ClusterBackend
+from itlr.options import SearchOptions
 from itlr.proxy.clause import LogicalSearch
-from itlr.search import SearchOptions
 
 # With size 0 (a histogram-only request) the candidates still come from a k of this size.
 DEFAULT_K = 10

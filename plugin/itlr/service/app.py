@@ -25,11 +25,11 @@ from itlr.errors import (
     RewriteError,
 )
 from itlr.index import Index
+from itlr.options import Mode
 from itlr.parser import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
 from itlr.scoring import DEFAULT_NOT_STRENGTH, AndName, NotName, OrName, TruthName
-from itlr.search import Mode
 from itlr.service.security import BodyLimit, TokenGuard
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a query with options is well under 1 kB
