@@ -8,14 +8,18 @@ import re
 import typing
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
+from itlr.engines.factory import ENGINES
 from itlr.errors import ItlrError, QuerySyntaxError
+from itlr.options import Mode as ModeName
+from itlr.rewrite import METHODS as REWRITE_METHODS
+from itlr.scoring import AndName, NotName, OrName, TruthName
 
 
 class ItlrGroup(TyperGroup):
@@ -47,47 +51,20 @@ out = Console()
 err = Console(stderr=True)
 
 
-class Engine(StrEnum):
-    memory = "memory"
-    opensearch = "opensearch"
-    elasticsearch = "elasticsearch"
-    auto = "auto"
+def _choices(name: str, values: tuple[str, ...]) -> Any:
+    """A StrEnum whose members are the library's own names, so that a name added there is a
+    choice here and a CLI choice cannot exist that the library refuses."""
+    return StrEnum(name, {value: value for value in values})
 
 
-class Mode(StrEnum):
-    knn = "knn"
-    exact = "exact"
-
-
-class AndOp(StrEnum):
-    product = "product"
-    sum = "sum"
-    min = "min"
-    lukasiewicz = "lukasiewicz"
-
-
-class OrOp(StrEnum):
-    sum = "sum"
-    max = "max"
-    probsum = "probsum"
-
-
-class NotOp(StrEnum):
-    complement = "complement"
-    reciprocal = "reciprocal"
-
-
-class Truth(StrEnum):
-    clamp = "clamp"
-    shift = "shift"
-    sigmoid = "sigmoid"
-    calibrated = "calibrated"
-
-
-class Rewrite(StrEnum):
-    none = "none"
-    rules = "rules"
-    llm = "llm"
+# The calibrated truth map is chosen by name too (itlr.options.truth_map loads it).
+Engine = _choices("Engine", ENGINES)
+Mode = _choices("Mode", get_args(ModeName))
+AndOp = _choices("AndOp", get_args(AndName))
+OrOp = _choices("OrOp", get_args(OrName))
+NotOp = _choices("NotOp", get_args(NotName))
+Truth = _choices("Truth", (*get_args(TruthName), "calibrated"))
+Rewrite = _choices("Rewrite", ("none", *REWRITE_METHODS))
 
 
 # The library names options as Python does, in backticks: `hard_filter`, `mode="exact"`.

@@ -63,7 +63,7 @@ EvalIndexOpt = Annotated[
 EvalModeOpt = Annotated[
     Mode | None,
     typer.Option(
-        help="On a cluster: knn (per-term kNN candidates, rescored exactly; the default) or "
+        help="On a cluster: knn (kNN candidates, rescored exactly; the default) or "
         "exact (score every document). The memory engine always scores every document.",
         rich_help_panel="Engine",
     ),

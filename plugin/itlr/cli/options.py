@@ -19,7 +19,7 @@ KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
 ModeOpt = Annotated[
     Mode,
     typer.Option(
-        help="knn: per-term kNN candidates, rescored exactly; exact: score every document."
+        help="knn: kNN candidates (see --plan), rescored exactly; exact: score every document."
     ),
 ]
 CandidatesOpt = Annotated[

@@ -23,8 +23,9 @@ from itlr.evaluation.metrics import METRIC_NAMES, evaluate_run, mean
 from itlr.evaluation.runner import VectorCorpus, run_methods
 from itlr.parser import parse
 from itlr.query import Not, Query, Term, walk
+from itlr.rewrite import METHODS as REWRITE_METHODS
 
-REWRITES = ("none", "rules", "llm")
+REWRITES = ("none", *REWRITE_METHODS)
 # question -> (logical query, what the rewriter reports about it)
 Rewriter = Callable[[str], tuple[Query, dict[str, Any]]]
 

@@ -7,7 +7,7 @@ dense            search_vector: the engine's plain kNN on the query text's vecto
                  HNSW), the baseline a user of the cluster would get.
 itlr, itlr-hard, itlr-calibrated
                  backend.search: the stored Painless script, with the method's operators, truth
-                 mapping and hard filter, `--mode knn` (per-term kNN candidates, rescored
+                 mapping and hard filter, `--mode knn` (the candidate plan's kNN candidates, rescored
                  exactly) or `--mode exact` (every document scored).
 setops, random   baselines that need every document's cosine to every term: no single engine
                  request computes them, so they are computed in process from the same vectors

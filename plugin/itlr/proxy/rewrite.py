@@ -1,6 +1,6 @@
 """Rewriting a UI's search body: the itlr clause becomes the logical scoring, the rest stays.
 
-The logical scoring is the engine's own request (`ClusterBackend.build_request`): per-term kNN
+The logical scoring is the engine's own request (`ClusterBackend.build_request`): the plan's kNN
 candidates and the stored script, with the rest of the UI's query as the filter (inside every
 kNN clause too, so the time range bounds the candidates). Everything else the UI sent (size,
 from, aggregations, _source, fields, highlight, track_total_hits, ...) is kept as sent; the

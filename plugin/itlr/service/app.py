@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from itlr.candidates import DEFAULT_PLAN, Plan
 from itlr.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -43,9 +44,13 @@ class SearchOptionsBody(BaseModel):
 
     k: int = Field(10, ge=1, le=10_000, description="Number of hits.")
     mode: Mode = Field(
-        "knn", description="knn: per-term kNN candidates, rescored exactly; exact: every document."
+        "knn",
+        description="knn: kNN candidates (see plan), rescored exactly; exact: every document.",
     )
     candidates: int | None = Field(None, ge=1, description="kNN candidates per positive term.")
+    plan: Plan = Field(
+        DEFAULT_PLAN, description="Which kNN searches gather the candidates (itlr.candidates)."
+    )
     hard_filter: float | None = Field(
         None, ge=0.0, le=1.0, description="Drop documents whose truth for a root NOT term >= this."
     )
