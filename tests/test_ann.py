@@ -16,11 +16,14 @@ from itlr.options import SearchOptions
 DIMS = 32
 
 
+CENTRES = np.random.default_rng(0).standard_normal((40, DIMS))
+
+
 def clustered(rows: int, seed: int) -> np.ndarray:
     """Vectors around 40 topic centres, like passages around topics (random vectors have no
     neighbours worth the name, which no real corpus looks like)."""
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((40, DIMS))
+    centres = CENTRES
     vectors = centres[rng.integers(0, 40, rows)] + 0.6 * rng.standard_normal((rows, DIMS))
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
