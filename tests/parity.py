@@ -12,7 +12,8 @@ import pytest
 import itlr
 from itlr import Operators, TruthMap
 from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries, random_tree
-from itlr.engines.factory import Connection, EngineSpec, open_backend, remote_backend
+from itlr.engines.connection import Connection
+from itlr.engines.factory import EngineSpec, open_backend, remote_backend
 from itlr.errors import IndexStateError
 from itlr.ingest import ingest
 from itlr.options import SearchOptions

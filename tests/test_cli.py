@@ -128,7 +128,7 @@ def test_calibrated_truth_without_a_calibration_says_how_to_make_one() -> None:
 
 
 def test_credentials_in_the_url_move_to_auth_and_never_reach_a_message() -> None:
-    from itlr.engines.factory import Connection
+    from itlr.engines.connection import Connection
 
     connection = Connection.from_env("https://alice:s%40cret@127.0.0.1:9/")
     assert (connection.url, connection.user, connection.password) == (

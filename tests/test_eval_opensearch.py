@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from itlr.cli import app
-from itlr.engines.opensearch import OpenSearchBackend, connect
+from itlr.engines.connection import Connection
+from itlr.engines.opensearch import OpenSearchBackend
 from itlr.evaluation.beir import resolve
 from itlr.evaluation.datasets import load_beir
 from itlr.evaluation.engine_runs import EngineRunner
@@ -146,7 +147,7 @@ def test_exact_mode_itlr_rankings_on_opensearch_equal_the_in_process_rankings(
     text_vectors = dict(zip(texts, embedder.encode(texts), strict=True))
     methods = build_methods(["itlr", "itlr-hard"], hard_filter=0.3)
     backend = OpenSearchBackend(
-        connect(opensearch_url),
+        Connection(opensearch_url).opensearch(),
         f"itlr-eval-rank-{uuid.uuid4().hex[:8]}",
         embedder.name,
         embedder.dims,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ import itlr
 from itlr.cli import app
 from itlr.documents import read_documents
 from itlr.engines.embedded import EmbeddedIndex
-from itlr.errors import QuerySyntaxError
+from itlr.errors import EngineError, QuerySyntaxError
 
 runner = CliRunner()
 
@@ -229,3 +230,30 @@ def test_a_url_that_is_not_a_search_engine_is_one_line_without_the_page(
 def test_an_infinite_scoring_option_is_one_line_not_infinity_in_json(flag) -> None:
     result = invoke("translate", "a AND NOT b", "--index", "x", flag, "inf", "--format", "json")
     assert f"{flag} must be a finite number" in one_line_error(result)
+
+
+@pytest.mark.opensearch
+def test_engine_detection_reads_the_root_endpoint_of_a_real_opensearch(opensearch_url) -> None:
+    from itlr.engines.connection import Connection, detect_engine
+
+    engine, version = detect_engine(Connection(opensearch_url))
+    assert engine == "opensearch" and version.count(".") == 2
+
+
+def test_engine_detection_refuses_a_web_page_in_one_line(html_server) -> None:
+    from itlr.engines.connection import Connection, detect_engine
+
+    with pytest.raises(EngineError) as refused:
+        detect_engine(Connection(html_server))
+    message = str(refused.value)
+    assert "neither OpenSearch nor Elasticsearch" in message and "welcome" not in message
+
+
+def test_engine_detection_of_a_closed_port_says_it_cannot_reach_it() -> None:
+    from itlr.engines.connection import Connection, detect_engine
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(EngineError, match="cannot reach"):
+        detect_engine(Connection(f"http://127.0.0.1:{port}"))

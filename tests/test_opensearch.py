@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 import itlr
 from itlr.cli import app
-from itlr.engines.factory import Connection, EngineSpec, open_backend
-from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend, connect
+from itlr.engines.connection import Connection
+from itlr.engines.factory import EngineSpec, open_backend
+from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend
 from itlr.errors import EngineError
 from itlr.options import SearchOptions
 from itlr.resources import data_file
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.opensearch
 
 @pytest.fixture(scope="session")
 def client(opensearch_url: str):
-    return connect(opensearch_url)
+    return Connection(opensearch_url).opensearch()
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from itlr.candidates import plan_candidates
-from itlr.engines.elasticsearch import ElasticsearchBackend
-from itlr.engines.opensearch import OpenSearchBackend
+from itlr.engines.dialect import Dialect, dialect_for
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
 from itlr.parser import parse
@@ -120,10 +119,8 @@ def test_numbers_and_object_form_match_values_are_terms() -> None:
 # -- rewriting -----------------------------------------------------------------------------
 
 
-def _backend(engine: str) -> OpenSearchBackend | ElasticsearchBackend:
-    if engine == "opensearch":
-        return OpenSearchBackend(None, "itlr-demo", "all-MiniLM-L6-v2", 4)
-    return ElasticsearchBackend(None, "itlr-demo", "all-MiniLM-L6-v2", 4, version="8.19.0")
+def _dialect(engine: str) -> Dialect:
+    return dialect_for(engine, server_version="8.19.0" if engine == "elasticsearch" else None)
 
 
 @pytest.mark.parametrize("engine", ["opensearch", "elasticsearch"])
@@ -135,7 +132,7 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
     found = find_logical_search(body["query"], "itlr")
     assert found is not None
     vectors = np.eye(len(found.query.terms), 4, dtype=np.float32)
-    rewritten = rewrite_body(body, found, _backend(engine), vectors, SearchOptions())
+    rewritten = rewrite_body(body, found, _dialect(engine), vectors, SearchOptions())
     for kept in ("size", "aggs", "_source", "highlight", "fields", "docvalue_fields"):
         assert rewritten.get(kept) == body.get(kept)
     script_score = rewritten["query"]["script_score"]
@@ -155,7 +152,7 @@ def test_the_candidate_budget_covers_the_page_the_ui_asks_for() -> None:
     found = LogicalSearch(parse('"a" AND NOT "b"'), None)
     body = {"from": 40, "size": 20, "query": {}}
     rewritten = rewrite_body(
-        body, found, _backend("opensearch"), np.eye(2, 4, dtype=np.float32), SearchOptions()
+        body, found, _dialect("opensearch"), np.eye(2, 4, dtype=np.float32), SearchOptions()
     )
     knn = rewritten["query"]["script_score"]["query"]["bool"]["should"][0]["knn"]["embedding"]
     assert knn["k"] == SearchOptions(k=60).candidate_budget

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from itlr.engines.factory import Connection
-from itlr.engines.opensearch import OpenSearchBackend, connect
+from itlr.engines.connection import Connection
+from itlr.engines.opensearch import OpenSearchBackend
 from itlr.options import SearchOptions
 from itlr.proxy import create_proxy_app, serving
 from itlr.retriever import Retriever
@@ -32,7 +32,7 @@ TOPIC_FILTER = {"terms": {"metadata.topic": ["vitamin_d", "sleep", "exercise", "
 @pytest.fixture(scope="module")
 def demo_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[OpenSearchBackend]:
     backend = OpenSearchBackend(
-        connect(opensearch_url),
+        Connection(opensearch_url).opensearch(),
         f"itlr-proxy-{uuid.uuid4().hex[:8]}",
         embedder.name,
         embedder.dims,

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 import itlr
 from itlr.cli import app as cli
-from itlr.engines.factory import Connection, EngineSpec, remote_backend
+from itlr.engines.connection import Connection
+from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.service import create_app
 from itlr.service.security import check_exposure, client_token, is_loopback, token_matches
 from itlr.service.server import free_port, serving

@@ -16,6 +16,7 @@ import itlr
 from itlr.cli import app
 from itlr.documents import read_jsonl
 from itlr.engines import elasticsearch, opensearch
+from itlr.engines.connection import Connection
 from itlr.options import SearchOptions
 from itlr.resources import data_file
 
@@ -216,7 +217,7 @@ def test_curl_output_runs_against_opensearch_and_returns_the_embedded_ranking(
 ) -> None:
     corpus = list(read_jsonl(data_file("demo", "corpus.jsonl")))[:80]
     backend = opensearch.OpenSearchBackend(
-        opensearch.connect(opensearch_url),
+        Connection(opensearch_url).opensearch(),
         f"itlr-translate-{uuid.uuid4().hex[:8]}",
         embedder.name,
         embedder.dims,

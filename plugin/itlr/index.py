@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from itlr.documents import Document, document_from_record
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
+from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
-from itlr.engines.factory import Connection, EngineSpec, open_backend
+from itlr.engines.factory import EngineSpec, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options

@@ -11,13 +11,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.dialect import CLUSTER_ENGINES as ENGINES
+from itlr.engines.dialect import IndexLayout, dialect_for
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
 
-ENGINES = ("opensearch", "elasticsearch")
 FORMATS = ("console", "json", "curl")
 HEREDOC = "ITLR_JSON"
 JSON_IS_ONE_BODY = (
@@ -97,24 +97,6 @@ def translate_requests(
         requests += [Request("PUT", path, script) for path, script in dialect.script_installs()]
     requests.append(Request("GET", f"{index}/_search", body))
     return requests
-
-
-def dialect_for(
-    engine: str,
-    layout: IndexLayout | None = None,
-    inline_script: bool = False,
-    server_version: str | None = None,
-) -> Dialect:
-    """The engine's dialect; for Elasticsearch, of `server_version` (None: the newest)."""
-    if engine == "elasticsearch":
-        from itlr.engines.elasticsearch import Capabilities, ElasticsearchDialect
-
-        return ElasticsearchDialect(layout, inline_script, Capabilities(server_version))
-    if engine == "opensearch":
-        from itlr.engines.opensearch import OpenSearchDialect
-
-        return OpenSearchDialect(layout, inline_script)
-    raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
 
 
 def render(requests: list[Request], output: str, url: str) -> str:

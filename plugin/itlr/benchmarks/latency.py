@@ -175,30 +175,52 @@ class EmbeddedRun:
     disk_bytes: int
     graph_bytes: int
     rss_bytes: int
+    reused: bool = False  # the index was built by an earlier run (`keep`)
+
+
+BUILD_RECORD = "bench-build.json"
 
 
 def measure_embedded(count: int, dims: int, repeats: int, folder: Path) -> EmbeddedRun:
     """Fill an embedded index with `count` random unit vectors (the store first, then the HNSW
-    graph when the index is past its threshold, each timed), then time the queries."""
+    graph when the index is past its threshold, each timed), then time the queries.
+
+    An index this function left in `folder` for the same count and dimensions is reused, with
+    the build times it recorded: at a million rows the graph takes tens of minutes to build."""
+    import json
+
     from itlr.engines.embedded import EmbeddedIndex
 
-    path = folder / "bench"
+    path = folder / f"bench-{count}-{dims}"
+    record = path / BUILD_RECORD
     vectors = random_unit(count, dims, seed=1)
-    index = EmbeddedIndex.create(path, "random", dims)
-    threshold, index.ann_min_rows = index.ann_min_rows, 2**62
-    started = time.perf_counter()
-    index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
-    store_seconds = time.perf_counter() - started
-    index.ann_min_rows = threshold
-    graph_seconds = None
-    if count >= threshold:
+    record_existed = record.exists()
+    if record_existed:
+        index = EmbeddedIndex.open(path)
+        built = json.loads(record.read_text())
+        store_seconds, graph_seconds = built["store_seconds"], built["graph_seconds"]
+    else:
+        if path.exists():
+            import shutil
+
+            shutil.rmtree(path)  # a build that did not finish
+        index = EmbeddedIndex.create(path, "random", dims)
+        threshold, index.ann_min_rows = index.ann_min_rows, 2**62
         started = time.perf_counter()
-        with index.writing():
-            pass  # the end of a write block brings the graph up to date and saves it
-        graph_seconds = time.perf_counter() - started
+        index.add([f"r{i}" for i in range(count)], [""] * count, vectors)
+        store_seconds = time.perf_counter() - started
+        index.ann_min_rows = threshold
+        graph_seconds = None
+        if count >= threshold:
+            started = time.perf_counter()
+            with index.writing():
+                pass  # the end of a write block brings the graph up to date and saves it
+            graph_seconds = time.perf_counter() - started
+        built = {"store_seconds": store_seconds, "graph_seconds": graph_seconds}
+        record.write_text(json.dumps(built))
     floor, *timings = measure_backend(index, dims, repeats, floor=vectors)
     del vectors
-    files = [p for p in path.iterdir() if p.is_file()]
+    files = [p for p in path.iterdir() if p.is_file() and p.name != BUILD_RECORD]
     return EmbeddedRun(
         count=count,
         floor=floor,
@@ -208,6 +230,7 @@ def measure_embedded(count: int, dims: int, repeats: int, folder: Path) -> Embed
         disk_bytes=sum(p.stat().st_size for p in files),
         graph_bytes=sum(p.stat().st_size for p in files if p.name.startswith("ann.")),
         rss_bytes=resident_bytes(),
+        reused=record_existed,
     )
 
 

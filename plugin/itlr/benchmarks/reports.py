@@ -44,7 +44,8 @@ def embedded_summary(run) -> list[str]:
         else "no HNSW graph (below the threshold: exact candidates)"
     )
     return [
-        f"Store written in {run.store_seconds:.1f} s; {graph}; index directory "
+        ("Built by an earlier run (`--keep`), which recorded: " if run.reused else "")
+        + f"Store written in {run.store_seconds:.1f} s; {graph}; index directory "
         f"{run.disk_bytes / 1e6:.0f} MB ({run.disk_bytes * per_million / 1e9:.2f} GB per "
         f"million); process RSS after the run {run.rss_bytes / 1e9:.2f} GB.",
         "",
@@ -89,10 +90,12 @@ def latency_report(
     repeats: int = 50,
     dims: int = 384,
     engines: str = "embedded,opensearch",
+    keep: Path | None = None,
 ) -> list[str]:
     """Plain kNN vs logical queries (1, 3, 5 terms; knn and exact mode), p50/p95, same index.
 
-    Vectors are random unit vectors: latency does not depend on what they mean."""
+    Vectors are random unit vectors: latency does not depend on what they mean. `keep`: a
+    folder where the embedded indexes stay, and are reused by the next run."""
     from itlr.benchmarks.latency import measure_backend, measure_embedded
 
     chosen = {e.strip() for e in engines.split(",") if e.strip()}
@@ -103,6 +106,7 @@ def latency_report(
         f"### Latency (`itlr bench latency --docs {docs} --repeats {repeats}"
         + (f" --engines {engines}" if chosen != {"embedded", "opensearch"} else "")
         + (" --url URL" if url else "")
+        + (" --keep DIR" if keep else "")
         + "`)",
         "",
         f"Machine: {machine()}.",
@@ -110,8 +114,12 @@ def latency_report(
     ]
     for count in (int(n) for n in docs.split(",")):
         if "embedded" in chosen:
-            with tempfile.TemporaryDirectory() as folder:
-                run = measure_embedded(count, dims, repeats, Path(folder))
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                run = measure_embedded(count, dims, repeats, keep)
+            else:
+                with tempfile.TemporaryDirectory() as folder:
+                    run = measure_embedded(count, dims, repeats, Path(folder))
             lines += [f"**Embedded engine, {count:,} random {dims}-dim vectors**", ""]
             lines += timing_table([run.floor, *run.timings], run.timings[0])
             lines += ["", *embedded_summary(run), ""]

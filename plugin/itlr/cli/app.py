@@ -249,8 +249,9 @@ _ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
 
 
 def _build_spec(index: str, values: dict[str, Any]):
+    from itlr.engines.connection import Connection
     from itlr.engines.dialect import IndexLayout
-    from itlr.engines.factory import Connection, EngineSpec
+    from itlr.engines.factory import EngineSpec
 
     engine = values["engine"]
     url = values["url"]

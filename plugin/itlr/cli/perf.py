@@ -38,6 +38,13 @@ def latency(
     engines: Annotated[
         str, typer.Option(help="Engines to measure, comma-separated: embedded, opensearch.")
     ] = "embedded,opensearch",
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the embedded indexes in this folder and reuse them in later runs "
+            "(a 1M-row graph takes tens of minutes to build)."
+        ),
+    ] = None,
     out_file: OutFile = None,
 ) -> None:
     """Plain kNN vs logical queries (1, 3, 5 terms; knn and exact mode), p50/p95, same index.
@@ -46,7 +53,7 @@ def latency(
     """
     from itlr.benchmarks.reports import latency_report
 
-    run_guarded(lambda: emit(latency_report(docs, url, repeats, dims, engines), out_file))
+    run_guarded(lambda: emit(latency_report(docs, url, repeats, dims, engines, keep), out_file))
 
 
 @bench_app.command()

@@ -47,7 +47,7 @@ def serve_proxy(
     those of `itlr search` by the same names (mode, candidates, hard_filter, and_, or_, not_,
     not_strength, truth, tau, lam, filter, exclude_lexical) and model; k comes from each request's size.
     """
-    from itlr.engines.factory import Connection
+    from itlr.engines.connection import Connection
     from itlr.proxy import check_exposure, create_proxy_app, run_proxy
 
     given = dict(connection_and_search_options)

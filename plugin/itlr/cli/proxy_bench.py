@@ -22,7 +22,7 @@ def proxy_overhead(
     from itlr.benchmarks.proxy import QUERIES, measure_proxy_overhead
     from itlr.documents import read_jsonl
     from itlr.embed import get_embedder
-    from itlr.engines.factory import Connection
+    from itlr.engines.connection import Connection
     from itlr.proxy import create_proxy_app, serving
     from itlr.resources import data_file
 

@@ -1,5 +1,5 @@
 """A cluster index = the engine's dialect (itlr.engines.dialect: every request body) + a client
-(I/O, errors as one line): index checks, counting, stored scripts, bulk ingestion, resumption
+(itlr.engines.connection: I/O, errors as one line): index checks, counting, stored scripts, bulk ingestion, resumption
 and search, alike for OpenSearch and Elasticsearch.
 
 Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
@@ -21,31 +21,6 @@ from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_action
 from itlr.errors import IndexStateError
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
-
-
-def error_reason(payload: Any, fallback: Any) -> str:
-    """`type: reason` from an error response body, or `fallback` as text."""
-    if isinstance(payload, dict):
-        cause = payload.get("error", {})
-        if isinstance(cause, dict):
-            root = (cause.get("root_cause") or [{}])[0]
-            caused = cause.get("caused_by") or {}
-            return (
-                f"{root.get('type') or cause.get('type')}: "
-                f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
-            )
-    return short_text(str(payload if isinstance(payload, str) and payload else fallback))
-
-
-def short_text(text: str, limit: int = 200) -> str:
-    """An answer body fit for a one-line message: an HTML page is named, not printed."""
-    one_line = " ".join(text.split())
-    lowered = one_line[:500].lower()
-    if "<html" in lowered or "<!doctype" in lowered:
-        return "an HTML page, not a search engine's JSON (is `url` the cluster's address?)"
-    if not one_line:
-        return "an empty body"
-    return one_line if len(one_line) <= limit else one_line[:limit] + "..."
 
 
 class ClusterBackend:

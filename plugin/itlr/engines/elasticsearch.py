@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -20,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch
-from itlr.engines.cluster import ClusterBackend, error_reason
+from itlr.engines.cluster import ClusterBackend
+from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
-from itlr.errors import EngineError, IndexStateError
+from itlr.errors import EngineError
 
 SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score_elasticsearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude_elasticsearch.painless")
@@ -83,156 +83,16 @@ def unsupported_version(version: str) -> str | None:
     return None
 
 
-# -- client --------------------------------------------------------------------------------
-
-
-def _client_major() -> int:
-    from elasticsearch import __versionstr__
-
-    return int(__versionstr__.split(".", 1)[0])
-
-
-_COMPAT = re.compile(r"(compatible-with=)(\d+)")
-
-
-def _transport_class() -> type:
-    """A transport that asks the server for its own major version's REST format.
-
-    The 9.x Python client sends `Accept: ...; compatible-with=9`, which an 8.x server refuses
-    with a 400 (an 8.x client talking to a 9.x server is fine: servers accept N-1). Rather than
-    pin the client, the transport learns the server's version once (a plain-JSON `GET /`, or
-    `GET /_nodes/_local` where the root endpoint is missing) and lowers the compatibility
-    version in the headers when the server is older than the client.
-    """
-    from elastic_transport import Transport
-
-    class VersionMatchingTransport(Transport):
-        server_version: str | None = None
-        _probed = False
-
-        def perform_request(self, method: str, target: str, *, headers: Any = None, **kwargs: Any):  # type: ignore[override]
-            if not isinstance(headers, Mapping):
-                headers = {}
-            if not self._probed:
-                self._probed = True
-                self.server_version = self._probe(headers)
-            major = Capabilities(self.server_version).numbers[0] if self.server_version else None
-            if major is not None and major < _client_major():
-                headers = {
-                    name: _COMPAT.sub(rf"\g<1>{major}", value)
-                    if name.lower() in ("accept", "content-type")
-                    else value
-                    for name, value in headers.items()
-                }
-            return super().perform_request(method, target, headers=headers, **kwargs)
-
-        def _probe(self, headers: Mapping[str, str]) -> str | None:
-            plain = {
-                k: v for k, v in headers.items() if k.lower() not in ("accept", "content-type")
-            }
-            plain["accept"] = "application/json"
-            for target in ("/", "/_nodes/_local?filter_path=nodes.*.version"):
-                try:
-                    # No retries: an unreachable node should fail once, on the real request.
-                    response = super().perform_request("GET", target, headers=plain, max_retries=0)
-                except Exception:  # the real request will report what is wrong
-                    continue
-                if response.meta.status >= 300 or not isinstance(response.body, dict):
-                    continue
-                body = response.body
-                if "version" in body:
-                    return str(body["version"].get("number") or "") or None
-                nodes = body.get("nodes") or {}
-                for node in nodes.values():
-                    return str(node.get("version") or "") or None
-            return None
-
-    return VersionMatchingTransport
-
-
-def connect(
-    url: str,
-    user: str | None = None,
-    password: str | None = None,
-    api_key: str | None = None,
-    ca_file: str | None = None,
-    verify_certs: bool = True,
-    timeout: float = 30.0,
-):
-    from elastic_transport import OrjsonSerializer
-    from elasticsearch import Elasticsearch
-
-    kwargs: dict[str, Any] = {
-        "hosts": [url],
-        "request_timeout": timeout,
-        "transport_class": _transport_class(),
-        # 5xx and timeouts are retried by the client; 429 by the bulk helper.
-        "retry_on_timeout": True,
-        "max_retries": 3,
-        # orjson encodes a logical query's vectors 17x faster than the standard library.
-        "serializers": {"application/json": OrjsonSerializer()},
-    }
-    if api_key:
-        kwargs["api_key"] = api_key
-    elif user is not None:
-        kwargs["basic_auth"] = (user, password or "")
-    if url.startswith("https"):
-        kwargs.update(verify_certs=verify_certs, ssl_show_warn=False)
-        if ca_file:
-            kwargs["ca_certs"] = ca_file
-    return Elasticsearch(**kwargs)
-
-
-@contextlib.contextmanager
-def engine_errors(url: str, index: str) -> Iterator[None]:
-    """Client exceptions become one actionable line."""
-    import elastic_transport
-    from elasticsearch import exceptions as es_errors
+def server_version(client: Any) -> str | None:
+    """The server's version: from `GET /`, or from the local node where the root endpoint is
+    refused (a minimal distribution such as Maven Central's integ-test-zip, some proxies)."""
+    from elasticsearch import ApiError
 
     try:
-        yield
-    except es_errors.AuthenticationException:
-        raise EngineError(
-            f"Elasticsearch at {url} refused the credentials: check `user`/`password` or `api_key`"
-        ) from None
-    except es_errors.AuthorizationException as denied:
-        raise EngineError(
-            f"Elasticsearch at {url} denied the request ({_reason(denied)}): "
-            "the user or API key needs read/write on the index and manage on scripts"
-        ) from None
-    except es_errors.NotFoundError as missing:
-        if "index_not_found" in str(missing):
-            raise IndexStateError(
-                f"index {index!r} does not exist at {url}: create it by "
-                "adding documents (`itlr ingest FILE` or `Index.add`)"
-            ) from None
-        raise EngineError(f"Elasticsearch at {url}: {_reason(missing)}") from None
-    except es_errors.UnsupportedProductError:
-        raise EngineError(
-            f"{url} is not Elasticsearch (the client's product check failed): "
-            'use `engine="opensearch"` or `engine="auto"`'
-        ) from None
-    except es_errors.ApiError as refused:
-        reason = _reason(refused)
-        if "script_lang not supported [painless]" in reason or "lang [painless]" in reason:
-            reason += " (this node has no lang-painless module: use a full distribution)"
-        if "media_type_header_exception" in reason:
-            reason += (
-                " (the Python client is newer than the server and its version could not be "
-                "read from GET /: install elasticsearch<9 for an 8.x server)"
-            )
-        raise EngineError(f"Elasticsearch at {url} refused the request: {reason}") from None
-    except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
-        raise EngineError(
-            f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
-            "is it running? check `url`"
-        ) from None
-    except elastic_transport.TransportError as failed:
-        raise EngineError(f"Elasticsearch at {url}: {failed}") from None
-
-
-def _reason(error: Any) -> str:
-    return error_reason(getattr(error, "body", None), getattr(error, "message", error))
+        return str(client.info()["version"]["number"])
+    except ApiError:
+        nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
+        return next((str(node["version"]) for node in nodes.values()), None)
 
 
 # -- backend ---------------------------------------------------------------------------------
@@ -259,16 +119,13 @@ class ElasticsearchBackend(ClusterBackend):
         self._version = version
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return engine_errors(self.url, self.index)
+        return elasticsearch_errors(self.url, self.index)
 
     @property
     def capabilities(self) -> Capabilities:
         if self._version is None and self.client is not None:
-            transport = getattr(self.client, "transport", None)
-            if getattr(transport, "server_version", None) is None:
-                # Any request makes the transport learn the version; ping never raises.
-                self.client.ping()
-            self._version = getattr(transport, "server_version", None)
+            with self._errors():
+                self._version = server_version(self.client)
             problem = unsupported_version(self._version) if self._version else None
             if problem:
                 raise EngineError(problem)

@@ -29,7 +29,7 @@ import numpy as np
 
 from itlr.documents import Document
 from itlr.engines import ClusterIndex
-from itlr.engines.factory import split_credentials
+from itlr.engines.connection import split_credentials
 from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods

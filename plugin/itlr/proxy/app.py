@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from itlr.embed import Embedder, get_embedder
-from itlr.engines.factory import Connection
+from itlr.engines.connection import Connection
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
 from itlr.options import SearchOptions
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
@@ -158,13 +158,13 @@ class QueryBarProxy:
             raise ClauseError(
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
             )
-        backend = await self.upstream.backend(target, headers)
+        searched = await self.upstream.target(target, headers)
         vectors = await anyio.to_thread.run_sync(
-            self._encode, backend.model, list(found.query.terms)
+            self._encode, searched.vectors.model, list(found.query.terms)
         )
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
-        return rewrite_body(body, found, backend, vectors, self.defaults)
+        return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
 
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]

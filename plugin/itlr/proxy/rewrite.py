@@ -1,6 +1,6 @@
 """Rewriting a UI's search body: the itlr clause becomes the logical scoring, the rest stays.
 
-The logical scoring is the engine's own request (`ClusterBackend.build_request`): the plan's kNN
+The logical scoring is the engine's own request (`Dialect.search_body`): the plan's kNN
 candidates and the stored script, with the rest of the UI's query as the filter (inside every
 kNN clause too, so the time range bounds the candidates). Everything else the UI sent (size,
 from, aggregations, _source, fields, highlight, track_total_hits, ...) is kept as sent; the
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from itlr.engines.cluster import ClusterBackend
+from itlr.engines.dialect import Dialect
 from itlr.options import SearchOptions
 from itlr.proxy.clause import LogicalSearch
 
@@ -50,13 +50,13 @@ def options_for(
 def rewrite_body(
     body: dict[str, Any],
     found: LogicalSearch,
-    backend: ClusterBackend,
+    dialect: Dialect,
     term_vectors: np.ndarray,
     defaults: SearchOptions,
 ) -> dict[str, Any]:
     """The body to send upstream in place of the UI's."""
     options = options_for(body, found, defaults)
-    built = backend.build_request(found.query, term_vectors, options)
+    built = dialect.search_body(found.query, term_vectors, options)
     rewritten = dict(body)
     rewritten["query"] = built["query"]
     rewritten["sort"] = (

@@ -9,15 +9,13 @@ it has any), since registering scripts needs cluster privileges a UI user rarely
 from __future__ import annotations
 
 import asyncio
-import base64
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from itlr.engines.cluster import ClusterBackend
-from itlr.engines.dialect import IndexLayout
-from itlr.engines.factory import Connection
+from itlr.engines.connection import Connection, engine_from_root
+from itlr.engines.dialect import Dialect, IndexLayout, dialect_for
 from itlr.errors import EngineError, IndexStateError
 
 # Headers that carry the caller's identity to the cluster.
@@ -26,16 +24,6 @@ AUTH_HEADERS = ("authorization", "es-secondary-authorization", "cookie")
 
 def auth_headers(headers: Any) -> dict[str, str]:
     return {name: headers[name] for name in AUTH_HEADERS if name in headers}
-
-
-def connection_auth(connection: Connection) -> dict[str, str]:
-    """The Authorization header for the proxy's own credentials; empty when it has none."""
-    if connection.api_key:
-        return {"authorization": f"ApiKey {connection.api_key}"}
-    if connection.user:
-        pair = f"{connection.user}:{connection.password or ''}".encode()
-        return {"authorization": f"Basic {base64.b64encode(pair).decode()}"}
-    return {}
 
 
 @dataclass(frozen=True)
@@ -83,6 +71,14 @@ def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
     return next(iter(found))
 
 
+@dataclass(frozen=True)
+class SearchTarget:
+    """An index (or pattern) to search: its engine's dialect and the vectors it holds."""
+
+    dialect: Dialect
+    vectors: IndexVectors
+
+
 class Upstream:
     """Engine, index layouts and stored scripts of the configured cluster, learned once."""
 
@@ -111,11 +107,11 @@ class Upstream:
                 raise EngineError(
                     f"the upstream {self.connection.url} answered {response.status_code} to GET /"
                 )
-            version = response.json().get("version", {})
-            engine = (
-                "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
-            )
-            self._engine = (engine, str(version.get("number", "")))
+            try:
+                info = response.json()
+            except ValueError:
+                info = response.text
+            self._engine = engine_from_root(self.connection.url, info)
         return self._engine
 
     async def vectors(self, target: str, headers: dict[str, str]) -> IndexVectors:
@@ -129,42 +125,24 @@ class Upstream:
             self._vectors[target] = index_vectors(target, response.json())
         return self._vectors[target]
 
-    async def backend(self, target: str, headers: dict[str, str]) -> ClusterBackend:
-        """A request builder for the target (no client: the proxy sends the request itself)."""
+    async def target(self, target: str, headers: dict[str, str]) -> SearchTarget:
+        """How to build logical searches on the target (the proxy sends them itself)."""
         engine, version = await self.engine(headers)
         vectors = await self.vectors(target, headers)
-        backend: ClusterBackend
-        if engine == "opensearch":
-            from itlr.engines.opensearch import OpenSearchBackend
+        dialect = dialect_for(engine, vectors.layout, server_version=version or None)
+        await self.ensure_scripts(dialect, headers)
+        return SearchTarget(dialect, vectors)
 
-            backend = OpenSearchBackend(
-                None, target, vectors.model, vectors.dims, vectors.layout, url=self.connection.url
-            )
-        else:
-            from itlr.engines.elasticsearch import ElasticsearchBackend
-
-            backend = ElasticsearchBackend(
-                None,
-                target,
-                vectors.model,
-                vectors.dims,
-                vectors.layout,
-                url=self.connection.url,
-                version=version or None,
-            )
-        await self.ensure_scripts(backend, headers)
-        return backend
-
-    async def ensure_scripts(self, backend: ClusterBackend, headers: dict[str, str]) -> None:
+    async def ensure_scripts(self, dialect: Dialect, headers: dict[str, str]) -> None:
         """Register the stored scripts once per process (idempotent on the cluster too)."""
         wanted = [
             s
-            for s in (backend.dialect.score_script, backend.dialect.exclude_script)
+            for s in (dialect.score_script, dialect.exclude_script)
             if s.id not in self._scripts_ready
         ]
         if not wanted:
             return
-        admin = connection_auth(self.connection) or headers
+        admin = self.connection.auth_headers() or headers
         async with self._lock:
             for script in wanted:
                 try:
