@@ -210,3 +210,17 @@ def test_other_model_is_refused(index: EmbeddedIndex) -> None:
         EmbeddedIndex.open_or_create(index.path, "other-model", DIMS)
     with pytest.raises(IndexStateError, match="16-dim"):
         EmbeddedIndex.open_or_create(index.path, "test-model", 32)
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_candidate_sized_and_whole_index_products_give_the_same_cosines(queries: int) -> None:
+    from itlr.engines.embedded import SINGLE_THREAD_ROWS, cosine_matrix
+
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((SINGLE_THREAD_ROWS + 1, 16), dtype=np.float32)
+    terms = rng.standard_normal((queries, 16), dtype=np.float32)
+    whole = cosine_matrix(rows, terms)  # torch's matmul
+    candidates = cosine_matrix(rows[:SINGLE_THREAD_ROWS], terms)  # numpy on this thread
+    assert whole.shape == (SINGLE_THREAD_ROWS + 1, queries)
+    np.testing.assert_allclose(candidates, whole[:SINGLE_THREAD_ROWS], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(whole, rows.astype(np.float64) @ terms.T, rtol=1e-4, atol=1e-4)

@@ -368,19 +368,29 @@ class EmbeddedIndex:
         )
 
 
+# Up to this many rows a product is computed without threads (einsum: 0.14 ms for 500 x 5).
+SINGLE_THREAD_ROWS = 2048
+
+
 def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """(rows, queries) dot products of unit vectors in one matrix product, reading them once.
 
     torch's CPU matmul (MKL) streams the vectors once for a few query columns, where numpy's
     OpenBLAS sgemm first copies the whole matrix into packed panels (two to three memory passes)
-    and torch's own matrix-vector path runs at a third of memory speed. So every product goes
+    and torch's own matrix-vector path runs at a third of memory speed. So whole-index products go
     through torch's matmul, a single query padded to two columns. Using one BLAS also keeps
     torch's OpenMP threads (busy after encoding the terms) from fighting OpenBLAS's for the
     cores, which slowed numpy's products up to tenfold (docs/benchmarks.md, latency).
+
+    Candidate sets (a few hundred rows) are multiplied by numpy's own loops on this thread:
+    waking torch's second thread for 50 microseconds of work cost a scheduler tick (about 4 ms)
+    whenever another process held the other core (half the knn-mode queries on a 100k index).
     """
+    count = queries.shape[0]
+    if vectors.shape[0] <= SINGLE_THREAD_ROWS:
+        return np.einsum("ij,kj->ik", vectors, np.asarray(queries, dtype=np.float32))
     import torch
 
-    count = queries.shape[0]
     right = np.ascontiguousarray(queries, dtype=np.float32)
     if count == 1:
         right = np.vstack([right, right])
