@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from itlr.candidates import plan_candidates
-from itlr.engines.dialect import Dialect, dialect_for
+from itlr.engines.dialect import Dialect
+from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
 from itlr.parser import parse

@@ -11,8 +11,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from itlr.engines.dialect import CLUSTER_ENGINES as ENGINES
-from itlr.engines.dialect import IndexLayout, dialect_for
+from itlr.engines.dialect import IndexLayout
+from itlr.engines.factory import CLUSTER_ENGINES as ENGINES
+from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
 from itlr.parser import parse

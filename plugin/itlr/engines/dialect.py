@@ -25,7 +25,6 @@ from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
 
 SCRIPT_FORMAT = 1
-CLUSTER_ENGINES = ("opensearch", "elasticsearch")
 
 
 @dataclass(frozen=True)
@@ -307,21 +306,3 @@ class Dialect:
         options: SearchOptions | None = None,
     ) -> list[Hit]:
         return hits_from_response(response, query, term_vectors, options, self.layout)
-
-
-def dialect_for(
-    engine: str,
-    layout: IndexLayout | None = None,
-    inline_script: bool = False,
-    server_version: str | None = None,
-) -> Dialect:
-    """The engine's dialect; for Elasticsearch, of `server_version` (None: the newest)."""
-    if engine == "elasticsearch":
-        from itlr.engines.elasticsearch import Capabilities, ElasticsearchDialect
-
-        return ElasticsearchDialect(layout, inline_script, Capabilities(server_version))
-    if engine == "opensearch":
-        from itlr.engines.opensearch import OpenSearchDialect
-
-        return OpenSearchDialect(layout, inline_script)
-    raise ValueError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection, detect_engine
-from itlr.engines.dialect import IndexLayout
+from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 
 ENGINES = ("memory", "opensearch", "elasticsearch", "auto")
+CLUSTER_ENGINES = ("opensearch", "elasticsearch")
 
 
 @dataclass(frozen=True)
@@ -98,3 +99,21 @@ def remote_backend(spec: EngineSpec, model: str, dims: int):
     raise ConfigurationError(
         f'`engine="{engine}"` needs no cluster: drop `url`, or use opensearch or elasticsearch'
     )
+
+
+def dialect_for(
+    engine: str,
+    layout: IndexLayout | None = None,
+    inline_script: bool = False,
+    server_version: str | None = None,
+) -> Dialect:
+    """The engine's dialect; for Elasticsearch, of `server_version` (None: the newest)."""
+    if engine == "elasticsearch":
+        from itlr.engines.elasticsearch import Capabilities, ElasticsearchDialect
+
+        return ElasticsearchDialect(layout, inline_script, Capabilities(server_version))
+    if engine == "opensearch":
+        from itlr.engines.opensearch import OpenSearchDialect
+
+        return OpenSearchDialect(layout, inline_script)
+    raise ValueError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 
 from itlr.engines.connection import Connection, engine_from_root
-from itlr.engines.dialect import Dialect, IndexLayout, dialect_for
+from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.factory import dialect_for
 from itlr.errors import EngineError, IndexStateError
 
 # Headers that carry the caller's identity to the cluster.
