@@ -150,11 +150,13 @@ def recall_report(
     queries: int = 100,
     plans: str = ",".join(PLANS),
     url: str | None = None,
+    passages: int | None = None,
 ) -> list[str]:
     """Top-10 overlap of knn mode with exact mode per candidate budget, on real text.
 
-    The embedded engine's per-term candidates are exact, so it measures only what the union of
-    candidates misses; OpenSearch adds what its HNSW graph misses."""
+    Below `ANN_MIN_ROWS` passages the embedded engine's per-term candidates are exact, so it
+    measures only what the union of candidates misses; past it (`passages`), and on
+    OpenSearch, it adds what the HNSW graph misses."""
     import random
 
     import numpy as np
@@ -166,7 +168,7 @@ def recall_report(
     from itlr.engines.embedded import EmbeddedIndex
 
     embedder = get_embedder()
-    documents, vocabulary = recall_corpus()
+    documents, vocabulary = recall_corpus(passages)
     ids = [d.id for d in documents]
     texts = [d.text for d in documents]
     vectors = embedder.encode(texts)
@@ -222,10 +224,13 @@ def recall_report(
             )
     lines = [
         f"### Candidate recall (`itlr bench recall --budgets {budgets} --queries {queries}"
+        + (f" --passages {passages}" if passages else "")
         + (" --url URL" if url else "")
         + "`)",
         "",
-        f"{len(documents)} real-text passages (demo corpus + topic bank sentences), "
+        f"{len(documents)} real-text passages (demo corpus + topic bank sentences"
+        + (", and pairs of them joined" if passages else "")
+        + "), "
         f"{queries} random logical queries over {len(vocabulary)} phrases, top-10, "
         "knn mode against exact mode on the same engine.",
         "",

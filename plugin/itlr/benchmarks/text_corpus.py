@@ -48,8 +48,13 @@ def random_queries(vocabulary: list[str], count: int, rng: random.Random) -> lis
     return [Query(random_tree(rng, vocabulary)) for _ in range(count)]
 
 
-def recall_corpus() -> tuple[list[Document], list[str]]:
-    """The demo corpus plus every topic-bank sentence as its own passage, and a phrase list."""
+def recall_corpus(passages: int | None = None) -> tuple[list[Document], list[str]]:
+    """The demo corpus plus every topic-bank sentence as its own passage, and a phrase list.
+
+    With `passages` above its 1,146 passages, the corpus is grown to that many by joining two
+    of them at random (seeded): text whose vectors are clustered by topic, as real embeddings
+    are, at the scale where the embedded engine searches an HNSW graph. Random unit vectors,
+    which latency uses, have no such structure: no graph finds their nearest neighbours."""
     documents = list(read_jsonl(data_file("demo", "corpus.jsonl")))
     vocabulary = list(DEMO_PHRASES)
     topics_path = data_file("topics.json")
@@ -59,4 +64,10 @@ def recall_corpus() -> tuple[list[Document], list[str]]:
             vocabulary.append(topic["name"])
             for number, sentence in enumerate(topic["sentences"]):
                 documents.append(Document(f"{topic['name']}-{number}", sentence, {}))
+    rng = random.Random(11)
+    base = len(documents)
+    for number in range(max(0, (passages or 0) - base)):
+        first, second = rng.sample(range(base), 2)
+        text = f"{documents[first].text} {documents[second].text}"
+        documents.append(Document(f"joined-{number}", text, {}))
     return documents, vocabulary

@@ -67,16 +67,24 @@ def recall(
         typer.Option(help="Candidate plans to compare per query shape, comma-separated."),
     ] = ",".join(PLANS),
     url: UrlOpt = None,
+    passages: Annotated[
+        int | None,
+        typer.Option(
+            help="Grow the corpus to this many passages (pairs of its passages joined): past "
+            "50,000 the embedded engine takes candidates from its HNSW graph."
+        ),
+    ] = None,
     out_file: OutFile = None,
 ) -> None:
     """Top-10 overlap of knn mode with exact mode per candidate budget, on real text.
 
-    The embedded engine's per-term candidates are exact, so it measures only what the union of
-    candidates misses; OpenSearch adds what its HNSW graph misses.
+    Below 50,000 passages the embedded engine's per-term candidates are exact, so it measures
+    only what the union of candidates misses; past it, and on OpenSearch, it adds what the
+    HNSW graph misses.
     """
     from itlr.benchmarks.reports import recall_report
 
-    run_guarded(lambda: emit(recall_report(budgets, queries, plans, url), out_file))
+    run_guarded(lambda: emit(recall_report(budgets, queries, plans, url, passages), out_file))
 
 
 @bench_app.command("ingest")

@@ -1,0 +1,42 @@
+"""Benchmark helpers: the recall corpus and the candidate-recall measure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from itlr.benchmarks.latency import candidate_recall, random_unit
+from itlr.benchmarks.text_corpus import recall_corpus
+from itlr.engines.embedded import EmbeddedIndex
+from itlr.parser import parse
+
+
+def test_a_grown_recall_corpus_keeps_its_passages_and_joins_pairs_of_them() -> None:
+    base, vocabulary = recall_corpus()
+    grown, same_vocabulary = recall_corpus(len(base) + 50)
+    assert same_vocabulary == vocabulary
+    assert grown[: len(base)] == base
+    assert len(grown) == len(base) + 50
+    assert len({d.id for d in grown}) == len(grown)
+    texts = {d.text for d in base}
+    for joined in grown[len(base) :]:
+        assert any(
+            joined.text.startswith(t + " ") and joined.text[len(t) + 1 :] in texts for t in texts
+        )
+    assert recall_corpus(len(base) + 50)[0] == grown  # seeded: the same corpus every run
+
+
+def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_below(
+    tmp_path,
+) -> None:
+    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index.add([f"r{i}" for i in range(300)], [""] * 300, random_unit(300, 16, seed=1))
+    queries = [parse('"a" AND NOT "b"'), parse('"a" OR "c"')] * 5
+    seeds = iter(range(100))
+
+    def vectors_for(query):
+        return random_unit(len(query.terms), 16, seed=next(seeds))
+
+    recall = candidate_recall(index, vectors_for, queries, [1, 300])
+    assert recall[300].scores == 1.0 and recall[300].ids == 1.0
+    assert recall[1].scores < 1.0
+    assert np.isfinite(recall[1].ids)
