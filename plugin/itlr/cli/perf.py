@@ -11,6 +11,7 @@ import typer
 from itlr.candidates import PLANS
 from itlr.cli.app import out, run_guarded
 from itlr.cli.bench import bench_app
+from itlr.engines.ann import ANN_MIN_ROWS
 
 OutFile = Annotated[
     Path | None, typer.Option("--out", help="Append the markdown report to this file.")
@@ -70,17 +71,17 @@ def recall(
     passages: Annotated[
         int | None,
         typer.Option(
-            help="Grow the corpus to this many passages (pairs of its passages joined): past "
-            "50,000 the embedded engine takes candidates from its HNSW graph."
+            help="Grow the corpus to this many passages (pairs of its passages joined): from "
+            f"{ANN_MIN_ROWS:,} the embedded engine takes candidates from its HNSW graph."
         ),
     ] = None,
     out_file: OutFile = None,
 ) -> None:
     """Top-10 overlap of knn mode with exact mode per candidate budget, on real text.
 
-    Below 50,000 passages the embedded engine's per-term candidates are exact, so it measures
-    only what the union of candidates misses; past it, and on OpenSearch, it adds what the
-    HNSW graph misses.
+    On a small corpus the embedded engine's per-term candidates are exact, so it measures only
+    what the union of candidates misses; with --passages past its graph threshold, and on
+    OpenSearch, it adds what the HNSW graph misses.
     """
     from itlr.benchmarks.reports import recall_report
 
