@@ -17,14 +17,15 @@ Mode = Literal["knn", "exact"]
 class SearchOptions:
     """How to run a logical query.
 
-    mode:        knn gathers candidates with one kNN search per positive term and rescores their
-                 union exactly; exact scores every document.
-    candidates:  kNN budget per positive term (default max(100, 10 * k)).
+    mode:        knn gathers candidates with kNN searches (see plan) and rescores their union
+                 exactly; exact scores every document.
+    candidates:  kNN budget per positive term (default max(100, 10 * k)); conjunctions on large,
+                 repetitive corpora need more (docs/benchmarks.md, "Embedded ANN").
     hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
-    plan:        which kNN searches gather the candidates (itlr.candidates): per-term,
-                 per-branch or combined.
+    plan:        which kNN searches gather the candidates (itlr.candidates): auto (default),
+                 per-term, per-branch or combined.
     filter:      an engine query (JSON DSL) that every hit must match.
     explain:     return each hit's per-term truth values (the embedded engine always does).
     """
