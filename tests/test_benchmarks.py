@@ -40,3 +40,15 @@ def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_belo
     assert recall[300].scores == 1.0 and recall[300].ids == 1.0
     assert recall[1].scores < 1.0
     assert np.isfinite(recall[1].ids)
+
+
+def test_a_throwaway_opensearch_index_takes_documents_and_is_deleted_after(
+    opensearch_url: str,
+) -> None:
+    from itlr.benchmarks.reports import fill_with_random, throwaway_opensearch
+
+    with throwaway_opensearch(opensearch_url, "test", "random", 16) as backend:
+        fill_with_random(backend, 50, 16)
+        assert backend.count() == 50
+        name, client = backend.index, backend.client
+    assert not client.indices.exists(index=name)

@@ -60,10 +60,14 @@ def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Itera
     """A fresh OpenSearch index for one measurement, deleted afterwards whatever happens."""
     import uuid
 
-    from itlr.engines.opensearch import OpenSearchBackend, connect
+    from itlr.engines.connection import Connection
+    from itlr.engines.opensearch import OpenSearchBackend
 
     name = f"itlr-{purpose}-{uuid.uuid4().hex[:8]}"
-    backend = OpenSearchBackend(connect(url, timeout=120), name, model, dims, url=url)
+    connection = Connection.from_env(url)
+    backend = OpenSearchBackend(
+        connection.opensearch(timeout=120), name, model, dims, url=connection.url
+    )
     backend.ensure_index()
     try:
         yield backend
