@@ -28,6 +28,12 @@ class SearchOptions:
                  per-term, per-branch or combined.
     filter:      an engine query (JSON DSL) that every hit must match.
     explain:     return each hit's per-term truth values (the embedded engine always does).
+    from_:       hits to skip before the first one returned (the engines' `from`).
+    search_after: the sort values of the last hit of the previous page (clusters only; the
+                 engines' `search_after`).
+    source_fields: which of a document's own fields to return; None returns every field but the
+                 vectors, () none.
+    highlight:   return fragments of the text field that match the positive terms' words.
     """
 
     k: int = 10
@@ -40,10 +46,18 @@ class SearchOptions:
     truth: TruthMap = field(default_factory=TruthMap)
     filter: dict[str, Any] | None = None
     explain: bool = False
+    from_: int = 0
+    search_after: tuple[Any, ...] | None = None
+    source_fields: tuple[str, ...] | None = None
+    highlight: bool = False
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ConfigurationError(f"`k` must be at least 1, got {self.k}")
+        if self.from_ < 0:
+            raise ConfigurationError(f"`from_` must be 0 or more, got {self.from_}")
+        if self.search_after is not None and self.from_:
+            raise ConfigurationError("give `from_` or `search_after`, not both")
         if self.mode not in ("knn", "exact"):
             raise ConfigurationError(f"unknown `mode` {self.mode!r}: choose knn or exact")
         if self.plan not in PLANS:
@@ -77,6 +91,10 @@ def search_options(
     filter: dict[str, Any] | None = None,
     exclude_lexical: bool = False,
     explain: bool = False,
+    from_: int = 0,
+    search_after: list[Any] | tuple[Any, ...] | None = None,
+    source_fields: list[str] | tuple[str, ...] | None = None,
+    highlight: bool = False,
     model: str | None = None,
 ) -> SearchOptions:
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
@@ -101,6 +119,10 @@ def search_options(
         filter=filter,
         exclude_lexical=exclude_lexical,
         explain=explain,
+        from_=from_,
+        search_after=tuple(search_after) if search_after is not None else None,
+        source_fields=tuple(source_fields) if source_fields is not None else None,
+        highlight=highlight,
     )
 
 
@@ -125,12 +147,25 @@ class Hit:
     truths: dict[str, float]
     text: str = ""
     fields: dict[str, Any] = field(default_factory=dict)
+    # Fragments of the text field per field name (options.highlight).
+    highlights: dict[str, list[str]] = field(default_factory=dict)
+    # How the score was computed, as a tree that adds up to it (options.explain).
+    explanation: dict[str, Any] | None = None
+    # The sort values a `search_after` continues from (clusters).
+    sort: list[Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "id": self.id,
             "score": self.score,
             "truths": self.truths,
             "text": self.text,
             "fields": self.fields,
         }
+        if self.highlights:
+            payload["highlights"] = self.highlights
+        if self.explanation is not None:
+            payload["explanation"] = self.explanation
+        if self.sort is not None:
+            payload["sort"] = self.sort
+        return payload
