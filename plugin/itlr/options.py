@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -169,3 +170,13 @@ class Hit:
         if self.sort is not None:
             payload["sort"] = self.sort
         return payload
+
+
+class Hits(list[Hit]):
+    """A backend's ranked hits plus what this one search noticed (a capped budget, a filter on
+    a field no document has). A list, so callers that only rank keep working; the Retriever
+    carries the warnings into SearchResult, so nothing accumulates on a long-lived backend."""
+
+    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()) -> None:
+        super().__init__(hits)
+        self.warnings: tuple[str, ...] = tuple(warnings)

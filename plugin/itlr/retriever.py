@@ -49,9 +49,9 @@ class Retriever:
         options = options or SearchOptions()
         if isinstance(query, str):
             query = parse(query)
-        warnings = query.warnings
         hits = self.backend.search(query, self.embed_terms(query), options)
-        return SearchResult(query, hits, warnings)
+        warnings = (*query.warnings, *getattr(hits, "warnings", ()))
+        return SearchResult(query, list(hits), warnings)
 
     def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
