@@ -20,7 +20,7 @@ from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
-from itlr.engines.factory import EngineSpec, open_backend
+from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
@@ -81,9 +81,9 @@ class Index:
         says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
         cluster index is created only with `create=True`.
         """
-        engine = engine or ("auto" if url else "memory")
+        engine = engine_name(engine) if engine else ("auto" if url else "embedded")
         connection = None
-        if url is not None and engine != "memory":
+        if url is not None and engine != "embedded":
             connection = Connection.from_env(
                 url,
                 user=user,
@@ -92,7 +92,7 @@ class Index:
                 ca_file=ca_file,
                 verify_certs=verify_certs,
             )
-        elif engine != "memory":
+        elif engine != "embedded":
             raise ConfigurationError(f"`engine={engine!r}` needs a cluster: give `url`")
         spec = EngineSpec(
             engine=engine,
@@ -103,7 +103,7 @@ class Index:
             knn_engine=knn_engine,
         )
         if create is None:
-            create = engine == "memory"
+            create = engine == "embedded"
         return cls.from_spec(spec, model=model, create=create)
 
     @classmethod
@@ -122,8 +122,8 @@ class Index:
 
     @property
     def engine(self) -> str:
-        """memory, opensearch or elasticsearch (what auto-detection found)."""
-        return getattr(self.backend, "engine", "memory")
+        """embedded, opensearch or elasticsearch (what auto-detection found)."""
+        return getattr(self.backend, "engine", "embedded")
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -252,7 +252,7 @@ class Index:
         """The requests to send, in order: the script installs (with_install), then the search."""
         if options is None:
             names["k"] = k
-        engine = engine or (self.engine if self.engine != "memory" else "opensearch")
+        engine = engine or (self.engine if self.engine != "embedded" else "opensearch")
         version = None
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]

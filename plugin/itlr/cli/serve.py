@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.options import PROXY_OPTIONS, search_option_command
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
 from itlr.service.security import TOKEN_ENV
@@ -14,6 +15,7 @@ from itlr.service.security import TOKEN_ENV
 
 @app.command()
 @engine_command
+@search_option_command(only=PROXY_OPTIONS)
 def serve(
     index: Annotated[
         str | None,
@@ -62,16 +64,19 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    option_values: Any = None,
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
 
-    With --proxy: serve the query-bar proxy in front of the cluster at --url instead.
+    With --proxy: serve the query-bar proxy in front of the cluster at --url instead; the
+    search options set its defaults (the JSON API takes them in each request body).
     """
     if proxy:
-        _serve_proxy(spec, field, host, port, token, model)
+        _serve_proxy(spec, field, host, port, token, model, option_values)
         return
     if index is None:
         run_guarded(_missing_index)
+    run_guarded(lambda: _no_search_options(option_values))
 
     def action() -> Any:
         from itlr.embed import set_torch_threads
@@ -104,30 +109,42 @@ def _missing_index() -> None:
     raise ConfigurationError("serve needs --index NAME (or --proxy --url URL for the query bar)")
 
 
+def _no_search_options(given: dict[str, Any]) -> None:
+    from itlr.options import OPTIONS_BY_NAME
+
+    changed = [
+        OPTIONS_BY_NAME[name].flag for name, value in given.items() if value != _default(name)
+    ]
+    if changed:
+        raise ConfigurationError(
+            f"{', '.join(changed)} set the proxy's defaults (with --proxy); the JSON API takes "
+            'search options in each request body, e.g. {"query": "...", "k": 5}'
+        )
+
+
+def _default(name: str) -> Any:
+    from itlr.options import OPTIONS_BY_NAME
+
+    return OPTIONS_BY_NAME[name].default
+
+
 def _serve_proxy(
-    spec: Any, field: str, host: str, port: int, token: str | None, model: str | None
+    spec: Any,
+    field: str,
+    host: str,
+    port: int,
+    token: str | None,
+    model: str | None,
+    options: dict[str, Any],
 ) -> None:
     from itlr.cli.proxy import serve_proxy
     from itlr.service.security import client_token
 
     given = token
     client = run_guarded(lambda: client_token(given))
-    connection = spec.connection
-    if connection is None:
+    if spec.connection is None:
         run_guarded(_missing_upstream)
-    serve_proxy(
-        connection.url,
-        field,
-        host,
-        port,
-        client,
-        user=connection.user,
-        password=connection.password,
-        api_key=connection.api_key,
-        ca_file=connection.ca_file,
-        verify_certs=connection.verify_certs,
-        model=model,
-    )
+    serve_proxy(spec.connection, field, host, port, client, model, **options)
 
 
 def _missing_upstream() -> None:
