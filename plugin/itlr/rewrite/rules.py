@@ -91,6 +91,10 @@ _CLOSING_PUNCT = {",", "?", "!", ".", ";", ":", ")"}
 _ABBREVIATIONS = {
     "mr.", "mrs.", "ms.", "dr.", "st.", "no.", "vs.", "etc.", "jr.", "sr.", "inc.", "ltd.",
     "co.", "prof.", "mt.", "ft.", "approx.", "vol.", "fig.", "al.",
+    # Titles and ranks before a name, and short forms of citations and addresses.
+    "sgt.", "capt.", "gen.", "col.", "lt.", "cmdr.", "adm.", "gov.", "sen.", "rep.", "rev.",
+    "fr.", "hon.", "pres.", "ave.", "blvd.", "dept.", "univ.", "corp.", "bros.", "est.",
+    "ca.", "cf.", "ed.", "eds.", "pp.", "op.", "nos.", "assn.",
 }  # fmt: skip
 # "U.S.", "e.g.", "T.S.": letters with periods are initials, never a sentence end.
 _INITIALS = re.compile(r"^(?:[A-Za-z]\.)+$")
@@ -161,6 +165,8 @@ _CONNECTIVES = {
 }  # fmt: skip
 # Lowercase words inside titles: "Songs of Innocence", "The Road to Serfdom".
 _TITLE_GLUE = {"of", "the", "to", "in", "on", "a", "an", "for", "at", "by"}
+# Function words that a title capitalises ("Man and His Symbols"); running text does not.
+_TITLE_OPENERS = {"his", "her", "its", "their", "our", "my", "your", "the", "a", "an"}
 # Past this many words a topic is a question to embed whole, not a list to split.
 _LONG_TOPIC = 16
 
@@ -190,6 +196,19 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
             ("without", "considering"),
             ("without", "touching", "on"),
             ("without", "including"),
+            # "without" + a verb of mentioning: the verb frames the item, it is not part of it.
+            ("without", "referring", "to"),
+            ("without", "reference", "to"),
+            ("without", "addressing"),
+            ("without", "covering"),
+            ("without", "involving"),
+            ("without", "focusing", "on"),
+            ("without", "going", "into"),
+            ("without", "getting", "into"),
+            ("without", "bringing", "up"),
+            ("without", "talking", "about"),
+            ("without", "describing"),
+            ("without", "any", "mention", "of"),
             ("outside", "of"),
             ("avoiding",),
             ("without",),
@@ -243,6 +262,8 @@ _VERBS = {
 _GUARD_WORDS = {
     "between", "compare", "compared", "comparing", "comparison", "vs", "vs.", "versus",
     "better", "worse", "difference", "differences", "relationship", "whether",
+    "differ", "differs", "differed", "similar", "similarity", "similarities", "contrast",
+    "contrasts", "contrasted", "compares", "comparable", "alike",
 }  # fmt: skip
 _AUXILIARIES = {
     "is", "are", "was", "were", "should", "would", "could", "can", "do", "does", "did", "will",
@@ -443,6 +464,13 @@ def _joins_title(toks: list[_Tok], at: int) -> bool:
     left, right = toks[at - 1].text, toks[at + 1].text
     if not (left[:1].isupper() and right[:1].isupper()):
         return False
+    if toks[at + 1].low in _TITLE_OPENERS:
+        # "Man and His Symbols": mid-sentence, a capitalised "His" / "The" only opens a title's
+        # next word; titles that open alike ("The Iliad and The Odyssey") are a list of two.
+        start = at - 1
+        while start > 0 and toks[start - 1].text[:1].isupper():
+            start -= 1
+        return toks[start].low != toks[at + 1].low
     start = at - 1
     while start > 0 and (toks[start - 1].text[:1].isupper() or toks[start - 1].low in _TITLE_GLUE):
         start -= 1
