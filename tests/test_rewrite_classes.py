@@ -110,3 +110,31 @@ def test_folds_are_fixed_by_the_question_id_and_split_roughly_in_half() -> None:
     assert set(folds) == set(FOLDS)
     assert 400 < sum(folds) < 600
     assert [fold_of(i) for i in ids] == folds
+
+
+def test_quotation_marks_around_an_excluded_title_are_not_part_of_the_term() -> None:
+    query = rewrite_rules('Plays by Ibsen (excluding "A Doll\'s House")').query
+    assert query.excluded_terms == ("A Doll's House",)
+
+
+def test_a_title_continued_by_and_the_stays_one_excluded_term() -> None:
+    assert rewritten(
+        "Sociology of Max Weber (excluding The Protestant Ethic and the Spirit of Capitalism)"
+    ) == ('("Sociology of Max Weber" AND NOT "Protestant Ethic and the Spirit of Capitalism")')
+
+
+def test_a_question_sentence_is_not_cut_into_conjuncts_at_its_commas() -> None:
+    query = rewrite_rules(
+        "How does drought affect wheat farming, especially yields and soil health, "
+        "without considering irrigation?"
+    ).query
+    assert len(query.terms) == 2 and query.excluded_terms == ("irrigation",)
+
+
+def test_a_conjunct_that_opens_with_its_leans_on_the_first_and_is_not_split() -> None:
+    query = rewrite_rules(
+        "The history of the Erie Canal and its impact on trade, excluding tolls"
+    ).query
+    assert [t for t in query.terms if t not in query.excluded_terms] == [
+        "history of the Erie Canal and its impact on trade"
+    ]
