@@ -30,7 +30,7 @@ from itlr.embed import Embedder, get_embedder
 from itlr.engines.connection import Connection
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
 from itlr.options import SearchOptions
-from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
+from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import Upstream, auth_headers
 from itlr.service.security import TOKEN_HEADER, token_matches
@@ -53,7 +53,13 @@ HOP_BY_HOP = {
     TOKEN_HEADER,
 }
 SEARCH_PATH = re.compile(
-    r"^/(?:(?P<target>[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
+    r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
+)
+# APIs that take a query but cannot rank by the logical score: a clause there would pass
+# through verbatim and match nothing, so it is refused instead.
+QUERY_API_PATH = re.compile(
+    r"^/(?:[^/]+/)?(?P<api>_count|_search/template|_msearch/template|_render/template"
+    r"|_validate/query|_explain|_delete_by_query|_update_by_query)(?:/[^/_][^/]*)?/?$"
 )
 
 
@@ -252,7 +258,21 @@ class QueryBarProxy:
             )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
-        if SEARCH_PATH.match(request.url.path):
+        query_api = QUERY_API_PATH.match(request.url.path)
+        if query_api:
+            try:
+                raw = await self._read_search_body(request)
+            except _Refused as refused:
+                return refused.response
+            if mentions_clause(raw, self.field):
+                return error_response(
+                    400,
+                    "itlr_query_error",
+                    f"itlr: {query_api.group('api')} cannot rank by a "
+                    f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
+                )
+            content = raw
+        elif SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
                 replaced = await self._body_to_send(request, raw)

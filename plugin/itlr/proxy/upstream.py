@@ -47,9 +47,11 @@ class IndexVectors:
 def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
     """The common `_meta.itlr` of the indexes a target resolves to; refuse mixed ones."""
     found: dict[IndexVectors, list[str]] = {}
+    without: list[str] = []
     for name, body in mappings.items():
         meta = body.get("mappings", {}).get("_meta", {}).get("itlr")
         if not isinstance(meta, dict):
+            without.append(name)
             continue
         layout = IndexLayout(
             vector_field=str(meta.get("vector_field", "embedding")),
@@ -61,6 +63,14 @@ def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
         raise IndexStateError(
             f"{target!r} holds no itlr index (no _meta.itlr in its mapping): load documents "
             "with `itlr ingest` or search an index that has them"
+        )
+    if without:
+        # The kNN clauses would fail on those indexes' shards: a silently partial answer.
+        shown = ", ".join(sorted(without)[:5]) + (", ..." if len(without) > 5 else "")
+        raise IndexStateError(
+            f"{target!r} also matches indexes without itlr vectors ({shown}): a logical search "
+            "needs every index it searches to hold them; name the itlr indexes, or a pattern "
+            "that matches only them"
         )
     if len(found) > 1:
         groups = "; ".join(
