@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -256,11 +256,15 @@ class QueryBarProxy:
             raise _Refused(self._too_large())
         chunks = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_SEARCH_BODY:
-                raise _Refused(self._too_large())
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_SEARCH_BODY:
+                    raise _Refused(self._too_large())
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # Gone, or cut off by the body read time-out (which answered it): no one to answer.
+            raise _Refused(Response(status_code=408)) from None
         return b"".join(chunks)
 
     @staticmethod
