@@ -6,6 +6,7 @@ cluster's error shape that names what works."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,8 @@ import pytest
 
 from itlr.engines.connection import Connection
 from itlr.engines.opensearch import OpenSearchBackend
-from itlr.proxy import create_proxy_app, serving
+from itlr.proxy import ClauseError, create_proxy_app, find_logical_search, serving
+from itlr.proxy.clause import mentions_clause
 
 pytestmark = pytest.mark.opensearch
 
@@ -170,3 +172,49 @@ def test_a_wildcard_matching_only_itlr_indexes_is_resolved(
 ) -> None:
     through_pattern = ids(search(proxy_url, f"{prefix}-doc*", CLAUSE))
     assert through_pattern == ids(search(proxy_url, demo_index.index, CLAUSE))
+
+
+# -- where a clause may sit (pure: no server) -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        CLAUSE,
+        {"bool": {"must": CLAUSE}},
+        {"bool": {"filter": [{"bool": {"must": [CLAUSE]}}]}},
+        {"bool": {"must": [{"match": {"text": "x"}}], "should": [CLAUSE]}},
+        {"constant_score": {"filter": CLAUSE}},
+        {"bool": {"must": [CLAUSE], "should": [], "must_not": [{"match": {"text": "x"}}]}},
+    ],
+    ids=["alone", "must", "filter-must", "only-should", "constant-score", "kibana-shape"],
+)
+def test_a_clause_anded_with_the_rest_is_accepted(query) -> None:
+    assert find_logical_search(query, "itlr") is not None
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ({"bool": {"must_not": CLAUSE}}, "must_not"),
+        ({"bool": {"filter": [{"bool": {"must_not": [{"bool": {"must": CLAUSE}}]}}]}}, "must_not"),
+        ({"bool": {"should": [CLAUSE, {"match": {"text": "x"}}]}}, "should"),
+        ({"dis_max": {"queries": [CLAUSE]}}, "dis_max.queries"),
+        ({"nested": {"path": "p", "query": CLAUSE}}, "nested.query"),
+        ({"function_score": {"query": CLAUSE}}, "function_score.query"),
+    ],
+    ids=["must-not", "deep-must-not", "should-with-others", "dis-max", "nested", "function-score"],
+)
+def test_a_clause_not_anded_with_the_rest_is_refused_naming_the_place(query, named) -> None:
+    with pytest.raises(ClauseError, match=re.escape(named)) as refused:
+        find_logical_search(query, "itlr")
+    assert "bool.must or bool.filter" in refused.value.message
+
+
+def test_a_clause_is_found_in_template_sources_and_ndjson_bodies() -> None:
+    template = b'{"source": "{\\"query\\": {\\"match\\": {\\"itlr\\": \\"{{q}}\\"}}}"}'
+    assert mentions_clause(template, "itlr")
+    ndjson = b'{"index": "a"}\n{"source": {"query": {"query_string": {"query": "itlr:(x)"}}}}\n'
+    assert mentions_clause(ndjson, "itlr")
+    assert not mentions_clause(b'{"query": {"match": {"text": "itlr is a word"}}}', "itlr")
+    assert not mentions_clause(b"not json", "itlr")
