@@ -222,3 +222,21 @@ def test_itlr_serve_proxy_takes_the_time_out_flags(slow_upstream) -> None:
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--header-timeout", "0"], "--header-timeout"),
+        (["--body-timeout", "-1"], "--body-timeout"),
+        (["--upstream-timeout", "0"], "--upstream-timeout"),
+    ],
+)
+def test_a_time_out_that_is_not_positive_is_refused_in_one_line(flags, named) -> None:
+    from typer.testing import CliRunner
+
+    from itlr.cli import app as cli
+
+    result = CliRunner().invoke(cli, ["serve", "--proxy", "--url", "http://127.0.0.1:1", *flags])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "positive number of seconds" in result.output

@@ -27,6 +27,7 @@ from itlr.cli.options import (
     TruthOpt,
     search_options,
 )
+from itlr.errors import ConfigurationError
 from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 CONNECTION_KEYS = ("user", "password", "api_key", "ca_file", "verify_certs")
@@ -103,6 +104,11 @@ def serve_proxy(
         check_exposure(host, token)
         timeouts = ReadTimeouts.from_env(serving.get("header_timeout"), serving.get("body_timeout"))
         upstream_timeout = serving.get("upstream_timeout", DEFAULT_UPSTREAM_TIMEOUT)
+        if not upstream_timeout > 0:
+            raise ConfigurationError(
+                "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT) must be a "
+                f"positive number of seconds, not {upstream_timeout}"
+            )
         defaults = search_options(
             k=10,
             mode=Mode(given.get("mode", Mode.knn)),

@@ -34,9 +34,12 @@ class ReadTimeouts:
     body: float = 30.0
 
     def __post_init__(self) -> None:
-        for name, value in (("header_timeout", self.header), ("body_timeout", self.body)):
+        for name, value in (("header", self.header), ("body", self.body)):
             if not value > 0:
-                raise ConfigurationError(f"`{name}` must be a positive number of seconds")
+                raise ConfigurationError(
+                    f"the {name} read time-out (--{name}-timeout, ITLR_{name.upper()}_TIMEOUT) "
+                    f"must be a positive number of seconds, not {value}"
+                )
 
     @classmethod
     def from_env(cls, header: float | None = None, body: float | None = None) -> ReadTimeouts:
