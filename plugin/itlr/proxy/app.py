@@ -323,7 +323,7 @@ class QueryBarProxy:
                     f"itlr: {query_api.group('api')} cannot rank by a "
                     f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
                 )
-            content = raw
+            content = raw if raw or "content-length" in request.headers else None
         elif SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
