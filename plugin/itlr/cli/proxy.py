@@ -17,6 +17,41 @@ from itlr.engines.connection import Connection
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions, search_options
 
+# Time-outs and the script-write switch: how the proxy serves, not how it searches.
+DEFAULT_UPSTREAM_TIMEOUT = 120.0
+
+UpstreamTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        envvar="ITLR_UPSTREAM_TIMEOUT",
+        help="Seconds the upstream may take to answer a request (HTTP 504 beyond).",
+    ),
+]
+HeaderTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="ITLR_HEADER_TIMEOUT",
+        help="Seconds a client has to send a request's headers (connection closed beyond; "
+        "default 10).",
+        show_default=False,
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="ITLR_BODY_TIMEOUT",
+        help="Seconds a client has to send a request's body after its headers (default 30).",
+        show_default=False,
+    ),
+]
+AllowScriptWritesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-script-writes",
+        help="Pass PUT / POST / DELETE on itlr's stored script ids through (refused otherwise).",
+    ),
+]
+
 
 def proxy_defaults(model: str | None = None, **options: Any) -> SearchOptions:
     """The search options every rewritten search starts from, by `itlr search`'s names."""
@@ -41,6 +76,11 @@ def serve_proxy(
     port: int = 8000,
     token: str | None = None,
     model: str | None = None,
+    *,
+    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
+    header_timeout: float | None = None,
+    body_timeout: float | None = None,
+    allow_script_writes: bool = False,
     **options: Any,
 ) -> None:
     """Serve the query-bar proxy in front of `upstream` (a URL or a Connection) until
@@ -54,20 +94,39 @@ def serve_proxy(
     from itlr.proxy import check_exposure, create_proxy_app, run_proxy
 
     def start() -> None:
+        from itlr.proxy.upstream import check_scripts_at_start
+        from itlr.service.timeouts import ReadTimeouts
+
         check_exposure(host, token)
+        timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
+        if not upstream_timeout > 0:
+            raise ConfigurationError(
+                "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT) must be a "
+                f"positive number of seconds, not {upstream_timeout}"
+            )
         defaults = proxy_defaults(model, **options)
         connection = Connection.from_env(upstream) if isinstance(upstream, str) else upstream
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        # Before the model loads: a foreign script under itlr's id stops the proxy at once.
+        unchecked = check_scripts_at_start(connection, min(upstream_timeout, 10.0))
+        if unchecked:
+            logging.getLogger("itlr.proxy").warning(unchecked)
         from itlr.embed import get_embedder
 
         # Loaded before the first request, so that no UI request waits for it.
         embedder = get_embedder(model)
         app = create_proxy_app(
-            connection, field=field, embedder=embedder, defaults=defaults, token=token
+            connection,
+            field=field,
+            embedder=embedder,
+            defaults=defaults,
+            token=token,
+            timeout=upstream_timeout,
+            allow_script_writes=allow_script_writes,
         )
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        run_proxy(app, host, port)
+        run_proxy(app, host, port, timeouts)
 
     run_guarded(start)
 
@@ -90,10 +149,26 @@ def main(
     model: Annotated[
         str | None, typer.Option(help="Embedding model of the indexes (default: bundled).")
     ] = None,
+    upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
+    header_timeout: HeaderTimeoutOpt = None,
+    body_timeout: BodyTimeoutOpt = None,
+    allow_script_writes: AllowScriptWritesOpt = False,
     option_values: Any = None,
 ) -> None:
     """Serve the query-bar proxy: point Kibana / Dashboards at it and type itlr:(...) queries."""
-    serve_proxy(connection, field, host, port, token, model, **option_values)
+    serve_proxy(
+        connection,
+        field,
+        host,
+        port,
+        token,
+        model,
+        upstream_timeout=upstream_timeout,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        allow_script_writes=allow_script_writes,
+        **option_values,
+    )
 
 
 if __name__ == "__main__":

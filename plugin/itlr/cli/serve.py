@@ -8,6 +8,13 @@ import typer
 
 from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
+from itlr.cli.proxy import (
+    DEFAULT_UPSTREAM_TIMEOUT,
+    AllowScriptWritesOpt,
+    BodyTimeoutOpt,
+    HeaderTimeoutOpt,
+    UpstreamTimeoutOpt,
+)
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
 from itlr.service.security import TOKEN_ENV
@@ -64,6 +71,10 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    header_timeout: HeaderTimeoutOpt = None,
+    body_timeout: BodyTimeoutOpt = None,
+    upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
+    allow_script_writes: AllowScriptWritesOpt = False,
     option_values: Any = None,
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
@@ -72,7 +83,13 @@ def serve(
     search options set its defaults (the JSON API takes them in each request body).
     """
     if proxy:
-        _serve_proxy(spec, field, host, port, token, model, option_values)
+        serving = {
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            "upstream_timeout": upstream_timeout,
+            "allow_script_writes": allow_script_writes,
+        }
+        _serve_proxy(spec, field, host, port, token, model, {**serving, **option_values})
         return
     if index is None:
         run_guarded(_missing_index)
@@ -83,6 +100,7 @@ def serve(
         from itlr.index import Index
         from itlr.service import create_app
         from itlr.service.security import check_exposure, client_token
+        from itlr.service.timeouts import ReadTimeouts
 
         client = client_token(token)
         check_exposure(host, client)  # before the model loads
@@ -91,9 +109,11 @@ def serve(
         for warning in opened.warnings:
             warn(warning)
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
-        return create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config), opened
+        timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
+        app = create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config)
+        return app, opened, timeouts
 
-    service, opened = run_guarded(action)
+    service, opened, timeouts = run_guarded(action)
     import uvicorn
 
     err.print(
@@ -102,7 +122,7 @@ def serve(
         highlight=False,
         markup=False,
     )
-    uvicorn.run(service, host=host, port=port, log_level=log_level)
+    uvicorn.run(service, host=host, port=port, log_level=log_level, **timeouts.uvicorn_options())
 
 
 def _missing_index() -> None:
@@ -113,19 +133,15 @@ def _no_search_options(given: dict[str, Any]) -> None:
     from itlr.options import OPTIONS_BY_NAME
 
     changed = [
-        OPTIONS_BY_NAME[name].flag for name, value in given.items() if value != _default(name)
+        option.flag
+        for option in (OPTIONS_BY_NAME[name] for name in given)
+        if given[option.name] != option.default
     ]
     if changed:
         raise ConfigurationError(
             f"{', '.join(changed)} set the proxy's defaults (with --proxy); the JSON API takes "
             'search options in each request body, e.g. {"query": "...", "k": 5}'
         )
-
-
-def _default(name: str) -> Any:
-    from itlr.options import OPTIONS_BY_NAME
-
-    return OPTIONS_BY_NAME[name].default
 
 
 def _serve_proxy(
