@@ -140,3 +140,45 @@ def test_the_search_result_carries_the_certificate(crowded: EmbeddedIndex) -> No
 def test_a_cap_below_the_first_round_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="max_candidates"):
         SearchOptions(candidates=100, max_candidates=50)
+
+
+# -- the same rounds on a real OpenSearch: a second request only when the bound needs it ------
+
+
+@pytest.fixture()
+def crowded_opensearch(opensearch_url: str, crowded: EmbeddedIndex):
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.opensearch import OpenSearchBackend
+
+    backend = OpenSearchBackend(
+        Connection(opensearch_url).opensearch(),
+        f"itlr-certificate-{uuid.uuid4().hex[:8]}",
+        "test-model",
+        DIMS,
+        url=opensearch_url,
+    )
+    backend.ensure_index()
+    ids = crowded.ids()
+    assert backend.add(ids, [""] * len(ids), np.stack([crowded.vector(i) for i in ids])) == {}
+    backend.refresh()
+    yield backend
+    backend.client.indices.delete(index=backend.index)
+
+
+@pytest.mark.opensearch
+def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowded) -> None:
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    hits = crowded_opensearch.search(query, terms, SearchOptions(k=10, candidates=50))
+    # The 300 crowding documents tie: ranks agree on scores, and the best one leads.
+    assert hits[0].id == "best"
+    for mine, theirs in zip(hits, exact, strict=True):
+        assert mine.score == pytest.approx(theirs.score, abs=1e-4)
+    assert hits.exact is True
+    capped = crowded_opensearch.search(
+        query, terms, SearchOptions(k=10, candidates=50, max_candidates=50)
+    )
+    assert capped.exact is False and "best" not in {h.id for h in capped}

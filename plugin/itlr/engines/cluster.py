@@ -12,14 +12,17 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 
+from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
-from itlr.errors import IndexStateError
-from itlr.options import Hit, SearchOptions
+from itlr.errors import EngineError, IndexStateError
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -76,6 +79,10 @@ class ClusterBackend:
         raise NotImplementedError
 
     def _mget(self, ids: list[str]) -> Any:
+        raise NotImplementedError
+
+    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
+        """`_msearch` of header/body line pairs."""
         raise NotImplementedError
 
     # -- index ---------------------------------------------------------------------------
@@ -210,11 +217,66 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-    ) -> list[Hit]:
-        body = self.build_request(query, term_vectors, options)
+    ) -> Hits:
         if not self._scripts_ready:
             self.install_scripts()
-        return self._hits(body, query, term_vectors, options)
+        certify = options.mode == "knn" and query.has_positive_term and query.anchored
+        if not certify:
+            body = self.build_request(query, term_vectors, options)
+            exact = True if options.mode == "exact" or not query.has_positive_term else None
+            return Hits(self._hits(body, query, term_vectors, options), exact=exact)
+        return self._certified(query, term_vectors, options)
+
+    def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+        """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
+        query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
+        only when the bound does not prove the top k."""
+        dialect = self.dialect
+        unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
+        bounds: list[SearchBound] = []
+        rounds = options.candidate_rounds(limit=dialect.max_k)
+        hits: list[Hit] = []
+        for number, budget in enumerate(rounds):
+            plan = options.plan if number == 0 or options.plan != "auto" else "per-branch"
+            round_options = replace(options, candidates=budget, max_candidates=None, plan=plan)
+            body = self.build_request(query, term_vectors, round_options)
+            searches = dialect.candidate_searches(query, term_vectors, round_options)
+            probes = [dialect.probe_body(search, options.filter) for search in searches]
+            responses = self._multi_search([body, *probes])
+            hits = dialect.hits(responses[0], query, term_vectors, options)
+            for search, probe in zip(searches, responses[1:], strict=True):
+                last = probe["hits"]["hits"]
+                if last:
+                    bounds.append(search_bound(search.terms, unit, dialect.cosine(last[0])))
+                else:  # fewer documents than the budget: the search returned them all
+                    bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
+            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+                return Hits(hits, exact=True)
+        return Hits(
+            hits,
+            [
+                f"the top {options.k} is not proved exact: a document outside the candidates "
+                f"of {rounds[-1]} neighbours per term may score higher; raise "
+                "`max_candidates` or use exact mode"
+            ],
+            exact=False,
+        )
+
+    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
+        ranking from the shards that answered is refused too)."""
+        header = {"index": self.index, "allow_partial_search_results": False}
+        lines = [line for body in bodies for line in (header, body)]
+        with self._errors():
+            responses = self._msearch(lines)["responses"]
+        for response in responses:
+            if "error" in response:
+                raise EngineError(
+                    f"{self.url} refused a search of {self.index!r}: "
+                    f"{error_reason(response, response)}"
+                )
+        return [dict(r) for r in responses]
 
     def _hits(
         self,
