@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import itlr
-from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
@@ -49,6 +49,14 @@ def test_a_search_that_returned_every_document_leaves_nothing_unseen() -> None:
 def test_a_term_both_wanted_and_excluded_is_never_certified() -> None:
     query = itlr.parse('"a" AND NOT ("a" AND "b")')
     bounds = [SearchBound(("a",), 0.1)]
+    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+
+
+def test_a_heavy_weight_under_a_product_and_is_never_certified() -> None:
+    # 1 + 2 * (x - 1) is negative for x < 0.5: two such factors multiply to a positive score.
+    query = itlr.parse('"a"^2 AND "b"^2')
+    bounds = [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)]
+    assert uncertifiable(query, SEARCH_OPERATORS) is not None
     assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
 
 

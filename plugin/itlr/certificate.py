@@ -19,8 +19,9 @@ threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of one 
 The maximum is not computed, only compared with the k-th score, by branch and bound over boxes
 of positive-term cosines: a box whose upper corner composes to at most the threshold holds no
 better document (monotonicity), a box that violates a bound at its lower corner holds no
-document at all, and the others are split until a box is smaller than `RESOLUTION`, which
-means the bound cannot be proved at this depth (search deeper).
+document at all, and the others are split. A box whose lower corner (a point the bounds allow)
+composes above the threshold ends the proof at once: some unseen document might score that much,
+so the searches must go deeper; so does a box smaller than `RESOLUTION`.
 
 The proof is as exact as the kNN searches are: exact scans (the embedded engine below its graph
 threshold) give a proof; HNSW searches give one up to the graph's own recall.
@@ -34,13 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from itlr.composition import compose
-from itlr.query import Node, Not, Query, Term
+from itlr.query import And, Node, Not, Query, Term
 from itlr.scoring import Operators, TruthMap
 
 # Boxes narrower than this (in cosine) are not split further: the bound is not proved.
 RESOLUTION = 1e-3
 # Boxes examined per proof at most; past it the bound counts as not proved.
-MAX_BOXES = 50_000
+MAX_BOXES = 20_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,28 @@ def search_bound(
     units = [np.asarray(term_vectors[t], dtype=np.float64) for t in terms]
     summed = np.sum([u / (np.linalg.norm(u) or 1.0) for u in units], axis=0)
     return SearchBound(tuple(terms), float(last) * float(np.linalg.norm(summed)))
+
+
+def uncertifiable(query: Query, ops: Operators) -> str | None:
+    """Why the composed score is not monotone in every term's truth (so no bound holds), or
+    None when it is."""
+    positive, negative = polarities(query.root)
+    if positive & negative:
+        return "a term is both wanted and excluded"
+    if ops.not_ == "reciprocal" and negative:
+        return "the reciprocal NOT has no best case (1/x of a truth that may be 0)"
+    if ops.and_ == "product" and _heavy_and_weight(query.root):
+        # 1 + w * (x - 1) turns negative for w > 1, and a product of negatives is not monotone.
+        return "a term under an AND weighs more than 1"
+    return None
+
+
+def _heavy_and_weight(node: Node, parent_is_and: bool = False) -> bool:
+    if isinstance(node, Term):
+        return parent_is_and and node.weight > 1
+    if isinstance(node, Not):
+        return _heavy_and_weight(node.operand, False)
+    return any(_heavy_and_weight(child, isinstance(node, And)) for child in node.operands)
 
 
 def polarities(root: Node) -> tuple[set[str], set[str]]:
@@ -89,12 +112,13 @@ def unseen_cannot_beat(
     ops: Operators,
     truth: TruthMap,
 ) -> bool:
-    """True when no document that none of the searches returned can score above `threshold`."""
+    """True when no document that none of the searches returned can score above `threshold`.
+    Only for queries that `uncertifiable` accepts."""
     if any(b.exhausted for b in bounds):
         return True
-    positive, negative = polarities(query.root)
-    if positive & negative:
-        return False  # not monotone in a term that is both wanted and excluded
+    if uncertifiable(query, ops) is not None:
+        return False
+    positive, _ = polarities(query.root)
     terms = query.terms
     free = [i for i, t in enumerate(terms) if t in positive]
     if not free:
@@ -125,6 +149,8 @@ def unseen_cannot_beat(
         examined += len(lower)
         if not len(lower):
             return True
+        if np.any(scores(lower) > threshold):
+            return False  # a box's lower corner is a possible unseen document that beats it
         widths = upper - lower
         if examined > MAX_BOXES or np.any(widths.max(axis=1) < RESOLUTION):
             return False

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
 from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
 from itlr.errors import EngineError, IndexStateError
@@ -220,7 +220,12 @@ class ClusterBackend:
     ) -> Hits:
         if not self._scripts_ready:
             self.install_scripts()
-        certify = options.mode == "knn" and query.has_positive_term and query.anchored
+        certify = (
+            options.mode == "knn"
+            and query.has_positive_term
+            and query.anchored
+            and uncertifiable(query, options.ops) is None
+        )
         if not certify:
             body = self.build_request(query, term_vectors, options)
             exact = True if options.mode == "exact" or not query.has_positive_term else None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
@@ -293,7 +293,7 @@ class EmbeddedIndex:
             searches = plan_candidates(query, term_vectors, budget, plan)
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
-            if not query.anchored:
+            if not query.anchored or uncertifiable(query, options.ops) is not None:
                 return self._scored(query, term_vectors, seen, options, exact=None)
             bounds += [
                 search_bound(s.terms, unit, self._last_cosine(s, hits))
