@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from itlr.candidates import Plan
 from itlr.composition import compose
 from itlr.query import And, Node, Not, Query, Term
 from itlr.scoring import Operators, TruthMap
@@ -63,6 +64,27 @@ def search_bound(
     units = [np.asarray(term_vectors[t], dtype=np.float64) for t in terms]
     summed = np.sum([u / (np.linalg.norm(u) or 1.0) for u in units], axis=0)
     return SearchBound(tuple(terms), float(last) * float(np.linalg.norm(summed)))
+
+
+def not_proved(k: int, depth: int) -> str:
+    """The warning of a result whose rounds reached the cap before the proof."""
+    return (
+        f"the top {k} is not proved exact: a document outside the candidates of {depth} "
+        "neighbours per term may score higher; raise `max_candidates` or use exact mode"
+    )
+
+
+def round_plan(plan: Plan) -> Plan:
+    """The candidate plan of a certified query's rounds: `auto` becomes per-branch, since a
+    search per OR branch (one per conjunction) bounds each branch tightly, where one combined
+    search over every positive term bounds only their sum (loose for an OR). A query without
+    an OR has one branch, so both are the same single search."""
+    return "per-branch" if plan == "auto" else plan
+
+
+def certifiable(query: Query, ops: Operators) -> bool:
+    """Whether knn mode can prove this query's top k: anchored, and monotone in its terms."""
+    return query.has_positive_term and query.anchored and uncertifiable(query, ops) is None
 
 
 def uncertifiable(query: Query, ops: Operators) -> str | None:

@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
+from itlr.certificate import (
+    SearchBound,
+    certifiable,
+    not_proved,
+    round_plan,
+    search_bound,
+    unseen_cannot_beat,
+)
 from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
 from itlr.errors import EngineError, IndexStateError
@@ -220,12 +227,7 @@ class ClusterBackend:
     ) -> Hits:
         if not self._scripts_ready:
             self.install_scripts()
-        certify = (
-            options.mode == "knn"
-            and query.has_positive_term
-            and query.anchored
-            and uncertifiable(query, options.ops) is None
-        )
+        certify = options.mode == "knn" and certifiable(query, options.ops)
         if not certify:
             body = self.build_request(query, term_vectors, options)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
@@ -241,9 +243,10 @@ class ClusterBackend:
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds(limit=dialect.max_k)
         hits: list[Hit] = []
-        for number, budget in enumerate(rounds):
-            plan = options.plan if number == 0 or options.plan != "auto" else "per-branch"
-            round_options = replace(options, candidates=budget, max_candidates=None, plan=plan)
+        for budget in rounds:
+            round_options = replace(
+                options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
+            )
             body = self.build_request(query, term_vectors, round_options)
             searches = dialect.candidate_searches(query, term_vectors, round_options)
             probes = [dialect.probe_body(search, options.filter) for search in searches]
@@ -258,15 +261,7 @@ class ClusterBackend:
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
                 return Hits(hits, exact=True)
-        return Hits(
-            hits,
-            [
-                f"the top {options.k} is not proved exact: a document outside the candidates "
-                f"of {rounds[-1]} neighbours per term may score higher; raise "
-                "`max_candidates` or use exact mode"
-            ],
-            exact=False,
-        )
+        return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a

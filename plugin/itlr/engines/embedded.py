@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
+from itlr.certificate import (
+    SearchBound,
+    certifiable,
+    not_proved,
+    round_plan,
+    search_bound,
+    unseen_cannot_beat,
+)
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
@@ -281,20 +288,22 @@ class EmbeddedIndex:
     def _knn_rounds(
         self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
     ) -> Hits:
-        """knn mode: score the candidates; for an anchored query, deepen the kNN searches until
-        the certificate proves that no other row can beat the k-th hit, or the cap is reached."""
+        """knn mode: score the candidates; for a query the certificate applies to, deepen the
+        kNN searches until it proves that no other row can beat the k-th hit, or the cap."""
+        if not certifiable(query, options.ops):
+            searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
+            found = self._candidate_lists(rows, searches, options.filter)
+            return self._scored(
+                query, term_vectors, np.unique(np.concatenate(found)), options, None
+            )
         unit = dict(zip(query.terms, term_vectors, strict=True))
         seen = np.zeros(0, dtype=np.int64)
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
-        for number, budget in enumerate(rounds):
-            # Later rounds search per OR branch: each conjunction's own bound is the tight one.
-            plan = options.plan if number == 0 or options.plan != "auto" else "per-branch"
-            searches = plan_candidates(query, term_vectors, budget, plan)
+        for budget in rounds:
+            searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
-            if not query.anchored or uncertifiable(query, options.ops) is not None:
-                return self._scored(query, term_vectors, seen, options, exact=None)
             bounds += [
                 search_bound(s.terms, unit, self._last_cosine(s, hits))
                 if len(hits) < len(rows)
@@ -305,15 +314,7 @@ class EmbeddedIndex:
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
                 return hits
-        return Hits(
-            hits,
-            [
-                f"the top {options.k} is not proved exact: a document outside the "
-                f"{len(seen)} candidates of {rounds[-1]} neighbours per term may score higher; "
-                "raise `max_candidates` or use exact mode"
-            ],
-            exact=False,
-        )
+        return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
     def _scored(
         self,
