@@ -17,8 +17,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
+from itlr.engines.dialect import (
+    Dialect,
+    IndexLayout,
+    StoredScript,
+    bulk_actions,
+    lexical_stats,
+    lexical_stats_body,
+)
 from itlr.errors import IndexStateError
+from itlr.lexical import CorpusStats
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 
@@ -203,7 +211,14 @@ class ClusterBackend:
         """The search body: script_score over kNN candidates (or every document)."""
         dialect = self.dialect
         self.warnings.extend(dialect.warnings(query, term_vectors, options))
-        return dialect.search_body(query, term_vectors, options)
+        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
+        return dialect.search_body(query, term_vectors, options, lexical)
+
+    def lexical_stats(self, query: Query) -> CorpusStats:
+        """The index's statistics for the query's tokens (hybrid truths): one request."""
+        with self._errors():
+            response = self.client.search(index=self.index, body=lexical_stats_body(query))
+        return lexical_stats(dict(response))
 
     def search(
         self,

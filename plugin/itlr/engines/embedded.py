@@ -24,6 +24,7 @@ import numpy as np
 from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
+from itlr.engines.embedded_lexical import lexical_matrix
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.options import Hit, SearchOptions
@@ -277,7 +278,8 @@ class EmbeddedIndex:
             )
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
-        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
+        lexical = lexical_matrix(self, rows, terms) if options.truth.uses_lexical else None
+        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
         kept = scored.kept
         return self._hits(rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k)
 
