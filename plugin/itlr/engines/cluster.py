@@ -207,11 +207,14 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
+        lexical: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document)."""
+        """The search body: script_score over kNN candidates (or every document). Hybrid
+        truths need the index's statistics: given, or counted here (one request)."""
         dialect = self.dialect
         self.warnings.extend(dialect.warnings(query, term_vectors, options))
-        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
+        if lexical is None and options.truth.uses_lexical:
+            lexical = self.lexical_stats(query)
         return dialect.search_body(query, term_vectors, options, lexical)
 
     def lexical_stats(self, query: Query) -> CorpusStats:
@@ -226,10 +229,11 @@ class ClusterBackend:
         term_vectors: np.ndarray,
         options: SearchOptions,
     ) -> list[Hit]:
-        body = self.build_request(query, term_vectors, options)
+        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
+        body = self.build_request(query, term_vectors, options, lexical)
         if not self._scripts_ready:
             self.install_scripts()
-        return self._hits(body, query, term_vectors, options)
+        return self._hits(body, query, term_vectors, options, lexical)
 
     def _hits(
         self,
@@ -237,11 +241,12 @@ class ClusterBackend:
         query: Query | None,
         term_vectors: np.ndarray | None,
         options: SearchOptions | None,
+        lexical: CorpusStats | None = None,
     ) -> list[Hit]:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
             response = self.client.search(index=self.index, body=body)
-        return self.dialect.hits(dict(response), query, term_vectors, options)
+        return self.dialect.hits(dict(response), query, term_vectors, options, lexical)
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None

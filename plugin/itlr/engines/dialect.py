@@ -27,6 +27,7 @@ from itlr.lexical import (
     TOKENS_FIELD,
     B,
     CorpusStats,
+    bm25_truth,
     lexical_fields,
     negated_terms,
     query_tokens,
@@ -221,8 +222,10 @@ def hits_from_response(
     term_vectors: np.ndarray | None,
     options: SearchOptions | None,
     layout: IndexLayout,
+    lexical: CorpusStats | None = None,
 ) -> list[Hit]:
-    """Hits with per-term truths when the response carries the hits' vectors (--explain)."""
+    """Hits with per-term truths when the response carries the hits' vectors (--explain);
+    hybrid truths also read the hits' stored tokens with the statistics the search used."""
     hits = []
     for raw in response["hits"]["hits"]:
         source = raw.get("_source") or {}
@@ -232,7 +235,7 @@ def hits_from_response(
             unit = np.asarray(vector, dtype=np.float32)
             unit = unit / (np.linalg.norm(unit) or 1.0)
             cosines = (np.asarray(term_vectors, dtype=np.float32) @ unit)[None, :]
-            values = options.truth.apply(cosines, query.terms)[0]
+            values = _truths(source, cosines, query, options, lexical)
             truths = {t: float(v) for t, v in zip(query.terms, values, strict=True)}
         hits.append(
             Hit(
@@ -244,6 +247,28 @@ def hits_from_response(
             )
         )
     return hits
+
+
+def _truths(
+    source: dict[str, Any],
+    cosines: np.ndarray,
+    query: Query,
+    options: SearchOptions,
+    lexical: CorpusStats | None,
+) -> np.ndarray:
+    if not options.truth.uses_lexical:
+        return options.truth.apply(cosines, query.terms)[0]
+    values = [str(v).rsplit(" ", 1) for v in source.get(TOKENS_FIELD) or []]
+    counts = {token: int(count) for token, count in values}
+    stats = lexical or CorpusStats(0, 0, {})
+    found = [
+        bm25_truth(
+            counts, int(source.get(LENGTH_FIELD) or 0), term_tokens(t, stats), stats.average_length
+        )
+        for t in query.terms
+    ]
+    weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
+    return options.truth.apply(cosines, query.terms, np.array([found]), weights)[0]
 
 
 def _score(raw: dict[str, Any]) -> float:
@@ -380,5 +405,6 @@ class Dialect:
         query: Query | None = None,
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
+        lexical: CorpusStats | None = None,
     ) -> list[Hit]:
-        return hits_from_response(response, query, term_vectors, options, self.layout)
+        return hits_from_response(response, query, term_vectors, options, self.layout, lexical)
