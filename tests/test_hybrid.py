@@ -95,8 +95,8 @@ def test_a_term_of_stop_words_only_keeps_its_cosine() -> None:
     truth = TruthMap("hybrid", lexical=0.5)
     cosines = np.array([[0.8, 0.1], [0.6, 0.2]])
     composed = compose(query, cosines, Operators(), truth, lexical=lexical)
-    # The stop-word term has no tokens: the weight stays, its lexical side is zero.
-    assert composed.truths[:, 0] == pytest.approx(0.5 * cosines[:, 0])
+    assert composed.truths[:, 0] == pytest.approx(cosines[:, 0])
+    assert composed.truths[:, 1] == pytest.approx(0.5 * cosines[:, 1] + 0.5 * lexical[:, 1])
 
 
 def test_not_evidence_chooses_the_lexical_share_of_negated_terms() -> None:

@@ -129,7 +129,8 @@ class TruthMap:
     hybrid:  (1 - w) * max(0, cos) + w * lex, lex the term's BM25 scaled to [0, 1]
              (itlr.lexical); w = `lexical` for terms in positive position, and for terms
              under a NOT (itlr.lexical.negated_terms) by `not_evidence`: lexical (w = 1, BM25
-             alone), cosine (w = 0) or mixed (w = `lexical`, as positive terms).
+             alone), cosine (w = 0) or mixed (w = `lexical`, as positive terms). A term with
+             no token (stop words only) keeps w = 0.
     """
 
     kind: TruthName = "clamp"
@@ -161,8 +162,13 @@ class TruthMap:
         """Each term's lexical share w (0 unless hybrid); `negated` as lexical.negated_terms."""
         if not self.uses_lexical:
             return np.zeros(len(terms))
+        from itlr.lexical import tokenize
+
         not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": self.lexical}[self.not_evidence]
-        return np.array([not_share if t in negated else self.lexical for t in terms])
+        # A term of stop words only has no lexical side: its truth is its cosine's.
+        return np.array(
+            [0.0 if not tokenize(t) else not_share if t in negated else self.lexical for t in terms]
+        )
 
     def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-term (tau, lam) arrays, falling back to the global pair."""

@@ -169,8 +169,10 @@ def build_methods(
     calibrated: TruthMap | None = None,
     setops_depth: int = 20,
     setops_share: float | None = None,
+    lexical: LexicalCorpus | None = None,
 ) -> list[Method]:
-    """Methods by name, all sharing the operator family and truth mapping given."""
+    """Methods by name, all sharing the operator family and truth mapping given (and for
+    hybrid truths the corpus' tokens, rows in corpus order)."""
     ops = ops or SEARCH_OPERATORS
     truth = truth or TruthMap()
     unknown = [n for n in names if n not in METHOD_NAMES]
@@ -184,9 +186,9 @@ def build_methods(
         )
     made: dict[str, Method] = {
         "dense": Dense(),
-        "itlr": Logical("itlr", ops, truth),
-        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter),
-        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth),
+        "itlr": Logical("itlr", ops, truth, lexical=lexical),
+        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter, lexical=lexical),
+        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth, lexical=lexical),
         "setops": SetOps(depth=setops_depth, share=setops_share),
         "random": RandomScores(),
     }
