@@ -220,7 +220,10 @@ class ClusterBackend:
     def lexical_stats(self, query: Query) -> CorpusStats:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
         with self._errors():
-            response = self.client.search(index=self.index, body=lexical_stats_body(query))
+            # Statistics from some shards only would score unlike the embedded engine: refuse.
+            response = self.client.search(
+                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
+            )
         return lexical_stats(dict(response))
 
     def search(
@@ -245,7 +248,11 @@ class ClusterBackend:
     ) -> list[Hit]:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
-            response = self.client.search(index=self.index, body=body)
+            # A ranking from the shards that happened to answer (a node dying mid-search) looks
+            # like any other: refuse it, so the client's retry asks the re-routed cluster.
+            response = self.client.search(
+                index=self.index, body=body, allow_partial_search_results=False
+            )
         return self.dialect.hits(dict(response), query, term_vectors, options, lexical)
 
     def search_vector(
