@@ -112,7 +112,7 @@ def test_not_evidence_chooses_the_lexical_share_of_negated_terms() -> None:
 
 
 def test_hybrid_truth_is_the_weighted_mean_of_clamped_cosine_and_lexical_value() -> None:
-    query = itlr.parse('"a" AND NOT "b"')
+    query = itlr.parse('"sun" AND NOT "fish"')
     cosines = np.array([[0.6, -0.2], [0.3, 0.7]])
     lexical = np.array([[0.4, 0.9], [0.0, 0.1]])
     truth = TruthMap("hybrid", lexical=0.25, not_evidence="lexical")
