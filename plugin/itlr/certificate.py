@@ -82,9 +82,16 @@ def round_plan(plan: Plan) -> Plan:
     return "per-branch" if plan == "auto" else plan
 
 
-def certifiable(query: Query, ops: Operators) -> bool:
-    """Whether knn mode can prove this query's top k: anchored, and monotone in its terms."""
-    return query.has_positive_term and query.anchored and uncertifiable(query, ops) is None
+def certifiable(query: Query, ops: Operators, truth: TruthMap) -> bool:
+    """Whether knn mode can prove this query's top k: anchored, monotone in its terms, and
+    scored from cosines alone (the kNN searches say nothing of an unseen document's words, so
+    hybrid truth values are not bounded by them)."""
+    return (
+        query.has_positive_term
+        and query.anchored
+        and not truth.uses_lexical
+        and uncertifiable(query, ops) is None
+    )
 
 
 def uncertifiable(query: Query, ops: Operators) -> str | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from itlr.lexical import negated_terms
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 
@@ -28,14 +29,20 @@ def compose(
     ops: Operators,
     truth: TruthMap,
     hard_filter: float | None = None,
+    lexical: np.ndarray | None = None,
 ) -> Composed:
-    """Score documents from their (documents x query.terms) cosines."""
+    """Score documents from their (documents x query.terms) cosines, and for hybrid truths
+    their lexical truths (itlr.lexical, same shape)."""
     terms = query.terms
-    truths = truth.apply(cosines, terms)
+    weights = truth.lexical_weights(terms, negated_terms(query.root))
+    truths = truth.apply(cosines, terms, lexical, weights)
     kept = np.ones(len(truths), dtype=bool)
     if hard_filter is not None:
-        # Only NOT terms at the root's AND: a document matching one can never score well.
+        # Only NOT terms at the root's AND: a document matching one can never score well. The
+        # filter judges the cosine evidence (clamped, for hybrid truths) like the engines'
+        # exclusion script; `exclude_lexical` is the lexical filter.
+        judged = np.clip(cosines, 0.0, 1.0) if truth.uses_lexical else truths
         for term in query.excluded_terms:
-            kept &= truths[:, terms.index(term)] < hard_filter
+            kept &= judged[:, terms.index(term)] < hard_filter
     scores = np.maximum(query.program.compose_matrix(truths, ops), 0.0)
     return Composed(truths, scores, kept)

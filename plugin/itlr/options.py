@@ -117,6 +117,8 @@ def search_options(
     truth: str = "clamp",
     tau: float = 0.5,
     lam: float = 10.0,
+    lexical: float = 0.5,
+    not_evidence: str = "lexical",
     filter: dict[str, Any] | None = None,
     exclude_lexical: bool = False,
     explain: bool = False,
@@ -128,8 +130,14 @@ def search_options(
 ) -> SearchOptions:
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
     HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
-    `model`."""
-    for name, value in (("tau", tau), ("lam", lam), ("hard_filter", hard_filter)):
+    `model`. `truth="hybrid"` mixes in lexical evidence: `lexical` is its share of a positive
+    term's truth, `not_evidence` what NOT terms use (lexical, cosine or mixed; itlr.scoring)."""
+    for name, value in (
+        ("tau", tau),
+        ("lam", lam),
+        ("hard_filter", hard_filter),
+        ("lexical", lexical),
+    ):
         if value is not None and not math.isfinite(value):
             # A request carrying NaN or Infinity is not JSON any engine accepts.
             raise ConfigurationError(f"`{name}` must be a finite number, not {value}")
@@ -145,7 +153,7 @@ def search_options(
         plan=plan,  # type: ignore[arg-type]
         hard_filter=hard_filter,
         ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
-        truth=truth_map(truth, tau, lam, model),
+        truth=truth_map(truth, tau, lam, model, lexical, not_evidence),
         filter=filter,
         exclude_lexical=exclude_lexical,
         explain=explain,
@@ -156,9 +164,16 @@ def search_options(
     )
 
 
-def truth_map(truth: str, tau: float, lam: float, model: str | None) -> TruthMap:
+def truth_map(
+    truth: str,
+    tau: float,
+    lam: float,
+    model: str | None,
+    lexical: float = 0.5,
+    not_evidence: str = "lexical",
+) -> TruthMap:
     if truth != "calibrated":
-        return TruthMap(truth, tau, lam)  # type: ignore[arg-type]
+        return TruthMap(truth, tau, lam, lexical=lexical, not_evidence=not_evidence)  # type: ignore[arg-type]
     from itlr.evaluation.calibration import load_calibration
 
     calibrated = load_calibration(model)

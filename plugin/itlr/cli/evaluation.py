@@ -25,7 +25,7 @@ from itlr.cli.app import (
     run_guarded,
     warn,
 )
-from itlr.cli.options import NotStrengthOpt
+from itlr.cli.options import LexicalOpt, NotEvidenceOpt, NotStrengthOpt
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
 from itlr.evaluation.experiment import (
@@ -136,8 +136,10 @@ def eval_command(
     not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
     not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
     truth: Annotated[
-        Truth, typer.Option(help="Map cosine to truth for itlr: clamp, shift, sigmoid.")
+        Truth, typer.Option(help="Map cosine to truth for itlr: clamp, shift, sigmoid, hybrid.")
     ] = Truth.clamp,
+    lexical_share: LexicalOpt = 0.5,
+    not_evidence: NotEvidenceOpt = "lexical",
     tau: Annotated[float, typer.Option(help="Sigmoid centre (with --truth sigmoid).")] = 0.5,
     lam: Annotated[float, typer.Option(help="Sigmoid steepness (with --truth sigmoid).")] = 10.0,
     hard_filter: Annotated[
@@ -204,7 +206,7 @@ def eval_command(
             rewrite=rewrite.value,
             llm=config,
             ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
-            truth=TruthMap(truth.value, tau, lam),  # type: ignore[arg-type]
+            truth=TruthMap(truth.value, tau, lam, lexical=lexical_share, not_evidence=not_evidence),  # type: ignore[arg-type]
             hard_filter=hard_filter,
             split=split,
             qrels=qrels,

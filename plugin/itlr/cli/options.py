@@ -61,6 +61,21 @@ TruthOpt = Annotated[
         "or calibrated (the sigmoid `itlr calibrate` saved for the model)."
     ),
 ]
+LexicalOpt = Annotated[
+    float,
+    typer.Option(
+        "--lexical-share",
+        help="With --truth hybrid: the BM25 share of a positive term's truth (the rest is cosine).",
+        metavar="W",
+    ),
+]
+NotEvidenceOpt = Annotated[
+    str,
+    typer.Option(
+        help="With --truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or "
+        "mixed (as positive terms).",
+    ),
+]
 TauOpt = Annotated[float, typer.Option(help="Sigmoid centre.")]
 LamOpt = Annotated[float, typer.Option(help="Sigmoid steepness.")]
 FilterOpt = Annotated[
@@ -116,6 +131,8 @@ def search_options(
     explain: bool,
     model: str | None,
     plan: str = DEFAULT_PLAN,
+    lexical: float = 0.5,
+    not_evidence: str = "lexical",
 ) -> SearchOptions:
     return library_search_options(
         k=k,
@@ -130,6 +147,8 @@ def search_options(
         truth=truth.value,
         tau=tau,
         lam=lam,
+        lexical=lexical,
+        not_evidence=not_evidence,
         filter=parse_filter(filter),
         exclude_lexical=exclude_lexical,
         explain=explain,

@@ -27,9 +27,17 @@ from itlr.certificate import (
     unseen_cannot_beat,
 )
 from itlr.engines.connection import error_reason
-from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
+from itlr.engines.dialect import (
+    Dialect,
+    IndexLayout,
+    StoredScript,
+    bulk_actions,
+    lexical_stats,
+    lexical_stats_body,
+)
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
+from itlr.lexical import CorpusStats
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
@@ -224,11 +232,24 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
+        lexical: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document)."""
+        """The search body: script_score over kNN candidates (or every document). Hybrid
+        truths need the index's statistics: given, or counted here (one request)."""
         dialect = self.dialect
         self.warnings.extend(dialect.warnings(query, term_vectors, options))
-        return dialect.search_body(query, term_vectors, options)
+        if lexical is None and options.truth.uses_lexical:
+            lexical = self.lexical_stats(query)
+        return dialect.search_body(query, term_vectors, options, lexical)
+
+    def lexical_stats(self, query: Query) -> CorpusStats:
+        """The index's statistics for the query's tokens (hybrid truths): one request."""
+        with self._errors():
+            # Statistics from some shards only would score unlike the embedded engine: refuse.
+            response = self.client.search(
+                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
+            )
+        return lexical_stats(dict(response))
 
     def search(
         self,
@@ -238,22 +259,29 @@ class ClusterBackend:
     ) -> Hits:
         if not self._scripts_ready:
             self.install_scripts(repair=False)
+        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
         try:
-            return self._search_once(query, term_vectors, options)
+            return self._search_once(query, term_vectors, options, lexical)
         except EngineError as failed:
             if self.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
             if not self.install_scripts(repair=False):
                 raise
-        return self._search_once(query, term_vectors, options)
+        return self._search_once(query, term_vectors, options, lexical)
 
-    def _search_once(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
-        certify = options.mode == "knn" and certifiable(query, options.ops)
+    def _search_once(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+    ) -> Hits:
+        certify = options.mode == "knn" and certifiable(query, options.ops, options.truth)
         if not certify:
-            body = self.build_request(query, term_vectors, options)
+            body = self.build_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
-            return Hits(self._hits(body, query, term_vectors, options), exact=exact)
+            return Hits(self._hits(body, query, term_vectors, options, lexical), exact=exact)
         return self._certified(query, term_vectors, options)
 
     def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
@@ -306,6 +334,7 @@ class ClusterBackend:
         query: Query | None,
         term_vectors: np.ndarray | None,
         options: SearchOptions | None,
+        lexical: CorpusStats | None = None,
     ) -> list[Hit]:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
@@ -314,7 +343,7 @@ class ClusterBackend:
             response = self.client.search(
                 index=self.index, body=body, allow_partial_search_results=False
             )
-        return self.dialect.hits(dict(response), query, term_vectors, options)
+        return self.dialect.hits(dict(response), query, term_vectors, options, lexical)
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None

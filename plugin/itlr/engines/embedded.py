@@ -32,6 +32,7 @@ from itlr.certificate import (
 )
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
+from itlr.engines.embedded_lexical import lexical_matrix
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.options import Hit, Hits, SearchOptions
@@ -290,7 +291,7 @@ class EmbeddedIndex:
     ) -> Hits:
         """knn mode: score the candidates; for a query the certificate applies to, deepen the
         kNN searches until it proves that no other row can beat the k-th hit, or the cap."""
-        if not certifiable(query, options.ops):
+        if not certifiable(query, options.ops, options.truth):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
             return self._scored(
@@ -326,7 +327,8 @@ class EmbeddedIndex:
     ) -> Hits:
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
-        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
+        lexical = lexical_matrix(self, rows, query.terms) if options.truth.uses_lexical else None
+        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
         kept = scored.kept
         hits = self._hits(
             rows[kept], scored.scores[kept], scored.truths[kept], query.terms, options.k
