@@ -4,10 +4,13 @@ Painless scripts run the same steps inside a cluster (the parity tests hold them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from itlr.explain import explain_score
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 
@@ -39,3 +42,18 @@ def compose(
             kept &= truths[:, terms.index(term)] < hard_filter
     scores = np.maximum(query.program.compose_matrix(truths, ops), 0.0)
     return Composed(truths, scores, kept)
+
+
+def explain(
+    query: Query, cosines: np.ndarray, ops: Operators, truth: TruthMap
+) -> list[dict[str, Any]]:
+    """Each row's score as an explanation tree (itlr.explain) from its per-term cosines: the
+    embedded engine's candidates and a cluster hit's returned vector go through this alike."""
+    return [explain_score(query, {"cosine": row}, ops, truth) for row in np.atleast_2d(cosines)]
+
+
+def explainer(
+    query: Query, cosines: np.ndarray, ops: Operators, truth: TruthMap
+) -> Callable[[int], dict[str, Any]]:
+    """Row i's explanation on demand: an engine explains its top k, not every candidate."""
+    return lambda row: explain_score(query, {"cosine": cosines[row]}, ops, truth)

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.options import Hit, SearchOptions
+from itlr.composition import explain
+from itlr.explain import disagreement
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
 
@@ -150,12 +152,16 @@ def hits_from_response(
     term_vectors: np.ndarray | None,
     options: SearchOptions | None,
     layout: IndexLayout,
-) -> list[Hit]:
-    """Hits with per-term truths when the response carries the hits' vectors (--explain)."""
+) -> Hits:
+    """Hits with per-term truths and an explanation tree when the response carries the hits'
+    vectors (--explain); a hit whose explanation does not add up to the engine's score is a
+    warning."""
     hits = []
+    warnings = []
     for raw in response["hits"]["hits"]:
         source = raw.get("_source") or {}
         truths: dict[str, float] = {}
+        explanation = None
         vector = source.get(layout.vector_field)
         if vector is not None and query is not None and term_vectors is not None and options:
             unit = np.asarray(vector, dtype=np.float32)
@@ -163,6 +169,11 @@ def hits_from_response(
             cosines = (np.asarray(term_vectors, dtype=np.float32) @ unit)[None, :]
             values = options.truth.apply(cosines, query.terms)[0]
             truths = {t: float(v) for t, v in zip(query.terms, values, strict=True)}
+            if options.explain:
+                explanation = explain(query, cosines, options.ops, options.truth)[0]
+                warning = disagreement(str(raw["_id"]), _score(raw), explanation)
+                if warning:
+                    warnings.append(warning)
         hits.append(
             Hit(
                 id=str(raw["_id"]),
@@ -170,9 +181,10 @@ def hits_from_response(
                 truths=truths,
                 text=str(source.get(layout.text_field, "")),
                 fields=dict(source.get(layout.metadata_field) or {}),
+                explanation=explanation,
             )
         )
-    return hits
+    return Hits(hits, warnings)
 
 
 def _score(raw: dict[str, Any]) -> float:
@@ -304,5 +316,5 @@ class Dialect:
         query: Query | None = None,
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
-    ) -> list[Hit]:
+    ) -> Hits:
         return hits_from_response(response, query, term_vectors, options, self.layout)

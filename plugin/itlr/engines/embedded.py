@@ -15,14 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.composition import compose
+from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
@@ -279,7 +279,12 @@ class EmbeddedIndex:
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
         kept = scored.kept
-        return self._hits(rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k)
+        explained = (
+            explainer(query, cosines[kept], options.ops, options.truth) if options.explain else None
+        )
+        return self._hits(
+            rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k, explained
+        )
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
@@ -323,6 +328,7 @@ class EmbeddedIndex:
         truths: np.ndarray,
         terms: Sequence[str],
         k: int,
+        explained: Callable[[int], dict[str, Any]] | None = None,
     ) -> list[Hit]:
         scores = np.asarray(scores)
         shortlist = np.arange(len(rows))
@@ -344,6 +350,7 @@ class EmbeddedIndex:
                     truths={t: float(truths[i, j]) for j, t in enumerate(terms)},
                     text=row.text,
                     fields=row.fields,
+                    explanation=explained(i) if explained else None,
                 )
             )
         return hits
