@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from itlr.errors import EmbeddingError
+from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -70,6 +71,11 @@ class Embedder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_terms(self, terms: Sequence[str]) -> np.ndarray:
+        """Query terms' vectors through the process's term cache for this model
+        (itlr.term_cache): a term seen before does not reach the encoder."""
+        return cache_for(self.name).encode(terms, self.encode, self.dims)
 
 
 @lru_cache(maxsize=4)

@@ -91,7 +91,7 @@ def translate_requests(
     dialect = dialect_for(
         engine, IndexLayout(vector_field, text_field), inline_script, server_version
     )
-    vectors = embedder.encode(list(query.terms))
+    vectors = embedder.encode_terms(list(query.terms))
     # A pasted request explains with the engine's own `explain`: the score script then describes
     # each hit by its per-term truths, without echoing the term vectors in its params, and the
     # hits' own vectors stay out of `_source` (itlr's --explain needs them; a reader does not).
