@@ -78,10 +78,16 @@ class Embedder:
         return cache_for(self.name).encode(terms, self.encode, self.dims)
 
 
-@lru_cache(maxsize=4)
 def get_embedder(model: str | None = None) -> Embedder:
-    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part."""
-    return Embedder(model)
+    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part.
+    Every spelling of a model (None, its name, `sentence-transformers/<name>`) is one entry:
+    keyed by the argument as given, each would load another copy."""
+    return _embedder_named(resolve_model(model)[0])
+
+
+@lru_cache(maxsize=4)
+def _embedder_named(name: str) -> Embedder:
+    return Embedder(name)
 
 
 def set_torch_threads(count: int | None) -> None:
