@@ -214,3 +214,29 @@ def test_pasted_request_with_engine_explain_shows_truths_not_vectors(
         assert "per-term truths" in explanation
         assert "vectors=" not in explanation
         assert "embedding" not in hit["_source"]
+
+
+@pytest.mark.opensearch
+def test_query_bar_explain_through_the_proxy_is_short_and_per_term(
+    opensearch_backend, opensearch_url, embedder
+) -> None:
+    from itlr.proxy import create_proxy_app
+    from itlr.proxy import serving as serve_proxy
+
+    body = {
+        "size": 3,
+        "explain": True,
+        "query": {"query_string": {"query": 'itlr:("vitamin D" AND NOT "bone health")'}},
+    }
+    with serve_proxy(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
+        answer = httpx.post(f"{url}/{opensearch_backend.index}/_search", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    hits = answer.json()["hits"]["hits"]
+    assert len(hits) == 3
+    for hit in hits:
+        # Elasticsearch's own shape, which Kibana / Dashboards show as they are.
+        explanation = hit["_explanation"]
+        assert set(explanation) == {"value", "description", "details"}
+        assert abs(explanation["value"] - hit["_score"]) < 1e-6
+        assert "per-term truths" in explanation["description"]
+        assert len(json.dumps(explanation)) < 600
