@@ -34,7 +34,8 @@ class SearchOptions:
     plan:        which kNN searches gather the candidates (itlr.candidates): auto (default),
                  per-term, per-branch or combined.
     filter:      an engine query (JSON DSL) that every hit must match.
-    explain:     return each hit's per-term truth values (the embedded engine always does).
+    explain:     explain each hit's score as a tree that adds up to it (Hit.explanation,
+                 itlr.explain); per-term truths come with every embedded hit regardless.
     from_:       hits to skip before the first one returned (the engines' `from`).
     search_after: the sort values of the last hit of the previous page (clusters only; the
                  engines' `search_after`).

@@ -45,8 +45,8 @@ class Retriever:
         self.embedder = embedder
 
     def embed_terms(self, query: Query) -> np.ndarray:
-        """All distinct terms in one batched encode call."""
-        return self.embedder.encode(list(query.terms))
+        """All distinct terms in one batched encode call, for the ones not in the term cache."""
+        return self.embedder.encode_terms(list(query.terms))
 
     def search(self, query: str | Query, options: SearchOptions | None = None) -> SearchResult:
         options = options or SearchOptions()

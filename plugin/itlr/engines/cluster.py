@@ -281,7 +281,8 @@ class ClusterBackend:
         if not certify:
             body = self.build_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
-            return Hits(self._hits(body, query, term_vectors, options, lexical), exact=exact)
+            found = self._hits(body, query, term_vectors, options, lexical)
+            return Hits(found, getattr(found, "warnings", ()), exact=exact)
         return self._certified(query, term_vectors, options)
 
     def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
@@ -310,8 +311,9 @@ class ClusterBackend:
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
-                return Hits(hits, exact=True)
-        return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
+                return Hits(hits, getattr(hits, "warnings", ()), exact=True)
+        warned = [*getattr(hits, "warnings", ()), not_proved(options.k, rounds[-1])]
+        return Hits(hits, warned, exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.composition import explain
 from itlr.errors import ConfigurationError
+from itlr.explain import disagreement
 from itlr.lexical import (
     K1,
     LENGTH_FIELD,
@@ -33,7 +35,7 @@ from itlr.lexical import (
     query_tokens,
     term_tokens,
 )
-from itlr.options import Hit, SearchOptions
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
 from itlr.scoring import TRUTH_CODES
@@ -223,20 +225,35 @@ def hits_from_response(
     options: SearchOptions | None,
     layout: IndexLayout,
     lexical: CorpusStats | None = None,
-) -> list[Hit]:
-    """Hits with per-term truths when the response carries the hits' vectors (--explain);
-    hybrid truths also read the hits' stored tokens with the statistics the search used."""
+) -> Hits:
+    """Hits with per-term truths and an explanation tree when the response carries the hits'
+    vectors (--explain); hybrid truths also read the hits' stored tokens with the statistics
+    the search used. A hit whose explanation does not add up to the engine's score is a
+    warning."""
     hits = []
+    warnings = []
     for raw in response["hits"]["hits"]:
         source = raw.get("_source") or {}
         truths: dict[str, float] = {}
+        explanation = None
         vector = source.get(layout.vector_field)
         if vector is not None and query is not None and term_vectors is not None and options:
             unit = np.asarray(vector, dtype=np.float32)
             unit = unit / (np.linalg.norm(unit) or 1.0)
             cosines = (np.asarray(term_vectors, dtype=np.float32) @ unit)[None, :]
-            values = _truths(source, cosines, query, options, lexical)
+            found = _lexical_row(source, query, options, lexical)
+            values = options.truth.apply(
+                cosines,
+                query.terms,
+                found,
+                options.truth.lexical_weights(query.terms, negated_terms(query.root)),
+            )[0]
             truths = {t: float(v) for t, v in zip(query.terms, values, strict=True)}
+            if options.explain:
+                explanation = explain(query, cosines, options.ops, options.truth, found)[0]
+                warning = disagreement(str(raw["_id"]), _score(raw), explanation)
+                if warning:
+                    warnings.append(warning)
         hits.append(
             Hit(
                 id=str(raw["_id"]),
@@ -244,20 +261,21 @@ def hits_from_response(
                 truths=truths,
                 text=str(source.get(layout.text_field, "")),
                 fields=dict(source.get(layout.metadata_field) or {}),
+                explanation=explanation,
             )
         )
-    return hits
+    return Hits(hits, warnings)
 
 
-def _truths(
+def _lexical_row(
     source: dict[str, Any],
-    cosines: np.ndarray,
     query: Query,
     options: SearchOptions,
     lexical: CorpusStats | None,
-) -> np.ndarray:
+) -> np.ndarray | None:
+    """The hit's lexical truth per term (1 x terms) from its stored tokens, for hybrid truths."""
     if not options.truth.uses_lexical:
-        return options.truth.apply(cosines, query.terms)[0]
+        return None
     values = [str(v).rsplit(" ", 1) for v in source.get(TOKENS_FIELD) or []]
     counts = {token: int(count) for token, count in values}
     stats = lexical or CorpusStats(0, 0, {})
@@ -267,8 +285,7 @@ def _truths(
         )
         for t in query.terms
     ]
-    weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
-    return options.truth.apply(cosines, query.terms, np.array([found]), weights)[0]
+    return np.array([found])
 
 
 def _score(raw: dict[str, Any]) -> float:
@@ -422,5 +439,5 @@ class Dialect:
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
         lexical: CorpusStats | None = None,
-    ) -> list[Hit]:
+    ) -> Hits:
         return hits_from_response(response, query, term_vectors, options, self.layout, lexical)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from itlr.certificate import (
     search_bound,
     unseen_cannot_beat,
 )
-from itlr.composition import compose
+from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.embedded_lexical import lexical_matrix
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
@@ -330,8 +330,19 @@ class EmbeddedIndex:
         lexical = lexical_matrix(self, rows, query.terms) if options.truth.uses_lexical else None
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
         kept = scored.kept
+        explained = (
+            explainer(
+                query,
+                cosines[kept],
+                options.ops,
+                options.truth,
+                lexical[kept] if lexical is not None else None,
+            )
+            if options.explain
+            else None
+        )
         hits = self._hits(
-            rows[kept], scored.scores[kept], scored.truths[kept], query.terms, options.k
+            rows[kept], scored.scores[kept], scored.truths[kept], query.terms, options.k, explained
         )
         return Hits(hits, exact=exact)
 
@@ -394,6 +405,7 @@ class EmbeddedIndex:
         truths: np.ndarray,
         terms: Sequence[str],
         k: int,
+        explained: Callable[[int], dict[str, Any]] | None = None,
     ) -> list[Hit]:
         scores = np.asarray(scores)
         shortlist = np.arange(len(rows))
@@ -415,6 +427,7 @@ class EmbeddedIndex:
                     truths={t: float(truths[i, j]) for j, t in enumerate(terms)},
                     text=row.text,
                     fields=row.fields,
+                    explanation=explained(i) if explained else None,
                 )
             )
         return hits
