@@ -270,7 +270,12 @@ def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
                 time.sleep(0.5)
         assert health.status_code == 200 and health.json()["count"] == demo_index.count()
         answer = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": QUERY}, timeout=60)
-        assert answer.json() == demo_index.search(QUERY).to_dict()
+        served, expected = answer.json(), demo_index.search(QUERY).to_dict()
+        # This process's term cache may hold a term's vector from a batch with other terms:
+        # the last bits (about 1e-7) depend on the batch, the hits do not.
+        assert [h["id"] for h in served["hits"]] == [h["id"] for h in expected["hits"]]
+        for mine, theirs in zip(served["hits"], expected["hits"], strict=True):
+            assert abs(mine["score"] - theirs["score"]) < 1e-6
     finally:
         server.terminate()
         server.wait(30)

@@ -4,10 +4,14 @@ Painless scripts run the same steps inside a cluster (the parity tests hold them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from itlr.explain import explain_score
+from itlr.lexical import negated_terms
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 
@@ -28,14 +32,49 @@ def compose(
     ops: Operators,
     truth: TruthMap,
     hard_filter: float | None = None,
+    lexical: np.ndarray | None = None,
 ) -> Composed:
-    """Score documents from their (documents x query.terms) cosines."""
+    """Score documents from their (documents x query.terms) cosines, and for hybrid truths
+    their lexical truths (itlr.lexical, same shape)."""
     terms = query.terms
-    truths = truth.apply(cosines, terms)
+    weights = truth.lexical_weights(terms, negated_terms(query.root))
+    truths = truth.apply(cosines, terms, lexical, weights)
     kept = np.ones(len(truths), dtype=bool)
     if hard_filter is not None:
-        # Only NOT terms at the root's AND: a document matching one can never score well.
+        # Only NOT terms at the root's AND: a document matching one can never score well. The
+        # filter judges the cosine evidence (clamped, for hybrid truths) like the engines'
+        # exclusion script; `exclude_lexical` is the lexical filter.
+        judged = np.clip(cosines, 0.0, 1.0) if truth.uses_lexical else truths
         for term in query.excluded_terms:
-            kept &= truths[:, terms.index(term)] < hard_filter
+            kept &= judged[:, terms.index(term)] < hard_filter
     scores = np.maximum(query.program.compose_matrix(truths, ops), 0.0)
     return Composed(truths, scores, kept)
+
+
+def explain(
+    query: Query,
+    cosines: np.ndarray,
+    ops: Operators,
+    truth: TruthMap,
+    lexical: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Each row's score as an explanation tree (itlr.explain) from its per-term cosines (and
+    lexical truths, for hybrid truth values): the embedded engine's candidates and a cluster
+    hit's returned vector go through this alike."""
+    explained = explainer(query, np.atleast_2d(cosines), ops, truth, lexical)
+    return [explained(row) for row in range(len(np.atleast_2d(cosines)))]
+
+
+def explainer(
+    query: Query,
+    cosines: np.ndarray,
+    ops: Operators,
+    truth: TruthMap,
+    lexical: np.ndarray | None = None,
+) -> Callable[[int], dict[str, Any]]:
+    """Row i's explanation on demand: an engine explains its top k, not every candidate."""
+    if lexical is None:
+        return lambda row: explain_score(query, {"cosine": cosines[row]}, ops, truth)
+    return lambda row: explain_score(
+        query, {"cosine": cosines[row], "lexical": lexical[row]}, ops, truth
+    )

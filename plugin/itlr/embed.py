@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from itlr.errors import EmbeddingError
+from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -71,11 +72,22 @@ class Embedder:
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
+    def encode_terms(self, terms: Sequence[str]) -> np.ndarray:
+        """Query terms' vectors through the process's term cache for this model
+        (itlr.term_cache): a term seen before does not reach the encoder."""
+        return cache_for(self.name).encode(terms, self.encode, self.dims)
+
+
+def get_embedder(model: str | None = None) -> Embedder:
+    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part.
+    Every spelling of a model (None, its name, `sentence-transformers/<name>`) is one entry:
+    keyed by the argument as given, each would load another copy."""
+    return _embedder_named(resolve_model(model)[0])
+
 
 @lru_cache(maxsize=4)
-def get_embedder(model: str | None = None) -> Embedder:
-    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part."""
-    return Embedder(model)
+def _embedder_named(name: str) -> Embedder:
+    return Embedder(name)
 
 
 def set_torch_threads(count: int | None) -> None:

@@ -14,6 +14,7 @@ from itlr.scoring import (
     DEFAULT_NOT_STRENGTH,
     SEARCH_OPERATORS,
     AndName,
+    NotEvidence,
     NotName,
     Operators,
     OrName,
@@ -22,6 +23,9 @@ from itlr.scoring import (
 )
 
 Mode = Literal["knn", "exact"]
+# The default deepest budget, as a multiple of the first: conjunctions on a 100k corpus of
+# repetitive text needed 20x the default to find their exact top 10 (docs/benchmarks.md).
+CAP_FACTOR = 20
 
 
 @dataclass(frozen=True)
@@ -30,15 +34,19 @@ class SearchOptions:
 
     mode:        knn gathers candidates with kNN searches (see plan) and rescores their union
                  exactly; exact scores every document.
-    candidates:  kNN budget per positive term (default max(100, 10 * k)); conjunctions on large,
-                 repetitive corpora need more (docs/benchmarks.md, "Embedded ANN").
+    candidates:  kNN budget per positive term (default max(100, 10 * k)) of the first round.
+    max_candidates: the deepest budget per positive term knn mode may reach (default 20 x
+                 candidates): an anchored query deepens its kNN searches in rounds until a bound
+                 proves that no document outside the candidates can beat its k-th hit
+                 (itlr.certificate); if this depth stops it first, the result says exact: false.
     hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
     plan:        which kNN searches gather the candidates (itlr.candidates): auto (default),
                  per-term, per-branch or combined.
     filter:      an engine query (JSON DSL) that every hit must match.
-    explain:     return each hit's per-term truth values (the embedded engine always does).
+    explain:     explain each hit's score as a tree that adds up to it (Hit.explanation,
+                 itlr.explain); per-term truths come with every embedded hit regardless.
     from_:       hits to skip before the first one returned (the engines' `from`).
     search_after: the sort values of the last hit of the previous page (clusters only; the
                  engines' `search_after`).
@@ -50,6 +58,7 @@ class SearchOptions:
     k: int = 10
     mode: Mode = "knn"
     candidates: int | None = None
+    max_candidates: int | None = None
     plan: Plan = DEFAULT_PLAN
     hard_filter: float | None = None
     exclude_lexical: bool = False
@@ -75,6 +84,11 @@ class SearchOptions:
             raise ConfigurationError(f"unknown `plan` {self.plan!r}: choose one of {list(PLANS)}")
         if self.candidates is not None and self.candidates < 1:
             raise ConfigurationError(f"`candidates` must be at least 1, got {self.candidates}")
+        if self.max_candidates is not None and self.max_candidates < self.candidate_budget:
+            raise ConfigurationError(
+                f"`max_candidates` ({self.max_candidates}) is below the first round's "
+                f"budget ({self.candidate_budget}): raise it or lower `candidates`"
+            )
         if self.hard_filter is not None and not 0.0 <= self.hard_filter <= 1.0:
             raise ConfigurationError(
                 f"`hard_filter` is a truth threshold in [0, 1], got {self.hard_filter}"
@@ -83,6 +97,21 @@ class SearchOptions:
     @property
     def candidate_budget(self) -> int:
         return self.candidates if self.candidates is not None else max(100, 10 * self.k)
+
+    @property
+    def candidate_cap(self) -> int:
+        """The deepest budget per positive term the certificate's rounds may reach."""
+        if self.max_candidates is not None:
+            return self.max_candidates
+        return CAP_FACTOR * self.candidate_budget
+
+    def candidate_rounds(self, limit: int | None = None) -> list[int]:
+        """The budgets per positive term of the rounds: x4 each time, up to the cap."""
+        cap = self.candidate_cap if limit is None else min(self.candidate_cap, limit)
+        budgets = [min(self.candidate_budget, cap)]
+        while budgets[-1] < cap:
+            budgets.append(min(cap, budgets[-1] * 4))
+        return budgets
 
 
 _TRUTH = TruthMap()
@@ -93,6 +122,7 @@ def search_options(
     k: int = SearchOptions.k,
     mode: str = SearchOptions.mode,
     candidates: int | None = SearchOptions.candidates,
+    max_candidates: int | None = SearchOptions.max_candidates,
     plan: str = SearchOptions.plan,
     hard_filter: float | None = SearchOptions.hard_filter,
     and_: str = SEARCH_OPERATORS.and_,
@@ -102,6 +132,8 @@ def search_options(
     truth: str = _TRUTH.kind,
     tau: float = _TRUTH.tau,
     lam: float = _TRUTH.lam,
+    lexical: float = _TRUTH.lexical,
+    not_evidence: str = _TRUTH.not_evidence,
     filter: dict[str, Any] | None = SearchOptions.filter,
     exclude_lexical: bool = SearchOptions.exclude_lexical,
     explain: bool = SearchOptions.explain,
@@ -112,9 +144,15 @@ def search_options(
     model: str | None = None,
 ) -> SearchOptions:
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
-    HTTP service accept (OPTIONS lists them). `truth="calibrated"` loads the sigmoid
-    `itlr calibrate` saved for `model`."""
-    for name, value in (("tau", tau), ("lam", lam), ("hard_filter", hard_filter)):
+    HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
+    `model`. `truth="hybrid"` mixes in lexical evidence: `lexical` is its share of a positive
+    term's truth, `not_evidence` what NOT terms use (lexical, cosine or mixed; itlr.scoring)."""
+    for name, value in (
+        ("tau", tau),
+        ("lam", lam),
+        ("hard_filter", hard_filter),
+        ("lexical", lexical),
+    ):
         if value is not None and not math.isfinite(value):
             # A request carrying NaN or Infinity is not JSON any engine accepts.
             raise ConfigurationError(f"`{name}` must be a finite number, not {value}")
@@ -136,10 +174,11 @@ def search_options(
         k=k,
         mode=mode,  # type: ignore[arg-type]
         candidates=candidates,
+        max_candidates=max_candidates,
         plan=plan,  # type: ignore[arg-type]
         hard_filter=hard_filter,
         ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
-        truth=truth_map(truth, tau, lam, model),
+        truth=truth_map(truth, tau, lam, model, lexical, not_evidence),
         filter=filter,
         exclude_lexical=exclude_lexical,
         explain=explain,
@@ -150,9 +189,16 @@ def search_options(
     )
 
 
-def truth_map(truth: str, tau: float, lam: float, model: str | None) -> TruthMap:
+def truth_map(
+    truth: str,
+    tau: float,
+    lam: float,
+    model: str | None,
+    lexical: float = 0.5,
+    not_evidence: str = "lexical",
+) -> TruthMap:
     if truth != "calibrated":
-        return TruthMap(truth, tau, lam)  # type: ignore[arg-type]
+        return TruthMap(truth, tau, lam, lexical=lexical, not_evidence=not_evidence)  # type: ignore[arg-type]
     from itlr.evaluation.calibration import load_calibration
 
     calibrated = load_calibration(model)
@@ -183,10 +229,12 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     metavar: str | None = None
+    # The JSON key and flag when they are not the Python name without its trailing _.
+    spelled: str | None = None
 
     @property
     def key(self) -> str:
-        return self.name.rstrip("_")
+        return self.spelled or self.name.rstrip("_")
 
     @property
     def flag(self) -> str:
@@ -198,11 +246,20 @@ class Option:
 
 
 def _option(name: str, kind: OptionKind, help: str, **more: Any) -> Option:
-    return Option(name, kind, help, field=more.pop("field", name), **more)
+    spelled = more.pop("key", None)
+    return Option(name, kind, help, field=more.pop("field", name), spelled=spelled, **more)
 
 
 OPTIONS: tuple[Option, ...] = (
     _option("k", "int", "Number of hits.", minimum=1),
+    _option(
+        "max_candidates",
+        "int",
+        "The deepest kNN budget per positive term knn mode may reach while proving its top k "
+        "exact (default 20 x candidates).",
+        optional=True,
+        minimum=1,
+    ),
     _option(
         "mode",
         "choice",
@@ -254,6 +311,22 @@ OPTIONS: tuple[Option, ...] = (
         choices=(*get_args(TruthName), "calibrated"),
     ),
     _option("tau", "float", "Sigmoid centre.", field="truth"),
+    _option(
+        "lexical",
+        "float",
+        "With truth hybrid: the BM25 share of a positive term's truth (the rest is cosine).",
+        field="truth",
+        key="lexical_share",
+        metavar="W",
+    ),
+    _option(
+        "not_evidence",
+        "choice",
+        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or mixed "
+        "(as positive terms).",
+        field="truth",
+        choices=get_args(NotEvidence),
+    ),
     _option("lam", "float", "Sigmoid steepness.", field="truth"),
     _option(
         "filter",
@@ -339,6 +412,15 @@ class Hits(list[Hit]):
     a field no document has). A list, so callers that only rank keep working; the Retriever
     carries the warnings into SearchResult, so nothing accumulates on a long-lived backend."""
 
-    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        hits: Iterable[Hit] = (),
+        warnings: Iterable[str] = (),
+        exact: bool | None = None,
+    ) -> None:
         super().__init__(hits)
         self.warnings: tuple[str, ...] = tuple(warnings)
+        # True: no document outside the scored ones can beat the k-th hit (exact mode, or knn
+        # mode with a certificate); False: the depth cap stopped the proof; None: not asked
+        # (a query that is not anchored).
+        self.exact = exact

@@ -6,7 +6,7 @@ Every choice has a small integer code because the Painless scripts receive them 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,12 +17,14 @@ from itlr.errors import ConfigurationError
 AndName = Literal["product", "sum", "min", "lukasiewicz"]
 OrName = Literal["sum", "max", "probsum"]
 NotName = Literal["complement", "reciprocal"]
-TruthName = Literal["clamp", "shift", "sigmoid"]
+TruthName = Literal["clamp", "shift", "sigmoid", "hybrid"]
+NotEvidence = Literal["lexical", "cosine", "mixed"]
 
 AND_CODES: dict[str, int] = {"product": 0, "sum": 1, "min": 2, "lukasiewicz": 3}
 OR_CODES: dict[str, int] = {"sum": 0, "max": 1, "probsum": 2}
 NOT_CODES: dict[str, int] = {"complement": 0, "reciprocal": 1}
-TRUTH_CODES: dict[str, int] = {"clamp": 0, "shift": 1, "sigmoid": 2}
+TRUTH_CODES: dict[str, int] = {"clamp": 0, "shift": 1, "sigmoid": 2, "hybrid": 3}
+NOT_EVIDENCE = ("lexical", "cosine", "mixed")
 
 
 def _check(name: str, choices: Mapping[str, int], what: str) -> None:
@@ -124,18 +126,49 @@ class TruthMap:
     clamp:   max(0, cos)                       (default)
     shift:   (1 + cos) / 2
     sigmoid: 1 / (1 + exp(-(cos - tau) * lam)) with a global (tau, lam) or one per term
+    hybrid:  (1 - w) * max(0, cos) + w * lex, lex the term's BM25 scaled to [0, 1]
+             (itlr.lexical); w = `lexical` for terms in positive position, and for terms
+             under a NOT (itlr.lexical.negated_terms) by `not_evidence`: lexical (w = 1, BM25
+             alone), cosine (w = 0) or mixed (w = `lexical`, as positive terms). A term with
+             no token (stop words only) keeps w = 0.
     """
 
     kind: TruthName = "clamp"
     tau: float = 0.5
     lam: float = 10.0
     per_term: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    lexical: float = 0.5
+    not_evidence: NotEvidence = "lexical"
 
     def __post_init__(self) -> None:
         if self.kind not in TRUTH_CODES:
             raise ConfigurationError(
                 f"unknown truth mapping {self.kind!r}: choose one of {list(TRUTH_CODES)}"
             )
+        if not 0.0 <= self.lexical <= 1.0:
+            raise ConfigurationError(
+                f"`lexical` is the lexical share of a hybrid truth in [0, 1], got {self.lexical}"
+            )
+        if self.not_evidence not in NOT_EVIDENCE:
+            raise ConfigurationError(
+                f"unknown NOT evidence {self.not_evidence!r}: choose one of {list(NOT_EVIDENCE)}"
+            )
+
+    @property
+    def uses_lexical(self) -> bool:
+        return self.kind == "hybrid"
+
+    def lexical_weights(self, terms: Sequence[str], negated: Collection[str]) -> np.ndarray:
+        """Each term's lexical share w (0 unless hybrid); `negated` as lexical.negated_terms."""
+        if not self.uses_lexical:
+            return np.zeros(len(terms))
+        from itlr.lexical import tokenize
+
+        not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": self.lexical}[self.not_evidence]
+        # A term of stop words only has no lexical side: its truth is its cosine's.
+        return np.array(
+            [0.0 if not tokenize(t) else not_share if t in negated else self.lexical for t in terms]
+        )
 
     def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-term (tau, lam) arrays, falling back to the global pair."""
@@ -144,9 +177,20 @@ class TruthMap:
         lams = np.array([p[1] for p in pairs], dtype=np.float64)
         return taus, lams
 
-    def apply(self, cosines: np.ndarray, terms: Sequence[str]) -> np.ndarray:
-        """Map a (documents x terms) cosine matrix to truth values, column j being terms[j]."""
+    def apply(
+        self,
+        cosines: np.ndarray,
+        terms: Sequence[str],
+        lexical: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Map a (documents x terms) cosine matrix to truth values, column j being terms[j].
+        Hybrid truths also need the lexical truths (same shape) and `lexical_weights`."""
         cosines = np.asarray(cosines, dtype=np.float64)
+        if self.kind == "hybrid":
+            if lexical is None or weights is None:
+                raise ConfigurationError("hybrid truth values need the lexical evidence")
+            return (1.0 - weights) * np.clip(cosines, 0.0, 1.0) + weights * lexical
         if self.kind == "clamp":
             return np.clip(cosines, 0.0, 1.0)
         if self.kind == "shift":
@@ -164,6 +208,8 @@ class TruthMap:
             "tau": self.tau,
             "lam": self.lam,
             "per_term": {k: list(v) for k, v in self.per_term.items()},
+            "lexical": self.lexical,
+            "not_evidence": self.not_evidence,
         }
 
     @classmethod
@@ -176,4 +222,6 @@ class TruthMap:
             tau=float(data.get("tau", 0.5)),  # type: ignore[arg-type]
             lam=float(data.get("lam", 10.0)),  # type: ignore[arg-type]
             per_term=per_term,
+            lexical=float(data.get("lexical", 0.5)),  # type: ignore[arg-type]
+            not_evidence=str(data.get("not_evidence", "lexical")),  # type: ignore[arg-type]
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from itlr.engines.dialect import IndexLayout
@@ -91,8 +91,13 @@ def translate_requests(
     dialect = dialect_for(
         engine, IndexLayout(vector_field, text_field), inline_script, server_version
     )
-    vectors = embedder.encode(list(query.terms))
-    body = dialect.search_body(query, vectors, options)
+    vectors = embedder.encode_terms(list(query.terms))
+    # A pasted request explains with the engine's own `explain`: the score script then describes
+    # each hit by its per-term truths, without echoing the term vectors in its params, and the
+    # hits' own vectors stay out of `_source` (itlr's --explain needs them; a reader does not).
+    body = dialect.search_body(query, vectors, replace(options, explain=False))
+    if options.explain:
+        body["explain"] = True
     requests = []
     if with_install and not inline_script:
         requests += [Request("PUT", path, script) for path, script in dialect.script_installs()]

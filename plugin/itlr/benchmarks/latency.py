@@ -18,6 +18,7 @@ from itlr.candidates import DEFAULT_PLAN, Plan
 from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
+from itlr.scoring import TruthMap
 
 QUERIES: dict[int, str] = {
     1: '"t0"',
@@ -64,6 +65,17 @@ def random_unit(rows: int, dims: int, seed: int) -> np.ndarray:
     return vectors
 
 
+def random_texts(count: int, seed: int, words: int = 60) -> list[str]:
+    """Passages of Zipf-distributed made-up words in which the QUERIES' terms t0..t4 occur now
+    and then: something for hybrid truths' lexical side to read on a cluster."""
+    vocabulary = np.array([f"t{i}" for i in range(5)] + [f"w{i}" for i in range(5000)])
+    weights = 1.0 / np.arange(10, 10 + len(vocabulary))
+    drawn = np.random.default_rng(seed).choice(
+        len(vocabulary), size=(count, words), p=weights / weights.sum()
+    )
+    return [" ".join(vocabulary[row]) for row in drawn]
+
+
 def query_vectors(query: Query, dims: int, seed: int) -> np.ndarray:
     return random_unit(len(query.terms), dims, seed)
 
@@ -96,6 +108,11 @@ def measure_backend(
             f"itlr {terms}-term, {mode} mode": SearchOptions(k=k, mode=mode)
             for mode in ("knn", "exact")
         }  # type: ignore[arg-type]
+        if terms == 3:
+            # What the lexical evidence costs: the statistics request and the token scan.
+            variants[f"itlr {terms}-term, knn mode, hybrid truths"] = SearchOptions(
+                k=k, mode="knn", truth=TruthMap("hybrid")
+            )
         if len(query.positive_terms) > 1:
             # The original plan, one kNN search per positive term, to compare the default with.
             variants[f"itlr {terms}-term, knn mode, per-term plan"] = SearchOptions(

@@ -81,13 +81,13 @@ def throwaway_opensearch(
 
 
 def fill_with_random(backend: Any, count: int, dims: int) -> None:
-    from itlr.benchmarks.latency import random_unit
+    from itlr.benchmarks.latency import random_texts, random_unit
 
     step = 2000
     for start in range(0, count, step):
         vectors = random_unit(min(step, count - start), dims, seed=start)
         ids = [f"r{start + i}" for i in range(len(vectors))]
-        backend.add(ids, [""] * len(ids), vectors)
+        backend.add(ids, random_texts(len(ids), seed=start), vectors)
     # One segment, so that latency does not depend on how the merges happened to go.
     backend.client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
     backend.refresh()

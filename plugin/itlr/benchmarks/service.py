@@ -2,7 +2,9 @@
 
 The service runs in-process under a real uvicorn on loopback; each client is a thread with its
 own HTTP connection, sending the same logical queries round-robin. What is measured is what an
-application sees: embedding the terms, scoring, JSON, HTTP.
+application sees: embedding the terms, scoring, JSON, HTTP. With the term cache on (the default)
+a repeated query's terms skip the encoder; off, every request pays the encoder, which is what
+distinct queries (a cache miss each) cost.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from itlr.errors import ConfigurationError, EngineError
 from itlr.index import Index
+from itlr.term_cache import set_term_cache_size, term_cache_size, term_cache_stats
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class Throughput:
     seconds: float
     p50_ms: float
     p95_ms: float
+    term_cache: bool = True
+    # Query terms answered by the term cache / sent to the encoder during the measured calls.
+    cache_hits: int = 0
+    cache_misses: int = 0
 
     @property
     def per_second(self) -> float:
@@ -38,6 +45,9 @@ class Throughput:
             "requests_per_second": self.per_second,
             "p50_ms": self.p50_ms,
             "p95_ms": self.p95_ms,
+            "term_cache": self.term_cache,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
         }
 
 
@@ -84,8 +94,10 @@ def run(
     clients: Sequence[int] = (1, 4, 8),
     requests: int = 200,
     k: int = 10,
+    term_cache: bool = True,
 ) -> list[Throughput]:
-    """Serve `index` and measure /search throughput at each client count, in order."""
+    """Serve `index` and measure /search throughput at each client count, in order, with the
+    term cache on or off (restored afterwards)."""
     from itlr.service import create_app
     from itlr.service.server import serving
 
@@ -94,21 +106,44 @@ def run(
     if any(c < 1 for c in clients) or requests < 1:
         raise ConfigurationError("`clients` and `requests` must be at least 1")
     bodies = [{"query": q, "k": k} for q in queries]
-    with serving(create_app(index)) as url:
-        # The model's first call on each input shape is many times slower than later ones: every
-        # query is sent once, unmeasured, before the first timing.
-        measure(url, bodies, 1, len(bodies))
-        # Wall time includes the clients' own work (JSON, HTTP) on the same cores.
-        return [measure(url, bodies, c, requests) for c in clients]
+    previous = term_cache_size()
+    if not term_cache:
+        set_term_cache_size(0)
+    try:
+        with serving(create_app(index)) as url:
+            # The model's first call on each input shape is many times slower than later ones:
+            # every query is sent once, unmeasured, before the first timing.
+            measure(url, bodies, 1, len(bodies))
+            # Wall time includes the clients' own work (JSON, HTTP) on the same cores.
+            return [_counted(url, bodies, c, requests, term_cache) for c in clients]
+    finally:
+        set_term_cache_size(previous)
+
+
+def _counted(
+    url: str, bodies: Sequence[dict[str, Any]], clients: int, requests: int, term_cache: bool
+) -> Throughput:
+    """`measure`, with how the term cache answered during it."""
+    before = _cache_counts()
+    result = measure(url, bodies, clients, requests)
+    hits, misses = (after - earlier for after, earlier in zip(_cache_counts(), before, strict=True))
+    return replace(result, term_cache=term_cache, cache_hits=hits, cache_misses=misses)
+
+
+def _cache_counts() -> tuple[int, int]:
+    stats = term_cache_stats()
+    return sum(s.hits for s in stats), sum(s.misses for s in stats)
 
 
 def markdown(results: Sequence[Throughput]) -> str:
     lines = [
-        "| clients | requests | requests/s | p50 ms | p95 ms |",
-        "|---:|---:|---:|---:|---:|",
+        "| term cache | clients | requests | requests/s | p50 ms | p95 ms | cache hits / misses |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r.clients} | {r.requests} | {r.per_second:.1f} | {r.p50_ms:.1f} | {r.p95_ms:.1f} |"
+            f"| {'on' if r.term_cache else 'off'} | {r.clients} | {r.requests} "
+            f"| {r.per_second:.1f} | {r.p50_ms:.1f} | {r.p95_ms:.1f} "
+            f"| {r.cache_hits} / {r.cache_misses} |"
         )
     return "\n".join(lines)

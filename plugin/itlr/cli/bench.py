@@ -108,6 +108,13 @@ def serve_throughput(
     torch_threads: Annotated[
         int | None, typer.Option(help="Torch threads per encode (default: torch's).")
     ] = None,
+    term_cache: Annotated[
+        str,
+        typer.Option(
+            help="on: repeated queries hit the term cache; off: every request pays the encoder "
+            "(what distinct queries cost); both: one table each."
+        ),
+    ] = "both",
 ) -> None:
     """/search throughput of `itlr serve` on the embedded engine (the demo queries)."""
 
@@ -124,7 +131,12 @@ def serve_throughput(
         else:
             opened = Index.open(str(demo_index().path), create=False)
         queries = [case.query for case in showcases()]
-        results = service.run(opened, queries, counts, requests, k)
+        modes = {"on": [True], "off": [False], "both": [True, False]}.get(term_cache)
+        if modes is None:
+            raise ConfigurationError(f"--term-cache is on, off or both, not {term_cache!r}")
+        results = [
+            r for cached in modes for r in service.run(opened, queries, counts, requests, k, cached)
+        ]
         out.print(service.markdown(results), markup=False, highlight=False)
         print(json.dumps([r.to_dict() for r in results]))
 

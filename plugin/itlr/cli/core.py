@@ -33,6 +33,7 @@ from itlr.cli.rewrite import (
     llm_config,
 )
 from itlr.errors import ConfigurationError
+from itlr.explain import lines as explanation_lines
 from itlr.options import search_options
 from itlr.parser import parse
 
@@ -140,6 +141,10 @@ def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
         truths = [f"{hit.truths.get(t, 0.0):.3f}" for t in terms]
         table.add_row(str(rank), Text(hit.id), f"{hit.score:.4f}", *truths, Text(hit.text[:160]))
     out.print(table)
+    for rank, hit in enumerate(hits, 1):
+        if hit.explanation is not None:
+            tree = "\n".join(explanation_lines(hit.explanation, "  "))
+            out.print(f"#{rank} {hit.id}\n{tree}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

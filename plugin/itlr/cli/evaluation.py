@@ -103,7 +103,18 @@ def _print_metrics(title: str, metrics: dict[str, dict[str, float]], names: list
 
 
 # mode and candidates are eval's own: on a cluster only, with the depth policy's defaults.
-EVAL_OPTIONS = ("and_", "or_", "not_", "not_strength", "truth", "tau", "lam", "hard_filter")
+EVAL_OPTIONS = (
+    "and_",
+    "or_",
+    "not_",
+    "not_strength",
+    "truth",
+    "tau",
+    "lam",
+    "lexical",
+    "not_evidence",
+    "hard_filter",
+)
 
 
 @app.command("eval")

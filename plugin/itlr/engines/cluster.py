@@ -12,15 +12,33 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
+from itlr.certificate import (
+    SearchBound,
+    certifiable,
+    not_proved,
+    round_plan,
+    search_bound,
+    unseen_cannot_beat,
+)
+from itlr.engines.connection import error_reason
+from itlr.engines.dialect import (
+    Dialect,
+    IndexLayout,
+    StoredScript,
+    bulk_actions,
+    lexical_stats,
+    lexical_stats_body,
+)
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
-from itlr.options import Hit, SearchOptions
+from itlr.lexical import CorpusStats
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -77,6 +95,10 @@ class ClusterBackend:
         raise NotImplementedError
 
     def _mget(self, ids: list[str]) -> Any:
+        raise NotImplementedError
+
+    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
+        """`_msearch` of header/body line pairs."""
         raise NotImplementedError
 
     # -- index ---------------------------------------------------------------------------
@@ -210,30 +232,103 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
+        lexical: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document)."""
+        """The search body: script_score over kNN candidates (or every document). Hybrid
+        truths need the index's statistics: given, or counted here (one request)."""
         dialect = self.dialect
         self.warnings.extend(dialect.warnings(query, term_vectors, options))
-        return dialect.search_body(query, term_vectors, options)
+        if lexical is None and options.truth.uses_lexical:
+            lexical = self.lexical_stats(query)
+        return dialect.search_body(query, term_vectors, options, lexical)
+
+    def lexical_stats(self, query: Query) -> CorpusStats:
+        """The index's statistics for the query's tokens (hybrid truths): one request."""
+        with self._errors():
+            # Statistics from some shards only would score unlike the embedded engine: refuse.
+            response = self.client.search(
+                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
+            )
+        return lexical_stats(dict(response))
 
     def search(
         self,
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-    ) -> list[Hit]:
-        body = self.build_request(query, term_vectors, options)
+    ) -> Hits:
         if not self._scripts_ready:
             self.install_scripts(repair=False)
+        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
         try:
-            return self._hits(body, query, term_vectors, options)
+            return self._search_once(query, term_vectors, options, lexical)
         except EngineError as failed:
             if self.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
             if not self.install_scripts(repair=False):
                 raise
-        return self._hits(body, query, term_vectors, options)
+        return self._search_once(query, term_vectors, options, lexical)
+
+    def _search_once(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+    ) -> Hits:
+        certify = options.mode == "knn" and certifiable(query, options.ops, options.truth)
+        if not certify:
+            body = self.build_request(query, term_vectors, options, lexical)
+            exact = True if options.mode == "exact" or not query.has_positive_term else None
+            found = self._hits(body, query, term_vectors, options, lexical)
+            return Hits(found, getattr(found, "warnings", ()), exact=exact)
+        return self._certified(query, term_vectors, options)
+
+    def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+        """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
+        query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
+        only when the bound does not prove the top k."""
+        dialect = self.dialect
+        unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
+        bounds: list[SearchBound] = []
+        rounds = options.candidate_rounds(limit=dialect.max_k)
+        hits: list[Hit] = []
+        for budget in rounds:
+            round_options = replace(
+                options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
+            )
+            body = self.build_request(query, term_vectors, round_options)
+            searches = dialect.candidate_searches(query, term_vectors, round_options)
+            probes = [dialect.probe_body(search, options.filter) for search in searches]
+            responses = self._multi_search([body, *probes])
+            hits = dialect.hits(responses[0], query, term_vectors, options)
+            for search, probe in zip(searches, responses[1:], strict=True):
+                last = probe["hits"]["hits"]
+                if last:
+                    bounds.append(search_bound(search.terms, unit, dialect.cosine(last[0])))
+                else:  # fewer documents than the budget: the search returned them all
+                    bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
+            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+                return Hits(hits, getattr(hits, "warnings", ()), exact=True)
+        warned = [*getattr(hits, "warnings", ()), not_proved(options.k, rounds[-1])]
+        return Hits(hits, warned, exact=False)
+
+    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
+        ranking from the shards that answered is refused too)."""
+        header = {"index": self.index, "allow_partial_search_results": False}
+        lines = [line for body in bodies for line in (header, body)]
+        with self._errors():
+            responses = self._msearch(lines)["responses"]
+        for response in responses:
+            if "error" in response:
+                raise EngineError(
+                    f"{self.url} refused a search of {self.index!r}: "
+                    f"{error_reason(response, response)}"
+                )
+        return [dict(r) for r in responses]
 
     def _hits(
         self,
@@ -241,6 +336,7 @@ class ClusterBackend:
         query: Query | None,
         term_vectors: np.ndarray | None,
         options: SearchOptions | None,
+        lexical: CorpusStats | None = None,
     ) -> list[Hit]:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
@@ -249,7 +345,7 @@ class ClusterBackend:
             response = self.client.search(
                 index=self.index, body=body, allow_partial_search_results=False
             )
-        return self.dialect.hits(dict(response), query, term_vectors, options)
+        return self.dialect.hits(dict(response), query, term_vectors, options, lexical)
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None

@@ -20,9 +20,25 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.options import Hit, SearchOptions
+from itlr.composition import explain
+from itlr.errors import ConfigurationError
+from itlr.explain import disagreement
+from itlr.lexical import (
+    K1,
+    LENGTH_FIELD,
+    TOKENS_FIELD,
+    B,
+    CorpusStats,
+    bm25_truth,
+    lexical_fields,
+    negated_terms,
+    query_tokens,
+    term_tokens,
+)
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
+from itlr.scoring import TRUTH_CODES
 
 SCRIPT_FORMAT = 1
 
@@ -89,16 +105,72 @@ def derive_mapping(
 
 
 def score_params(
-    query: Query, term_vectors: np.ndarray, options: SearchOptions, layout: IndexLayout
+    query: Query,
+    term_vectors: np.ndarray,
+    options: SearchOptions,
+    layout: IndexLayout,
+    lexical: CorpusStats | None = None,
 ) -> dict[str, Any]:
-    """Everything the scoring script reads; the program is the one numpy runs."""
-    return {
+    """Everything the scoring script reads; the program is the one numpy runs. Hybrid truths
+    also need the index's statistics for the query's tokens (`lexical_stats_body`)."""
+    params = {
         "field": layout.vector_field,
         "vectors": np.asarray(term_vectors, dtype=np.float32).tolist(),
         **query.program.to_params(),
         **options.ops.to_params(),
         **options.truth.to_params(query.terms),
     }
+    if options.truth.uses_lexical:
+        params.update(lexical_params(query, options, lexical))
+    return params
+
+
+def lexical_params(
+    query: Query, options: SearchOptions, lexical: CorpusStats | None
+) -> dict[str, Any]:
+    if lexical is None:
+        raise ConfigurationError(
+            "hybrid truth values need the index's term statistics: search the index itself "
+            "(translate and the proxy's offline rewrite cannot count them)"
+        )
+    weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
+    tokens = [term_tokens(term, lexical) for term in query.terms]
+    return {
+        "tokens_field": TOKENS_FIELD,
+        "length_field": LENGTH_FIELD,
+        "k1": K1,
+        "b": B,
+        "avgdl": lexical.average_length,
+        "lex_weight": weights.tolist(),
+        "lex_tokens": [[f"{token} " for token in t.tokens] for t in tokens],
+        "lex_shares": [list(t.weights) for t in tokens],
+    }
+
+
+def lexical_stats_body(query: Query) -> dict[str, Any]:
+    """One aggregation over the whole index (every shard, live documents only): how many
+    documents carry lexical fields, their summed length, and each query token's document
+    frequency. Read the response with `lexical_stats`."""
+    filters = {
+        token: {"prefix": {TOKENS_FIELD: f"{token} "}} for token in query_tokens(query.terms)
+    }
+    aggs: dict[str, Any] = {
+        "documents": {"value_count": {"field": LENGTH_FIELD}},
+        "length": {"sum": {"field": LENGTH_FIELD}},
+    }
+    if filters:
+        aggs["df"] = {"filters": {"filters": filters}}
+    return {"size": 0, "track_total_hits": False, "aggs": aggs}
+
+
+def lexical_stats(response: dict[str, Any]) -> CorpusStats:
+    aggs = response["aggregations"]
+    buckets = aggs.get("df", {}).get("buckets", {})
+    return CorpusStats(
+        documents=int(aggs["documents"]["value"]),
+        total_length=round(aggs["length"]["value"] or 0),
+        df={token: int(bucket["doc_count"]) for token, bucket in buckets.items()},
+    )
 
 
 def exclusion_params(
@@ -113,7 +185,8 @@ def exclusion_params(
     return {
         "field": layout.vector_field,
         "vector": np.asarray(term_vectors[index], dtype=np.float32).tolist(),
-        "truth": truth["truth"],
+        # The hard filter judges the cosine evidence: hybrid truths clamp (composition.compose).
+        "truth": TRUTH_CODES["clamp"] if options.truth.uses_lexical else truth["truth"],
         "tau": truth["tau"][index],
         "lam": truth["lam"][index],
     }
@@ -138,6 +211,7 @@ def bulk_actions(
                 layout.text_field: text,
                 layout.vector_field: vector.tolist(),
                 layout.metadata_field: extra,
+                **lexical_fields(text),
             },
         }
         for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
@@ -150,19 +224,36 @@ def hits_from_response(
     term_vectors: np.ndarray | None,
     options: SearchOptions | None,
     layout: IndexLayout,
-) -> list[Hit]:
-    """Hits with per-term truths when the response carries the hits' vectors (--explain)."""
+    lexical: CorpusStats | None = None,
+) -> Hits:
+    """Hits with per-term truths and an explanation tree when the response carries the hits'
+    vectors (--explain); hybrid truths also read the hits' stored tokens with the statistics
+    the search used. A hit whose explanation does not add up to the engine's score is a
+    warning."""
     hits = []
+    warnings = []
     for raw in response["hits"]["hits"]:
         source = raw.get("_source") or {}
         truths: dict[str, float] = {}
+        explanation = None
         vector = source.get(layout.vector_field)
         if vector is not None and query is not None and term_vectors is not None and options:
             unit = np.asarray(vector, dtype=np.float32)
             unit = unit / (np.linalg.norm(unit) or 1.0)
             cosines = (np.asarray(term_vectors, dtype=np.float32) @ unit)[None, :]
-            values = options.truth.apply(cosines, query.terms)[0]
+            found = _lexical_row(source, query, options, lexical)
+            values = options.truth.apply(
+                cosines,
+                query.terms,
+                found,
+                options.truth.lexical_weights(query.terms, negated_terms(query.root)),
+            )[0]
             truths = {t: float(v) for t, v in zip(query.terms, values, strict=True)}
+            if options.explain:
+                explanation = explain(query, cosines, options.ops, options.truth, found)[0]
+                warning = disagreement(str(raw["_id"]), _score(raw), explanation)
+                if warning:
+                    warnings.append(warning)
         hits.append(
             Hit(
                 id=str(raw["_id"]),
@@ -170,9 +261,31 @@ def hits_from_response(
                 truths=truths,
                 text=str(source.get(layout.text_field, "")),
                 fields=dict(source.get(layout.metadata_field) or {}),
+                explanation=explanation,
             )
         )
-    return hits
+    return Hits(hits, warnings)
+
+
+def _lexical_row(
+    source: dict[str, Any],
+    query: Query,
+    options: SearchOptions,
+    lexical: CorpusStats | None,
+) -> np.ndarray | None:
+    """The hit's lexical truth per term (1 x terms) from its stored tokens, for hybrid truths."""
+    if not options.truth.uses_lexical:
+        return None
+    values = [str(v).rsplit(" ", 1) for v in source.get(TOKENS_FIELD) or []]
+    counts = {token: int(count) for token, count in values}
+    stats = lexical or CorpusStats(0, 0, {})
+    found = [
+        bm25_truth(
+            counts, int(source.get(LENGTH_FIELD) or 0), term_tokens(t, stats), stats.average_length
+        )
+        for t in query.terms
+    ]
+    return np.array([found])
 
 
 def _score(raw: dict[str, Any]) -> float:
@@ -218,6 +331,22 @@ class Dialect:
     def check_knn_mode(self) -> None:
         """Refuse knn mode where the engine cannot gather candidates inside a query."""
 
+    def probe_body(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+        """The farthest of the neighbours one kNN search returns: its score bounds every
+        document the search did not return (itlr.certificate). With k per shard the search
+        returns up to shards x k documents, and the k-th best of them is at least every shard's
+        own k-th: still a bound."""
+        return {
+            "size": 1,
+            "from": search.budget - 1,
+            "query": self.knn_clause(search, filter),
+            "_source": False,
+        }
+
+    def cosine(self, hit: dict[str, Any]) -> float:
+        """A kNN hit's cosine from its score: both engines score cosine as (1 + cos) / 2."""
+        return 2.0 * float(hit["_score"]) - 1.0
+
     # -- requests --------------------------------------------------------------------------
 
     def candidate_searches(
@@ -243,9 +372,14 @@ class Dialect:
         ]
 
     def search_body(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        """The logical query: script_score over kNN candidates (or every document)."""
+        """The logical query: script_score over kNN candidates (or every document); `lexical`:
+        the index's statistics, for hybrid truths."""
         field = self.layout.vector_field
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         user_filter = [options.filter] if options.filter else []
@@ -275,7 +409,7 @@ class Dialect:
             inner["minimum_should_match"] = 1
         else:
             inner["must"] = [{"match_all": {}}]
-        params = score_params(query, term_vectors, options, self.layout)
+        params = score_params(query, term_vectors, options, self.layout, lexical)
         return {
             "size": options.k,
             "query": {
@@ -304,5 +438,6 @@ class Dialect:
         query: Query | None = None,
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
-    ) -> list[Hit]:
-        return hits_from_response(response, query, term_vectors, options, self.layout)
+        lexical: CorpusStats | None = None,
+    ) -> Hits:
+        return hits_from_response(response, query, term_vectors, options, self.layout, lexical)

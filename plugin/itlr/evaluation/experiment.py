@@ -102,6 +102,7 @@ def run_evaluation(
     from itlr.evaluation.beir import evaluate_beir, rewriter_for
     from itlr.evaluation.calibration import default_hard_filter, load_calibration
     from itlr.evaluation.methods import build_methods, parse_method_names
+    from itlr.lexical import LexicalCorpus
 
     depth = ranked_depth(settings.depth, engine is not None)
     rewriter = rewriter_for(settings.rewrite, settings.llm)
@@ -122,6 +123,9 @@ def run_evaluation(
         hard_filter=hard_filter,
         calibrated=calibrated,
         setops_depth=SETOPS_DEPTH,
+        lexical=LexicalCorpus([d.text for d in data.corpus])
+        if settings.truth.uses_lexical
+        else None,
     )
     ops, truth = settings.ops, settings.truth
     return evaluate_beir(

@@ -28,6 +28,7 @@ import numpy as np
 from itlr.composition import compose
 from itlr.errors import ConfigurationError
 from itlr.evaluation.calibration import BUNDLED_HARD_FILTER
+from itlr.lexical import LexicalCorpus
 from itlr.query import And, Node, Not, Or, Query, Term
 from itlr.scoring import PAPER_OPERATORS, SEARCH_OPERATORS, Operators, TruthMap
 
@@ -70,15 +71,26 @@ class Dense:
 
 @dataclass(frozen=True)
 class Logical:
-    """Fuzzy logical scoring, optionally with the hard filter on root-level NOT terms."""
+    """Fuzzy logical scoring, optionally with the hard filter on root-level NOT terms. Hybrid
+    truths read the passages' tokens from `lexical` (rows in corpus order; statistics over all
+    of them, as an index holding the whole corpus would count them)."""
 
     name: str = "itlr"
     ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
     hard_filter: float | None = None
+    lexical: LexicalCorpus | None = field(default=None, compare=False, repr=False)
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
-        composed = compose(case.query, term_cosines, self.ops, self.truth, self.hard_filter)
+        lexical = None
+        if self.truth.uses_lexical:
+            if self.lexical is None:
+                raise ConfigurationError("hybrid truth values need the passages' text")
+            rows = case.rows if case.rows is not None else np.arange(len(self.lexical))
+            lexical = self.lexical.matrix(rows, case.query.terms, self.lexical.full_stats)
+        composed = compose(
+            case.query, term_cosines, self.ops, self.truth, self.hard_filter, lexical
+        )
         scores = np.asarray(composed.scores, dtype=np.float64)
         scores[~composed.kept] = -np.inf
         return scores
@@ -157,8 +169,10 @@ def build_methods(
     calibrated: TruthMap | None = None,
     setops_depth: int = 20,
     setops_share: float | None = None,
+    lexical: LexicalCorpus | None = None,
 ) -> list[Method]:
-    """Methods by name, all sharing the operator family and truth mapping given."""
+    """Methods by name, all sharing the operator family and truth mapping given (and for
+    hybrid truths the corpus' tokens, rows in corpus order)."""
     ops = ops or SEARCH_OPERATORS
     truth = truth or TruthMap()
     unknown = [n for n in names if n not in METHOD_NAMES]
@@ -172,9 +186,9 @@ def build_methods(
         )
     made: dict[str, Method] = {
         "dense": Dense(),
-        "itlr": Logical("itlr", ops, truth),
-        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter),
-        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth),
+        "itlr": Logical("itlr", ops, truth, lexical=lexical),
+        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter, lexical=lexical),
+        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth, lexical=lexical),
         "setops": SetOps(depth=setops_depth, share=setops_share),
         "random": RandomScores(),
     }

@@ -40,6 +40,7 @@ from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, m
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import Upstream, UpstreamTimeout, auth_headers, timeout_seconds
 from itlr.service.security import TOKEN_HEADER, token_matches
+from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, cache_for, prometheus_text
 
 log = logging.getLogger("itlr.proxy")
 
@@ -169,7 +170,14 @@ class QueryBarProxy:
                     f"the index was embedded with {model!r} but the proxy runs "
                     f"{self._embedder.name!r}: start it with the index's `model`"
                 )
-            return self._embedder.encode(terms)
+            embedder = self._embedder
+
+        def encode(missing: list[str]) -> np.ndarray:
+            with self._encode_lock:
+                return embedder.encode(missing)
+
+        # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
+        return cache_for(embedder.name).encode(terms, encode, embedder.dims)
 
     # -- rewriting -------------------------------------------------------------------------
 
@@ -391,6 +399,9 @@ class QueryBarProxy:
         )
 
 
+METRICS_PATH = "/_itlr/metrics"
+
+
 def create_proxy_app(
     connection: Connection,
     *,
@@ -419,9 +430,19 @@ def create_proxy_app(
         yield
         await proxy.client.aclose()
 
+    async def metrics(request: Request) -> Response:
+        """The term cache's counters in Prometheus' text format (behind the proxy's token)."""
+        if not proxy._authorized(request):
+            return error_response(
+                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
+            )
+        return Response(prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+
     methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
     app = Starlette(
         routes=[
+            # `_` starts no index name, so this path never shadows one of the upstream's.
+            Route(METRICS_PATH, metrics, methods=["GET"]),
             Route("/", proxy.handle, methods=methods),
             Route("/{path:path}", proxy.handle, methods=methods),
         ],

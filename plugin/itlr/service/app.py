@@ -1,4 +1,5 @@
-"""The JSON API over one index: /search, /translate, /parse, /rewrite, /healthz, docs at /docs.
+"""The JSON API over one index: /search, /translate, /parse, /rewrite, /healthz, /metrics
+(Prometheus text), docs at /docs.
 
 Each endpoint turns its JSON body into the front door's own names and calls one method of
 `itlr.Index`, so an answer is exactly what the library (and `itlr search --json`) gives. Bad
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, create_model
@@ -30,6 +31,7 @@ from itlr.parser import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
 from itlr.service.security import BodyLimit, TokenGuard
+from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a query with options is well under 1 kB
 log = logging.getLogger("itlr.service")
@@ -224,7 +226,19 @@ def create_app(
             count = index.count()
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
-        return JSONResponse({"status": "ok", **index.to_dict(), "count": count})
+        return JSONResponse(
+            {
+                "status": "ok",
+                **index.to_dict(),
+                "count": count,
+                "term_cache": [stats.to_dict() for stats in term_cache_stats()],
+            }
+        )
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        """The term cache's counters in Prometheus' text format."""
+        return Response(prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     guarded: Any = BodyLimit(app, max_body_bytes)
     if token is not None:

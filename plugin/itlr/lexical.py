@@ -1,0 +1,210 @@
+"""Lexical evidence per term: one tokeniser, corpus statistics and BM25 scaled to [0, 1].
+
+Hybrid truth values (TruthMap kind "hybrid") mix each term's cosine with how strongly a passage
+*mentions* the term. Every engine must compute the very same number, so nothing here depends on
+an engine's analyzer:
+
+- Tokens come from `tokenize` only (NFKC, casefold, unicode words, a short English stop list),
+  at ingest for passages and at search time for terms.
+- A cluster stores them beside the vector as keyword values "<token> <count>" (TOKENS_FIELD,
+  doc values) plus the token count (LENGTH_FIELD): `lexical_fields(text)`. The stored script
+  reads both from doc values; keyword doc values are a set, hence the count inside the value.
+- Statistics (documents, total length, document frequency of each query token) are counted over
+  the live documents of the whole index: on a cluster by one aggregation request (global over
+  shards, unlike Lucene's per-shard term statistics), in the embedded engine from its rows.
+- A term's lexical truth is BM25 divided by its upper bound (tf -> infinity), which needs no
+  look at other documents: sum over the term's tokens q of w_q * tf_q / (tf_q + k1 * norm),
+  w_q = idf_q / sum idf, norm = 1 - b + b * length / average length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from itlr.tree import Node, Not, Term
+
+TOKENS_FIELD = "itlr_tokens"
+LENGTH_FIELD = "itlr_length"
+K1 = 1.2
+B = 0.75
+# Longer "words" are base64, URLs or DNA: never worth a keyword value of their own.
+MAX_TOKEN_CHARS = 64
+_WORD = re.compile(r"\w+")
+# Function words only: a NOT term such as "the Beatles" should weigh "beatles", and a term
+# made of stop words alone falls back to its cosine (weight 0, see term_tokens).
+_STOPWORDS = """a an and are as at be but by for from has have he her his i in into is it its of
+on or she that the their them they this to was were which who will with without you your"""
+STOPWORDS = frozenset(_STOPWORDS.split())
+
+
+def tokenize(text: str) -> list[str]:
+    """The one tokeniser of itlr's lexical evidence (passages and terms alike)."""
+    words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+    return [w for w in words if w not in STOPWORDS and len(w) <= MAX_TOKEN_CHARS]
+
+
+def lexical_fields(text: str) -> dict[str, object]:
+    """What a cluster document stores for its text: "<token> <count>" values and the length."""
+    tokens = tokenize(text)
+    counts = Counter(tokens)
+    return {
+        TOKENS_FIELD: [f"{token} {count}" for token, count in sorted(counts.items())],
+        LENGTH_FIELD: len(tokens),
+    }
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """Live documents, their summed token count and the document frequency of some tokens."""
+
+    documents: int
+    total_length: int
+    df: Mapping[str, int]
+
+    @property
+    def average_length(self) -> float:
+        return self.total_length / self.documents if self.documents else 1.0
+
+    def idf(self, token: str) -> float:
+        """Lucene's BM25 idf: always > 0, so a token no document has still counts."""
+        df = self.df.get(token, 0)
+        return math.log(1.0 + (self.documents - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True)
+class TermTokens:
+    """A term's distinct tokens and their shares of its idf (summing to 1, or empty)."""
+
+    tokens: tuple[str, ...]
+    weights: tuple[float, ...]
+
+
+def query_tokens(terms: Iterable[str]) -> list[str]:
+    """Every distinct token of these terms: what the statistics request counts."""
+    return list(dict.fromkeys(t for term in terms for t in tokenize(term)))
+
+
+def term_tokens(term: str, stats: CorpusStats) -> TermTokens:
+    tokens = tuple(dict.fromkeys(tokenize(term)))
+    idfs = [stats.idf(t) for t in tokens]
+    total = sum(idfs)
+    if not tokens or total <= 0:
+        return TermTokens((), ())
+    return TermTokens(tokens, tuple(i / total for i in idfs))
+
+
+def length_norm(length: float, average_length: float) -> float:
+    return K1 * (1.0 - B + B * length / max(average_length, 1e-9))
+
+
+def bm25_truth(counts: Mapping[str, int], length: int, term: TermTokens, avgdl: float) -> float:
+    """BM25 of one term in one passage divided by the term's upper bound: in [0, 1)."""
+    norm = length_norm(length, avgdl)
+    value = 0.0
+    for token, weight in zip(term.tokens, term.weights, strict=True):
+        tf = counts.get(token, 0)
+        if tf:
+            value += weight * tf / (tf + norm)
+    return value
+
+
+def negated_terms(root: Node) -> frozenset[str]:
+    """Terms every occurrence of which sits under an odd number of NOTs: the NOT evidence."""
+    negated: set[str] = set()
+    positive: set[str] = set()
+
+    def visit(node: Node, under_not: bool) -> None:
+        if isinstance(node, Term):
+            (negated if under_not else positive).add(node.text)
+        elif isinstance(node, Not):
+            visit(node.operand, not under_not)
+        else:
+            for child in node.operands:
+                visit(child, under_not)
+
+    visit(root, False)
+    return frozenset(negated - positive)
+
+
+class LexicalCorpus:
+    """Token counts of a fixed list of texts, their statistics and lexical truth matrices.
+
+    The embedded engine keeps one per index generation (itlr.engines.embedded_lexical); the
+    evaluation methods and the ablation build one over a whole dataset."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.counts = [Counter(tokenize(t)) for t in texts]
+        self.lengths = np.array([sum(c.values()) for c in self.counts], dtype=np.float64)
+        self._postings: dict[str, list[tuple[int, int]]] | None = None
+        self._tf: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    @cached_property
+    def full_stats(self) -> CorpusStats:
+        return self.stats()
+
+    def stats(self, rows: Sequence[int] | np.ndarray | None = None) -> CorpusStats:
+        """Statistics over these rows (default: all), counting every token."""
+        chosen = range(len(self.counts)) if rows is None else rows
+        df: Counter[str] = Counter()
+        total = 0
+        for row in chosen:
+            df.update(self.counts[row].keys())
+            total += int(self.lengths[row])
+        return CorpusStats(len(chosen), total, df)
+
+    def term_frequencies(self, token: str) -> np.ndarray:
+        """The token's count in every row (cached per token)."""
+        if token not in self._tf:
+            if self._postings is None:
+                postings: dict[str, list[tuple[int, int]]] = {}
+                for row, counts in enumerate(self.counts):
+                    for word, count in counts.items():
+                        postings.setdefault(word, []).append((row, count))
+                self._postings = postings
+            column = np.zeros(len(self.counts), dtype=np.float64)
+            for row, count in self._postings.get(token, ()):
+                column[row] = count
+            self._tf[token] = column
+        return self._tf[token]
+
+    def matrix(
+        self, rows: Sequence[int] | np.ndarray, terms: Sequence[str], stats: CorpusStats
+    ) -> np.ndarray:
+        """(rows x terms) lexical truths: bm25_truth for every pair, vectorised."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
+        norm = K1 * (1.0 - B + B * self.lengths[rows] / max(stats.average_length, 1e-9))
+        for j, term in enumerate(terms):
+            tokens = term_tokens(term, stats)
+            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
+                tf = self.term_frequencies(token)[rows]
+                out[:, j] += weight * tf / (tf + norm)
+        return out
+
+
+__all__ = [
+    "K1",
+    "LENGTH_FIELD",
+    "TOKENS_FIELD",
+    "B",
+    "CorpusStats",
+    "LexicalCorpus",
+    "TermTokens",
+    "bm25_truth",
+    "lexical_fields",
+    "negated_terms",
+    "query_tokens",
+    "term_tokens",
+    "tokenize",
+]

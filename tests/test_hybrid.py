@@ -1,0 +1,361 @@
+"""Hybrid truth values (truth="hybrid"): the lexical evidence of itlr.lexical, mixed with the
+cosine per term, alike in numpy, the embedded engine and the Painless scripts on a real
+OpenSearch (one shard and several), and the Elasticsearch script on OpenSearch's Painless."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import uuid
+
+import numpy as np
+import pytest
+
+import itlr
+from itlr.composition import compose
+from itlr.engines.connection import Connection
+from itlr.engines.dialect import lexical_stats, lexical_stats_body
+from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
+from itlr.engines.elasticsearch import ElasticsearchBackend
+from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded_lexical import lexical_stats as embedded_stats
+from itlr.engines.opensearch import OpenSearchBackend
+from itlr.errors import ConfigurationError
+from itlr.lexical import (
+    K1,
+    LENGTH_FIELD,
+    TOKENS_FIELD,
+    B,
+    CorpusStats,
+    LexicalCorpus,
+    bm25_truth,
+    lexical_fields,
+    negated_terms,
+    term_tokens,
+    tokenize,
+)
+from itlr.options import SearchOptions, search_options
+from itlr.scoring import Operators, TruthMap
+from itlr.translation import translate_requests
+from parity import VOCABULARY, assert_same_ranking, term_vectors
+
+# -- the lexical value ------------------------------------------------------------------------
+
+
+def test_tokens_are_casefolded_unicode_words_without_stop_words() -> None:
+    assert tokenize("The Vitamin-D of ÉTÉ, and ﬁsh") == ["vitamin", "d", "été", "fish"]
+    assert tokenize("x" * 65 + " kept") == ["kept"]
+
+
+def test_a_document_stores_each_token_with_its_count_and_its_length() -> None:
+    fields = lexical_fields("Vitamin D, vitamin C and the sun")
+    assert fields == {TOKENS_FIELD: ["c 1", "d 1", "sun 1", "vitamin 2"], LENGTH_FIELD: 5}
+
+
+def lucene_bm25(tf: float, idf: float, length: float, avgdl: float) -> float:
+    """Textbook BM25 of one token, with the (k1 + 1) factor Lucene's upper bound carries."""
+    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avgdl))
+
+
+def test_lexical_truth_is_bm25_over_its_upper_bound() -> None:
+    stats = CorpusStats(documents=10, total_length=100, df={"vitamin": 3, "d": 5})
+    term = term_tokens("vitamin D", stats)
+    counts, length = {"vitamin": 2, "d": 1}, 14
+    bm25 = sum(
+        lucene_bm25(counts[t], stats.idf(t), length, stats.average_length) for t in term.tokens
+    )
+    bound = sum(stats.idf(t) * (K1 + 1) for t in term.tokens)
+    assert bm25_truth(counts, length, term, stats.average_length) == pytest.approx(bm25 / bound)
+    assert stats.idf("vitamin") == pytest.approx(math.log(1 + (10 - 3 + 0.5) / (3 + 0.5)))
+
+
+def test_lexical_truth_grows_with_the_count_towards_one_and_is_zero_without_a_mention() -> None:
+    stats = CorpusStats(documents=4, total_length=40, df={"bone": 2})
+    term = term_tokens("bone", stats)
+    values = [bm25_truth({"bone": tf}, 10, term, 10.0) for tf in (0, 1, 2, 10, 1000)]
+    assert values[0] == 0.0
+    assert values == sorted(values)
+    assert 0.99 < values[-1] < 1.0
+
+
+def test_rarer_tokens_weigh_more_in_a_term() -> None:
+    stats = CorpusStats(documents=100, total_length=1000, df={"vitamin": 50, "aarhus": 1})
+    term = term_tokens("vitamin Aarhus", stats)
+    shares = dict(zip(term.tokens, term.weights, strict=True))
+    assert shares["aarhus"] > shares["vitamin"]
+    assert sum(term.weights) == pytest.approx(1.0)
+
+
+def test_a_term_of_stop_words_only_keeps_its_cosine() -> None:
+    query = itlr.parse('"the" AND "bone"')
+    corpus = LexicalCorpus(["the bone", "the the the"])
+    lexical = corpus.matrix([0, 1], query.terms, corpus.full_stats)
+    assert lexical[:, 0].tolist() == [0.0, 0.0]
+    truth = TruthMap("hybrid", lexical=0.5)
+    cosines = np.array([[0.8, 0.1], [0.6, 0.2]])
+    composed = compose(query, cosines, Operators(), truth, lexical=lexical)
+    assert composed.truths[:, 0] == pytest.approx(cosines[:, 0])
+    assert composed.truths[:, 1] == pytest.approx(0.5 * cosines[:, 1] + 0.5 * lexical[:, 1])
+
+
+def test_not_evidence_chooses_the_lexical_share_of_negated_terms() -> None:
+    query = itlr.parse('"vitamin D" AND NOT "bone health" AND ("sun" OR NOT NOT "fish")')
+    assert negated_terms(query.root) == {"bone health"}
+    terms = query.terms
+    for evidence, expected in (("lexical", 1.0), ("cosine", 0.0), ("mixed", 0.3)):
+        weights = TruthMap("hybrid", lexical=0.3, not_evidence=evidence).lexical_weights(
+            terms, negated_terms(query.root)
+        )
+        assert weights.tolist() == [0.3, expected, 0.3, 0.3]
+    assert TruthMap("clamp").lexical_weights(terms, ()).tolist() == [0.0] * 4
+
+
+def test_hybrid_truth_is_the_weighted_mean_of_clamped_cosine_and_lexical_value() -> None:
+    query = itlr.parse('"sun" AND NOT "fish"')
+    cosines = np.array([[0.6, -0.2], [0.3, 0.7]])
+    lexical = np.array([[0.4, 0.9], [0.0, 0.1]])
+    truth = TruthMap("hybrid", lexical=0.25, not_evidence="lexical")
+    composed = compose(query, cosines, Operators(not_strength=0.5), truth, lexical=lexical)
+    expected_a = 0.75 * np.clip(cosines[:, 0], 0, 1) + 0.25 * lexical[:, 0]
+    expected_b = lexical[:, 1]
+    assert composed.truths[:, 0] == pytest.approx(expected_a)
+    assert composed.truths[:, 1] == pytest.approx(expected_b)
+    assert composed.scores == pytest.approx(expected_a * (1 - 0.5 * expected_b))
+
+
+def test_hybrid_options_are_checked_with_one_line_errors() -> None:
+    with pytest.raises(ConfigurationError, match=r"lexical share .* in \[0, 1\]"):
+        TruthMap("hybrid", lexical=1.5)
+    with pytest.raises(ConfigurationError, match="unknown NOT evidence 'bm25'"):
+        search_options(truth="hybrid", not_evidence="bm25")
+    with pytest.raises(ConfigurationError, match="hybrid truth values need the lexical"):
+        TruthMap("hybrid").apply(np.zeros((1, 1)), ["x"])
+    options = search_options(truth="hybrid", lexical=0.3, not_evidence="cosine")
+    assert (options.truth.kind, options.truth.lexical, options.truth.not_evidence) == (
+        "hybrid",
+        0.3,
+        "cosine",
+    )
+    assert TruthMap.from_dict(options.truth.to_dict()) == options.truth
+
+
+def test_translate_refuses_hybrid_truths_it_cannot_count_statistics_for(embedder) -> None:
+    options = SearchOptions(truth=TruthMap("hybrid"))
+    with pytest.raises(ConfigurationError, match="term statistics"):
+        translate_requests('"a" AND NOT "b"', "opensearch", "idx", options, embedder)
+
+
+# -- the embedded engine ----------------------------------------------------------------------
+
+
+def unit(rng: np.random.Generator, count: int, dims: int = 8) -> np.ndarray:
+    vectors = rng.normal(size=(count, dims)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_term(
+    tmp_path,
+) -> None:
+    rng = np.random.default_rng(0)
+    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    texts = ["aarhus is a city", "aarhus is a city in denmark", "copenhagen harbour"]
+    vectors = unit(rng, 1).repeat(3, axis=0)  # one cosine for all: only the words differ
+    index.add(["a", "b", "c"], texts, vectors)
+    query = itlr.parse('"aarhus" AND NOT "denmark"')
+    terms = np.vstack([vectors[0], unit(rng, 1)[0]])
+    options = SearchOptions(k=3, mode="exact", truth=TruthMap("hybrid"))
+    hits = index.search(query, terms, options)
+    assert [h.id for h in hits][:2] == ["a", "b"]
+    assert hits[0].truths["denmark"] == 0.0 and hits[1].truths["denmark"] > 0.3
+    plain = index.search(query, terms, SearchOptions(k=3, mode="exact"))
+    assert plain[0].score == pytest.approx(plain[1].score)
+
+
+def test_embedded_statistics_count_live_documents_only(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index.add(["a", "b"], ["bone bone", "sun"], unit(rng, 2))
+    before = embedded_stats(index)
+    assert (before.documents, before.total_length, before.df["bone"]) == (2, 3, 1)
+    index.delete(["a"])
+    index.add(["b"], ["sun and fish"], unit(rng, 1))  # replaced: the old row is dead
+    after = embedded_stats(index)
+    assert (after.documents, after.total_length, after.df.get("bone", 0)) == (1, 2, 0)
+
+
+# -- OpenSearch: the same figures to 1e-4 ---------------------------------------------------
+
+
+def hybrid_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]]:
+    """Random trees from the demo vocabulary with random operators and hybrid parameters."""
+    from itlr.benchmarks.text_corpus import random_queries
+
+    rng = random.Random(seed)
+    trees = random_queries(VOCABULARY, count, rng)
+    cases = []
+    for tree in trees:
+        ops = Operators(
+            rng.choice(["product", "sum", "min"]),
+            rng.choice(["sum", "max", "probsum"]),
+            not_strength=rng.choice([1.0, 0.5]),
+        )
+        truth = TruthMap(
+            "hybrid",
+            lexical=rng.choice([0.3, 0.5, 1.0]),
+            not_evidence=rng.choice(["lexical", "cosine", "mixed"]),
+        )
+        cases.append(
+            (itlr.parse(str(tree)), SearchOptions(k=10, mode="exact", ops=ops, truth=truth))
+        )
+    return cases
+
+
+def make_backend(url: str, corpus, corpus_vectors, embedder, shards: int) -> OpenSearchBackend:
+    backend = OpenSearchBackend(
+        Connection(url).opensearch(),
+        f"itlr-hybrid-{shards}-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=url,
+    )
+    mapping = backend.dialect.mapping(embedder.dims, embedder.name)
+    mapping["settings"]["index"]["number_of_shards"] = shards
+    backend.client.indices.create(index=backend.index, body=mapping)
+    failures = backend.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    assert failures == {}
+    backend.refresh()
+    return backend
+
+
+@pytest.fixture(scope="module")
+def one_shard(opensearch_url, corpus, corpus_vectors, embedder):
+    backend = make_backend(opensearch_url, corpus, corpus_vectors, embedder, 1)
+    yield backend
+    backend.client.indices.delete(index=backend.index)
+
+
+@pytest.fixture(scope="module")
+def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
+    backend = make_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
+    yield backend
+    backend.client.indices.delete(index=backend.index)
+
+
+@pytest.mark.opensearch
+@pytest.mark.parametrize("shards", [1, 3])
+def test_cluster_statistics_are_the_embedded_index_statistics(
+    shards, one_shard, three_shards, embedded
+) -> None:
+    backend = one_shard if shards == 1 else three_shards
+    query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "zzyzx"')
+    remote = lexical_stats(
+        dict(backend.client.search(index=backend.index, body=lexical_stats_body(query)))
+    )
+    local = embedded_stats(embedded)
+    assert (remote.documents, remote.total_length) == (local.documents, local.total_length)
+    assert remote.df == {t: local.df.get(t, 0) for t in ("vitamin", "d", "bone", "health", "zzyzx")}
+
+
+@pytest.mark.opensearch
+@pytest.mark.parametrize("shards", [1, 3])
+def test_hybrid_scores_match_the_embedded_engine_on_40_random_queries(
+    shards, one_shard, three_shards, embedded, vocabulary_vectors
+) -> None:
+    backend = one_shard if shards == 1 else three_shards
+    for query, options in hybrid_cases(40, seed=shards):
+        vectors = term_vectors(query, vocabulary_vectors)
+        assert_same_ranking(
+            backend.search(query, vectors, options), embedded.search(query, vectors, options)
+        )
+
+
+@pytest.mark.opensearch
+@pytest.mark.parametrize("evidence", ["lexical", "cosine", "mixed"])
+def test_each_terms_hybrid_truth_matches_to_1e4_on_every_document(
+    evidence, three_shards, embedded, vocabulary_vectors, corpus
+) -> None:
+    # A one-term program's score is that term's truth; under NOT it is 1 - truth.
+    for text in ('"vitamin D"', 'NOT "bone health"', '"immune system"'):
+        query = itlr.parse(text)
+        vectors = term_vectors(query, vocabulary_vectors)
+        truth = TruthMap("hybrid", lexical=0.4, not_evidence=evidence)
+        options = SearchOptions(k=len(corpus), mode="exact", ops=Operators(), truth=truth)
+        remote = {h.id: h.score for h in three_shards.search(query, vectors, options)}
+        local = {h.id: h.score for h in embedded.search(query, vectors, options)}
+        assert remote.keys() == local.keys()
+        assert max(abs(remote[i] - local[i]) for i in local) < 1e-4
+
+
+@pytest.mark.opensearch
+def test_knn_mode_and_explained_truths_match_the_embedded_engine(
+    one_shard, embedded, vocabulary_vectors, corpus
+) -> None:
+    query = itlr.parse('"vitamin D" AND NOT "bone health"')
+    vectors = term_vectors(query, vocabulary_vectors)
+    options = SearchOptions(
+        k=10, mode="knn", candidates=len(corpus), truth=TruthMap("hybrid"), explain=True
+    )
+    remote, local = (
+        one_shard.search(query, vectors, options),
+        embedded.search(query, vectors, options),
+    )
+    assert_same_ranking(remote, local)
+    for mine, theirs in zip(remote, local, strict=True):
+        for term in query.terms:
+            assert mine.truths[term] == pytest.approx(theirs.truths[term], abs=1e-4)
+
+
+@pytest.mark.opensearch
+def test_a_document_without_lexical_fields_keeps_its_cosine_share(
+    one_shard, embedded, vocabulary_vectors
+) -> None:
+    # An index filled before the lexical fields existed (or by another writer): no tokens.
+    doc_id = f"bare-{uuid.uuid4().hex[:6]}"
+    vector = vocabulary_vectors["vitamin D"]
+    one_shard.client.index(
+        index=one_shard.index,
+        id=doc_id,
+        body={"doc_id": doc_id, "text": "vitamin D", "embedding": vector.tolist()},
+        refresh=True,
+    )
+    try:
+        query = itlr.parse('"vitamin D"')
+        options = SearchOptions(
+            k=1,
+            mode="exact",
+            ops=Operators(),
+            truth=TruthMap("hybrid"),
+            filter={"term": {"doc_id": doc_id}},
+        )
+        (hit,) = one_shard.search(query, vector[None, :], options)
+        assert hit.id == doc_id
+        assert hit.score == pytest.approx(0.5, abs=1e-4)  # cosine 1, lexical 0
+    finally:
+        one_shard.client.delete(index=one_shard.index, id=doc_id, refresh=True)
+
+
+@pytest.mark.opensearch
+def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
+    three_shards, embedded, vocabulary_vectors
+) -> None:
+    es = ElasticsearchBackend(None, three_shards.index, "m", 384, version="8.19.0")
+    # The ES script for OpenSearch's k-NN doc values: `.vectorValue` is `.value`.
+    source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
+    for query, options in hybrid_cases(20, seed=5):
+        vectors = term_vectors(query, vocabulary_vectors)
+        stats = three_shards.lexical_stats(query)
+        body = es.dialect.search_body(query, vectors, options, stats)
+        script = body["query"]["script_score"]["script"]
+        body["query"]["script_score"]["script"] = {
+            "source": source,
+            "lang": "painless",
+            "params": script["params"],
+        }
+        response = three_shards.client.search(
+            index=three_shards.index, body=json.loads(json.dumps(body))
+        )
+        remote = three_shards.dialect.hits(dict(response))
+        assert_same_ranking(remote, embedded.search(query, vectors, options))
