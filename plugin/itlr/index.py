@@ -20,7 +20,7 @@ from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
-from itlr.engines.factory import EngineSpec, open_backend
+from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
@@ -81,9 +81,9 @@ class Index:
         says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
         cluster index is created only with `create=True`.
         """
-        engine = engine or ("auto" if url else "memory")
+        engine = engine_name(engine) if engine else ("auto" if url else "embedded")
         connection = None
-        if url is not None and engine != "memory":
+        if url is not None and engine != "embedded":
             connection = Connection.from_env(
                 url,
                 user=user,
@@ -92,7 +92,7 @@ class Index:
                 ca_file=ca_file,
                 verify_certs=verify_certs,
             )
-        elif engine != "memory":
+        elif engine != "embedded":
             raise ConfigurationError(f"`engine={engine!r}` needs a cluster: give `url`")
         spec = EngineSpec(
             engine=engine,
@@ -103,7 +103,7 @@ class Index:
             knn_engine=knn_engine,
         )
         if create is None:
-            create = engine == "memory"
+            create = engine == "embedded"
         return cls.from_spec(spec, model=model, create=create)
 
     @classmethod
@@ -122,8 +122,8 @@ class Index:
 
     @property
     def engine(self) -> str:
-        """memory, opensearch or elasticsearch (what auto-detection found)."""
-        return getattr(self.backend, "engine", "memory")
+        """embedded, opensearch or elasticsearch (what auto-detection found)."""
+        return getattr(self.backend, "engine", "embedded")
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -199,8 +199,9 @@ class Index:
     ) -> SearchResult:
         """Run a logical query: hits with score and per-term truths, best first, and warnings.
 
-        Options by name: mode ("knn" or "exact"), candidates, hard_filter, and_, or_, not_,
-        truth, tau, lam, filter, exclude_lexical, explain. With `rewrite="rules"` (or "llm" and
+        Options by name (itlr.options.OPTIONS): mode ("knn" or "exact"), candidates, plan,
+        hard_filter, and_, or_, not_, not_strength, truth, tau, lam, filter, exclude_lexical,
+        explain, from_, search_after, source_fields, highlight. With `rewrite="rules"` (or "llm" and
         an `llm` config) `query` is a plain-language question, rewritten first; text that is
         already a logical query is used as typed.
         """
@@ -252,7 +253,7 @@ class Index:
         """The requests to send, in order: the script installs (with_install), then the search."""
         if options is None:
             names["k"] = k
-        engine = engine or (self.engine if self.engine != "memory" else "opensearch")
+        engine = engine or (self.engine if self.engine != "embedded" else "opensearch")
         version = None
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]

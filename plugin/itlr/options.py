@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from itlr.candidates import DEFAULT_PLAN, PLANS, Plan
 from itlr.errors import ConfigurationError
-from itlr.scoring import DEFAULT_NOT_STRENGTH, SEARCH_OPERATORS, Operators, TruthMap
+from itlr.scoring import (
+    DEFAULT_NOT_STRENGTH,
+    SEARCH_OPERATORS,
+    AndName,
+    NotEvidence,
+    NotName,
+    Operators,
+    OrName,
+    TruthMap,
+    TruthName,
+)
 
 Mode = Literal["knn", "exact"]
 # The default deepest budget, as a multiple of the first: conjunctions on a 100k corpus of
@@ -103,30 +114,33 @@ class SearchOptions:
         return budgets
 
 
+_TRUTH = TruthMap()
+
+
 def search_options(
     *,
-    k: int = 10,
-    mode: str = "knn",
-    candidates: int | None = None,
-    max_candidates: int | None = None,
-    plan: str = DEFAULT_PLAN,
-    hard_filter: float | None = None,
-    and_: str = "product",
-    or_: str = "sum",
-    not_: str = "complement",
-    not_strength: float = DEFAULT_NOT_STRENGTH,
-    truth: str = "clamp",
-    tau: float = 0.5,
-    lam: float = 10.0,
-    lexical: float = 0.5,
-    not_evidence: str = "lexical",
-    filter: dict[str, Any] | None = None,
-    exclude_lexical: bool = False,
-    explain: bool = False,
-    from_: int = 0,
-    search_after: list[Any] | tuple[Any, ...] | None = None,
-    source_fields: list[str] | tuple[str, ...] | None = None,
-    highlight: bool = False,
+    k: int = SearchOptions.k,
+    mode: str = SearchOptions.mode,
+    candidates: int | None = SearchOptions.candidates,
+    max_candidates: int | None = SearchOptions.max_candidates,
+    plan: str = SearchOptions.plan,
+    hard_filter: float | None = SearchOptions.hard_filter,
+    and_: str = SEARCH_OPERATORS.and_,
+    or_: str = SEARCH_OPERATORS.or_,
+    not_: str = SEARCH_OPERATORS.not_,
+    not_strength: float = SEARCH_OPERATORS.not_strength,
+    truth: str = _TRUTH.kind,
+    tau: float = _TRUTH.tau,
+    lam: float = _TRUTH.lam,
+    lexical: float = _TRUTH.lexical,
+    not_evidence: str = _TRUTH.not_evidence,
+    filter: dict[str, Any] | None = SearchOptions.filter,
+    exclude_lexical: bool = SearchOptions.exclude_lexical,
+    explain: bool = SearchOptions.explain,
+    from_: int = SearchOptions.from_,
+    search_after: list[Any] | tuple[Any, ...] | None = SearchOptions.search_after,
+    source_fields: list[str] | tuple[str, ...] | None = SearchOptions.source_fields,
+    highlight: bool = SearchOptions.highlight,
     model: str | None = None,
 ) -> SearchOptions:
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
@@ -145,6 +159,16 @@ def search_options(
     if filter is not None and not isinstance(filter, dict):
         raise ConfigurationError(
             '`filter` must be a JSON object, e.g. {"term": {"metadata.lang": "en"}}'
+        )
+    if search_after is not None and not isinstance(search_after, list | tuple):
+        raise ConfigurationError(
+            "`search_after` must be a list: the `sort` values of the previous page's last hit"
+        )
+    if isinstance(source_fields, str) or (
+        source_fields is not None and not all(isinstance(f, str) and f for f in source_fields)
+    ):
+        raise ConfigurationError(
+            '`source_fields` must be a list of field names, e.g. ["title", "year"]'
         )
     return SearchOptions(
         k=k,
@@ -184,6 +208,172 @@ def truth_map(
             'or use `truth="sigmoid"` with `tau` and `lam`'
         )
     return calibrated
+
+
+OptionKind = Literal["int", "float", "bool", "choice", "object", "list", "fields"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One search option as every front end spells it. The Python name is `search_options`'s
+    keyword (and_, from_); `key` is the JSON key and, as --key, the CLI flag. Its default is
+    the keyword's default, so it is written once."""
+
+    name: str
+    kind: OptionKind
+    help: str
+    # The SearchOptions field it sets: ops and truth are built from several options.
+    field: str
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    metavar: str | None = None
+    # The JSON key and flag when they are not the Python name without its trailing _.
+    spelled: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.spelled or self.name.rstrip("_")
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def default(self) -> Any:
+        return inspect.signature(search_options).parameters[self.name].default
+
+
+def _option(name: str, kind: OptionKind, help: str, **more: Any) -> Option:
+    spelled = more.pop("key", None)
+    return Option(name, kind, help, field=more.pop("field", name), spelled=spelled, **more)
+
+
+OPTIONS: tuple[Option, ...] = (
+    _option("k", "int", "Number of hits.", minimum=1),
+    _option(
+        "max_candidates",
+        "int",
+        "The deepest kNN budget per positive term knn mode may reach while proving its top k "
+        "exact (default 20 x candidates).",
+        optional=True,
+        minimum=1,
+    ),
+    _option(
+        "mode",
+        "choice",
+        "knn: kNN candidates (see plan), rescored exactly; exact: score every document.",
+        choices=get_args(Mode),
+    ),
+    _option(
+        "candidates",
+        "int",
+        "kNN candidates per positive term (default max(100, 10k)).",
+        optional=True,
+        minimum=1,
+    ),
+    _option(
+        "plan",
+        "choice",
+        "Which kNN searches gather the candidates: auto (one search with the terms' summed "
+        "vector for anchored queries), per-term, per-branch or combined.",
+        choices=PLANS,
+    ),
+    _option(
+        "hard_filter",
+        "float",
+        "Drop documents whose truth for a NOT term at the root's AND is >= THETA. "
+        "A NOT under an OR stays fuzzy.",
+        optional=True,
+        minimum=0.0,
+        maximum=1.0,
+        metavar="THETA",
+    ),
+    _option("and_", "choice", "AND operator.", field="ops", choices=get_args(AndName)),
+    _option("or_", "choice", "OR operator.", field="ops", choices=get_args(OrName)),
+    _option("not_", "choice", "NOT operator.", field="ops", choices=get_args(NotName)),
+    _option(
+        "not_strength",
+        "float",
+        "NOT negates this share of a term's truth value: 1 - s*x. 1 is the paper's NOT; the "
+        f"default {DEFAULT_NOT_STRENGTH} suits whole-passage cosines (docs/benchmarks.md).",
+        field="ops",
+        minimum=0.0,
+        maximum=1.0,
+        metavar="S",
+    ),
+    _option(
+        "truth",
+        "choice",
+        "Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with tau/lam, "
+        "or calibrated (the sigmoid `itlr calibrate` saved for the model).",
+        choices=(*get_args(TruthName), "calibrated"),
+    ),
+    _option("tau", "float", "Sigmoid centre.", field="truth"),
+    _option(
+        "lexical",
+        "float",
+        "With truth hybrid: the BM25 share of a positive term's truth (the rest is cosine).",
+        field="truth",
+        key="lexical_share",
+        metavar="W",
+    ),
+    _option(
+        "not_evidence",
+        "choice",
+        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or mixed "
+        "(as positive terms).",
+        field="truth",
+        choices=get_args(NotEvidence),
+    ),
+    _option("lam", "float", "Sigmoid steepness.", field="truth"),
+    _option(
+        "filter",
+        "object",
+        'An engine query (JSON) every hit must match, e.g. {"term": {"metadata.lang": "en"}}.',
+        optional=True,
+    ),
+    _option(
+        "exclude_lexical",
+        "bool",
+        "Also drop documents whose text contains a root-level NOT term as a phrase "
+        "(match_phrase in must_not; OpenSearch/Elasticsearch).",
+    ),
+    _option(
+        "explain",
+        "bool",
+        "Explain each hit's score: its per-term truth values and how they compose.",
+    ),
+    _option(
+        "from_",
+        "int",
+        "Hits to skip before the first one returned (paging).",
+        minimum=0,
+        metavar="N",
+    ),
+    _option(
+        "search_after",
+        "list",
+        "The `sort` values (JSON list) of the previous page's last hit: the next page (clusters).",
+        optional=True,
+        metavar="JSON",
+    ),
+    _option(
+        "source_fields",
+        "fields",
+        "Which of a document's own fields to return (comma-separated; empty: none). "
+        "Default: every field but the vectors.",
+        optional=True,
+        metavar="A,B",
+    ),
+    _option(
+        "highlight",
+        "bool",
+        "Return fragments of the text field that match the positive terms' words.",
+    ),
+)
+OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from itlr.engines.factory import ENGINES
-from itlr.errors import ItlrError, QuerySyntaxError
+from itlr.engines.factory import ENGINE_ALIASES, ENGINES
+from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
 from itlr.options import Mode as ModeName
 from itlr.rewrite import METHODS as REWRITE_METHODS
 from itlr.scoring import AndName, NotName, OrName, TruthName
@@ -58,7 +58,7 @@ def _choices(name: str, values: tuple[str, ...]) -> Any:
 
 
 # The calibrated truth map is chosen by name too (itlr.options.truth_map loads it).
-Engine = _choices("Engine", ENGINES)
+Engine = _choices("Engine", (*ENGINES, *ENGINE_ALIASES))
 Mode = _choices("Mode", get_args(ModeName))
 AndOp = _choices("AndOp", get_args(AndName))
 OrOp = _choices("OrOp", get_args(OrName))
@@ -72,22 +72,14 @@ _PYTHON_OPTION = re.compile(r'`(\w+)(?:="([^"`]*)")?`')
 
 
 def _python_option_names() -> frozenset[str]:
-    from dataclasses import fields
-
-    from itlr.options import SearchOptions
+    from itlr.options import OPTIONS
 
     return frozenset(
-        {f.name for f in fields(SearchOptions)}
+        {option.name for option in OPTIONS}
         | set(_ENGINE_OPTIONS)
         | {
             "model",
             "index",
-            "and_",
-            "or_",
-            "not_",
-            "not_strength",
-            "tau",
-            "lam",
             "with_install",
             "token",
             "split",
@@ -153,7 +145,8 @@ def run_guarded(action):
 
 
 IndexOpt = Annotated[
-    str, typer.Option("--index", "-i", help="Index name (or a folder path for the memory engine).")
+    str,
+    typer.Option("--index", "-i", help="Index name (or a folder path for the embedded engine)."),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -163,29 +156,52 @@ ModelOpt = Annotated[
 ]
 
 
+_CONNECTION_HELP = {
+    "url": "Cluster URL, e.g. http://localhost:9200.",
+    "user": "Basic-auth user.",
+    "password": "Basic-auth password (prefer the env var).",
+    "api_key": "API key (Elasticsearch).",
+    "ca_file": "CA bundle for TLS.",
+    "verify_certs": "Verify the cluster's TLS certificate (--no-verify-certs: a test cluster only).",
+}
+
+
+def _connection_options() -> dict[str, tuple[Any, Any]]:
+    """One flag per field of Connection, each with its ITLR_<NAME> environment variable."""
+    from dataclasses import MISSING, fields
+
+    from itlr.engines.connection import Connection
+
+    options: dict[str, tuple[Any, Any]] = {}
+    for item in fields(Connection):
+        default = None if item.default is MISSING else item.default
+        hint = bool if isinstance(default, bool) else str | None
+        flag = typer.Option(
+            envvar=f"ITLR_{item.name.upper()}",
+            help=_CONNECTION_HELP[item.name],
+            # A field kept out of repr is a secret: never echoed in --help either.
+            show_default=item.repr,
+            rich_help_panel="Engine",
+        )
+        options[item.name] = (Annotated[hint, flag], default)
+    return options
+
+
+CONNECTION_OPTIONS = _connection_options()
 _ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
     "engine": (
         Annotated[
             Engine | None,
             typer.Option(
-                help="Where the index lives: memory (embedded, no server), opensearch, "
-                "elasticsearch, or auto (ask the cluster). Default: auto with --url, else memory.",
+                help="Where the index lives: embedded (no server; `memory` is its old name), "
+                "opensearch, elasticsearch, or auto (ask the cluster). Default: auto with --url, "
+                "else embedded.",
                 rich_help_panel="Engine",
             ),
         ],
         None,
     ),
-    "url": (
-        Annotated[
-            str | None,
-            typer.Option(
-                envvar="ITLR_URL",
-                help="Cluster URL, e.g. http://localhost:9200.",
-                rich_help_panel="Engine",
-            ),
-        ],
-        None,
-    ),
+    **CONNECTION_OPTIONS,
     "vector_field": (
         Annotated[str, typer.Option(help="Vector field of the index.", rich_help_panel="Engine")],
         "embedding",
@@ -205,97 +221,80 @@ _ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
-    "user": (
-        Annotated[
-            str | None,
-            typer.Option(envvar="ITLR_USER", help="Basic-auth user.", rich_help_panel="Engine"),
-        ],
-        None,
-    ),
-    "password": (
-        Annotated[
-            str | None,
-            typer.Option(
-                envvar="ITLR_PASSWORD",
-                help="Basic-auth password (prefer the env var).",
-                show_default=False,
-                rich_help_panel="Engine",
-            ),
-        ],
-        None,
-    ),
-    "api_key": (
-        Annotated[
-            str | None,
-            typer.Option(
-                envvar="ITLR_API_KEY",
-                help="API key (Elasticsearch).",
-                show_default=False,
-                rich_help_panel="Engine",
-            ),
-        ],
-        None,
-    ),
-    "ca_file": (
-        Annotated[
-            str | None,
-            typer.Option(
-                envvar="ITLR_CA_FILE", help="CA bundle for TLS.", rich_help_panel="Engine"
-            ),
-        ],
-        None,
-    ),
 }
 
 
-def _build_spec(index: str, values: dict[str, Any]):
+def _connection(values: dict[str, Any]):
     from itlr.engines.connection import Connection
+
+    given = {name: values[name] for name in CONNECTION_OPTIONS if name != "url"}
+    return Connection.from_env(values["url"], **given)
+
+
+def _build_spec(index: str, values: dict[str, Any]):
     from itlr.engines.dialect import IndexLayout
-    from itlr.engines.factory import EngineSpec
+    from itlr.engines.factory import EngineSpec, engine_name
 
     engine = values["engine"]
     url = values["url"]
-    name = engine.value if engine else ("auto" if url else "memory")
-    connection = None
-    if url and name != "memory":
-        connection = Connection.from_env(
-            url,
-            user=values["user"],
-            password=values["password"],
-            api_key=values["api_key"],
-            ca_file=values["ca_file"],
-        )
+    name = engine_name(engine.value, warn) if engine else ("auto" if url else "embedded")
     return EngineSpec(
         engine=name,
         index=index,
-        connection=connection,
+        connection=_connection(values) if url and name != "embedded" else None,
         layout=IndexLayout(values["vector_field"], values["text_field"]),
         inline_script=values["inline_script"],
     )
 
 
-def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the shared engine options; it receives them as `spec` (an EngineSpec)."""
+def _with_options(
+    func: Callable[..., Any],
+    options: dict[str, tuple[Any, Any]],
+    target: str,
+    build: Callable[[dict[str, Any], dict[str, Any]], Any],
+) -> Callable[..., Any]:
+    """`func` with `options` as extra keyword flags, whose values `build` turns into the one
+    argument `target` (build sees the flags' values and the command's own arguments)."""
     signature = inspect.signature(func)
-    own = [p for p in signature.parameters.values() if p.name != "spec"]
+    own = [p for p in signature.parameters.values() if p.name != target]
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
-        for name, (hint, default) in _ENGINE_OPTIONS.items()
+        for name, (hint, default) in options.items()
     ]
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name in _ENGINE_OPTIONS}
-        # A command whose --index is optional (eval) names its index itself when it is None.
-        index = kwargs.get("index") or "default"
-        kwargs["spec"] = run_guarded(lambda: _build_spec(index, values))
+        values = {name: kwargs.pop(name) for name in options}
+        kwargs[target] = run_guarded(lambda: build(values, kwargs))
         return func(**kwargs)
 
     hints = typing.get_type_hints(func, include_extras=True)
-    hints.pop("spec", None)
-    hints.update({name: hint for name, (hint, _default) in _ENGINE_OPTIONS.items()})
+    hints.pop(target, None)
+    hints.update({name: hint for name, (hint, _default) in options.items()})
     wrapper.__annotations__ = hints
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
     )
     return wrapper
+
+
+def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the shared engine options; it receives them as `spec` (an EngineSpec)."""
+    # A command whose --index is optional (eval) names its index itself when it is None.
+    return _with_options(
+        func,
+        _ENGINE_OPTIONS,
+        "spec",
+        lambda values, own: _build_spec(own.get("index") or "default", values),
+    )
+
+
+def connection_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the connection options (Connection's fields); it receives `connection`."""
+    return _with_options(func, CONNECTION_OPTIONS, "connection", _required_connection)
+
+
+def _required_connection(values: dict[str, Any], _own: dict[str, Any]):
+    if not values["url"]:
+        raise ConfigurationError("give --url (or ITLR_URL): the cluster to reach")
+    return _connection(values)

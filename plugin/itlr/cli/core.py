@@ -12,14 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from itlr.cli.app import (
-    AndOp,
     IndexOpt,
-    Mode,
     ModelOpt,
-    NotOp,
-    OrOp,
     Rewrite,
-    Truth,
     app,
     engine_command,
     err,
@@ -28,27 +23,7 @@ from itlr.cli.app import (
     say,
     warn,
 )
-from itlr.cli.options import (
-    DEFAULT_PLAN_CHOICE,
-    AndOpt,
-    CandidatesOpt,
-    ExcludeLexicalOpt,
-    ExplainOpt,
-    FilterOpt,
-    HardFilterOpt,
-    KOpt,
-    LamOpt,
-    LexicalOpt,
-    ModeOpt,
-    NotEvidenceOpt,
-    NotOpt,
-    NotStrengthOpt,
-    OrOpt,
-    PlanOpt,
-    TauOpt,
-    TruthOpt,
-    search_options,
-)
+from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.cli.rewrite import (
     LLMBaseUrlOpt,
@@ -59,8 +34,8 @@ from itlr.cli.rewrite import (
 )
 from itlr.errors import ConfigurationError
 from itlr.explain import lines as explanation_lines
+from itlr.options import search_options
 from itlr.parser import parse
-from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 
 @app.command("parse")
@@ -174,28 +149,13 @@ def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
 
 @app.command()
 @engine_command
+@search_option_command()
 def search(
     index: IndexOpt,
     query: QueryArg = None,
     query_file: QueryFileOpt = None,
     spec: Any = None,
-    k: KOpt = 10,
-    mode: ModeOpt = Mode.knn,
-    candidates: CandidatesOpt = None,
-    plan: PlanOpt = DEFAULT_PLAN_CHOICE,
-    hard_filter: HardFilterOpt = None,
-    and_: AndOpt = AndOp.product,
-    or_: OrOpt = OrOp.sum,
-    not_: NotOpt = NotOp.complement,
-    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
-    truth: TruthOpt = Truth.clamp,
-    tau: TauOpt = 0.5,
-    lam: LamOpt = 10.0,
-    lexical_share: LexicalOpt = 0.5,
-    not_evidence: NotEvidenceOpt = "lexical",
-    filter: FilterOpt = None,
-    exclude_lexical: ExcludeLexicalOpt = False,
-    explain: ExplainOpt = False,
+    option_values: Any = None,
     rewrite: Annotated[
         Rewrite,
         typer.Option(
@@ -221,26 +181,7 @@ def search(
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
         else:
             parse(text)  # a syntax error shows before the model loads
-        options = search_options(
-            k=k,
-            mode=mode,
-            candidates=candidates,
-            plan=plan,
-            hard_filter=hard_filter,
-            and_=and_,
-            or_=or_,
-            not_=not_,
-            not_strength=not_strength,
-            truth=truth,
-            tau=tau,
-            lam=lam,
-            lexical=lexical_share,
-            not_evidence=not_evidence,
-            filter=filter,
-            exclude_lexical=exclude_lexical,
-            explain=explain,
-            model=model,
-        )
+        options = search_options(**option_values, model=model)
         result = _open(spec, model, create=False).search(
             text, options=options, rewrite=rewrite.value, llm=config
         )

@@ -11,13 +11,9 @@ import typer
 from rich.table import Table
 
 from itlr.cli.app import (
-    AndOp,
     Mode,
     ModelOpt,
-    NotOp,
-    OrOp,
     Rewrite,
-    Truth,
     app,
     engine_command,
     err,
@@ -25,7 +21,7 @@ from itlr.cli.app import (
     run_guarded,
     warn,
 )
-from itlr.cli.options import LexicalOpt, NotEvidenceOpt, NotStrengthOpt
+from itlr.cli.options import search_option_command
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
 from itlr.evaluation.experiment import (
@@ -34,7 +30,7 @@ from itlr.evaluation.experiment import (
     MEMORY_DEPTH,
     EvalSettings,
 )
-from itlr.scoring import DEFAULT_NOT_STRENGTH, Operators, TruthMap
+from itlr.options import search_options
 
 if TYPE_CHECKING:
     from itlr.evaluation.engine_runs import IndexSync
@@ -64,7 +60,7 @@ EvalModeOpt = Annotated[
     Mode | None,
     typer.Option(
         help="On a cluster: knn (kNN candidates, rescored exactly; the default) or "
-        "exact (score every document). The memory engine always scores every document.",
+        "exact (score every document). The embedded engine always scores every document.",
         rich_help_panel="Engine",
     ),
 ]
@@ -106,8 +102,24 @@ def _print_metrics(title: str, metrics: dict[str, dict[str, float]], names: list
     out.print(table)
 
 
+# mode and candidates are eval's own: on a cluster only, with the depth policy's defaults.
+EVAL_OPTIONS = (
+    "and_",
+    "or_",
+    "not_",
+    "not_strength",
+    "truth",
+    "tau",
+    "lam",
+    "lexical",
+    "not_evidence",
+    "hard_filter",
+)
+
+
 @app.command("eval")
 @engine_command
+@search_option_command(only=EVAL_OPTIONS)
 def eval_command(
     dataset: Annotated[
         Path, typer.Argument(help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/.")
@@ -131,24 +143,6 @@ def eval_command(
             "'logical' field, else parse the text), rules, or llm."
         ),
     ] = Rewrite.none,
-    and_: Annotated[AndOp, typer.Option("--and", help="AND operator.")] = AndOp.product,
-    or_: Annotated[OrOp, typer.Option("--or", help="OR operator.")] = OrOp.sum,
-    not_: Annotated[NotOp, typer.Option("--not", help="NOT operator.")] = NotOp.complement,
-    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
-    truth: Annotated[
-        Truth, typer.Option(help="Map cosine to truth for itlr: clamp, shift, sigmoid, hybrid.")
-    ] = Truth.clamp,
-    lexical_share: LexicalOpt = 0.5,
-    not_evidence: NotEvidenceOpt = "lexical",
-    tau: Annotated[float, typer.Option(help="Sigmoid centre (with --truth sigmoid).")] = 0.5,
-    lam: Annotated[float, typer.Option(help="Sigmoid steepness (with --truth sigmoid).")] = 10.0,
-    hard_filter: Annotated[
-        float | None,
-        typer.Option(
-            help="itlr-hard: drop documents whose truth for a root-level NOT term is >= THETA.",
-            metavar="THETA",
-        ),
-    ] = None,
     split: SplitOpt = "test",
     qrels: QrelsOpt = None,
     negatives: NegativesOpt = None,
@@ -168,6 +162,7 @@ def eval_command(
         Path | None,
         typer.Option("--out", help="Output folder (default results/eval/<dataset name>)."),
     ] = None,
+    option_values: Any = None,
 ) -> None:
     """Compare dense and logical retrieval on a BEIR folder: table, results.json and plots.
 
@@ -188,12 +183,12 @@ def eval_command(
             write_results,
         )
 
-        on_cluster = spec.engine != "memory"
+        on_cluster = spec.engine != "embedded"
         ranked_depth(depth, on_cluster)  # before an index is created or anything encoded
         if not on_cluster and (mode is not None or candidates is not None or index is not None):
             err.print(
                 "[yellow]note:[/] --index, --mode and --candidates apply to a cluster (--url); "
-                "the memory engine scores every document in process"
+                "the embedded engine scores every document in process"
             )
         # The LLM options may come from the environment: they only matter with --rewrite llm.
         config = (
@@ -201,13 +196,14 @@ def eval_command(
             if rewrite is Rewrite.llm
             else None
         )
+        chosen = search_options(**option_values, model=model)
         settings = EvalSettings(
             methods=[m.strip() for m in methods.split(",")] if methods else None,
             rewrite=rewrite.value,
             llm=config,
-            ops=Operators(and_.value, or_.value, not_.value, not_strength=not_strength),  # type: ignore[arg-type]
-            truth=TruthMap(truth.value, tau, lam, lexical=lexical_share, not_evidence=not_evidence),  # type: ignore[arg-type]
-            hard_filter=hard_filter,
+            ops=chosen.ops,
+            truth=chosen.truth,
+            hard_filter=chosen.hard_filter,
             split=split,
             qrels=qrels,
             negatives=negatives,

@@ -1,156 +1,121 @@
-"""Search options shared by `search`, `translate` and `eval`, and how they become SearchOptions."""
+"""The search options as CLI flags, derived from `itlr.options.OPTIONS`: one flag per option, with
+the library's name, default and help, for every command that searches or builds a search."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import typing
+from collections.abc import Callable, Collection
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from itlr.candidates import DEFAULT_PLAN, PLANS
-from itlr.cli.app import AndOp, Mode, NotOp, OrOp, Truth
+from itlr.cli.app import run_guarded
 from itlr.errors import ConfigurationError
-from itlr.options import SearchOptions
-from itlr.options import search_options as library_search_options
-from itlr.scoring import DEFAULT_NOT_STRENGTH
+from itlr.options import OPTIONS, Option
 
-KOpt = Annotated[int, typer.Option("--k", "-k", help="Number of hits.")]
-ModeOpt = Annotated[
-    Mode,
-    typer.Option(
-        help="knn: kNN candidates (see --plan), rescored exactly; exact: score every document."
-    ),
-]
-CandidatesOpt = Annotated[
-    int | None, typer.Option(help="kNN candidates per positive term (default max(100, 10k)).")
-]
-# The choices come from the library's own list.
-PlanChoice = StrEnum("PlanChoice", {plan.replace("-", "_"): plan for plan in PLANS})  # type: ignore[misc]
-DEFAULT_PLAN_CHOICE = PlanChoice(DEFAULT_PLAN)
-PlanOpt = Annotated[
-    PlanChoice,
-    typer.Option(
-        help="Which kNN searches gather the candidates: auto (one search with the terms' summed "
-        "vector for anchored queries), per-term, per-branch or combined.",
-    ),
-]
-HardFilterOpt = Annotated[
-    float | None,
-    typer.Option(
-        help="Drop documents whose truth for a NOT term at the root's AND is >= THETA. "
-        "A NOT under an OR stays fuzzy.",
-        metavar="THETA",
-    ),
-]
-AndOpt = Annotated[AndOp, typer.Option("--and", help="AND operator.")]
-OrOpt = Annotated[OrOp, typer.Option("--or", help="OR operator.")]
-NotOpt = Annotated[NotOp, typer.Option("--not", help="NOT operator.")]
-NotStrengthOpt = Annotated[
-    float,
-    typer.Option(
-        help="NOT negates this share of a term's truth value: 1 - s*x. 1 is the paper's NOT; "
-        f"the default {DEFAULT_NOT_STRENGTH} suits whole-passage cosines (docs/benchmarks.md).",
-        metavar="S",
-    ),
-]
-TruthOpt = Annotated[
-    Truth,
-    typer.Option(
-        help="Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with --tau/--lam, "
-        "or calibrated (the sigmoid `itlr calibrate` saved for the model)."
-    ),
-]
-LexicalOpt = Annotated[
-    float,
-    typer.Option(
-        "--lexical-share",
-        help="With --truth hybrid: the BM25 share of a positive term's truth (the rest is cosine).",
-        metavar="W",
-    ),
-]
-NotEvidenceOpt = Annotated[
-    str,
-    typer.Option(
-        help="With --truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or "
-        "mixed (as positive terms).",
-    ),
-]
-TauOpt = Annotated[float, typer.Option(help="Sigmoid centre.")]
-LamOpt = Annotated[float, typer.Option(help="Sigmoid steepness.")]
-FilterOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--filter",
-        help='JSON query every hit must match, e.g. \'{"term": {"metadata.lang": "en"}}\'.',
-    ),
-]
-ExcludeLexicalOpt = Annotated[
-    bool,
-    typer.Option(
-        help="Also drop documents whose text contains a root-level NOT term as a phrase "
-        "(match_phrase in must_not; OpenSearch/Elasticsearch)."
-    ),
-]
-ExplainOpt = Annotated[
-    bool, typer.Option(help="Show each hit's per-term truth values (one round trip).")
-]
+PANEL = "Search options"
+# What the UI's own search body decides, per request, in the query-bar proxy: it keeps these as
+# sent (k covers size + from), so they are not proxy settings. Every other option is one.
+PER_REQUEST = {
+    "k": "size",
+    "from_": "from",
+    "search_after": "search_after",
+    "source_fields": "_source",
+    "highlight": "highlight",
+    "explain": "explain",
+}
+PROXY_OPTIONS = tuple(option.name for option in OPTIONS if option.name not in PER_REQUEST)
 
 
-def parse_filter(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
+def _choice_enum(option: Option) -> type[StrEnum]:
+    # Member names must be identifiers; the values are the library's names (per-term, ...).
+    members = {value.replace("-", "_"): value for value in option.choices}
+    return StrEnum(option.key.title().replace("_", ""), members)  # type: ignore[return-value]
+
+
+def _parameter(option: Option) -> tuple[Any, Any]:
+    """The typed annotation and default of one option's flag."""
+    names = [option.flag, "-k"] if option.name == "k" else [option.flag]
+    flag = typer.Option(*names, help=option.help, metavar=option.metavar, rich_help_panel=PANEL)
+    default = option.default
+    hint: Any
+    if option.kind == "choice":
+        hint = _choice_enum(option)
+        default = hint(default)
+    elif option.kind in ("object", "list", "fields"):
+        hint = str | None  # JSON text or a comma-separated list, parsed in `_value`
+    else:
+        hint = {"int": int, "float": float, "bool": bool}[option.kind]
+        if option.optional:
+            hint = hint | None
+    return Annotated[hint, flag], default
+
+
+def _json(option: Option, text: str, expected: type, example: str) -> Any:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as bad:
         raise ConfigurationError(
-            f"--filter is not valid JSON: {bad.msg} at character {bad.pos}"
+            f"{option.flag} is not valid JSON: {bad.msg} at character {bad.pos}"
         ) from None
-    if not isinstance(value, dict):
-        raise ConfigurationError(
-            '--filter must be a JSON object, e.g. \'{"term": {"metadata.lang": "en"}}\''
-        )
+    if not isinstance(value, expected):
+        raise ConfigurationError(f"{option.flag} must be a JSON {example}")
     return value
 
 
-def search_options(
-    *,
-    k: int,
-    mode: Mode,
-    candidates: int | None,
-    hard_filter: float | None,
-    and_: AndOp,
-    or_: OrOp,
-    not_: NotOp,
-    not_strength: float,
-    truth: Truth,
-    tau: float,
-    lam: float,
-    filter: str | None,
-    exclude_lexical: bool,
-    explain: bool,
-    model: str | None,
-    plan: str = DEFAULT_PLAN,
-    lexical: float = 0.5,
-    not_evidence: str = "lexical",
-) -> SearchOptions:
-    return library_search_options(
-        k=k,
-        mode=mode.value,
-        candidates=candidates,
-        plan=str(plan),
-        hard_filter=hard_filter,
-        and_=and_.value,
-        or_=or_.value,
-        not_=not_.value,
-        not_strength=not_strength,
-        truth=truth.value,
-        tau=tau,
-        lam=lam,
-        lexical=lexical,
-        not_evidence=not_evidence,
-        filter=parse_filter(filter),
-        exclude_lexical=exclude_lexical,
-        explain=explain,
-        model=model,
-    )
+def _value(option: Option, given: Any) -> Any:
+    """A flag's value as the library names it (enum to its name, JSON text to its value)."""
+    if given is None:
+        return None
+    if option.kind == "choice":
+        return given.value
+    if option.kind == "object":
+        return _json(option, given, dict, 'object, e.g. \'{"term": {"metadata.lang": "en"}}\'')
+    if option.kind == "list":
+        return _json(option, given, list, "list, e.g. '[0.83, \"d17\"]'")
+    if option.kind == "fields":
+        return tuple(name.strip() for name in given.split(",") if name.strip())
+    return given
+
+
+def search_option_command(
+    only: Collection[str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command one flag per search option (or per option named in `only`); it receives
+    their values,
+    under the library's names, as `option_values` (a dict for `itlr.options.search_options`)."""
+    chosen = [option for option in OPTIONS if only is None or option.name in only]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func)
+        own = [p for p in signature.parameters.values() if p.name != "option_values"]
+        shapes = {option.name: _parameter(option) for option in chosen}
+        extra = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
+            )
+            for name, (hint, default) in shapes.items()
+        ]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            given = {option: kwargs.pop(option.name) for option in chosen}
+            kwargs["option_values"] = run_guarded(
+                lambda: {option.name: _value(option, value) for option, value in given.items()}
+            )
+            return func(**kwargs)
+
+        hints = typing.get_type_hints(func, include_extras=True)
+        hints.pop("option_values", None)
+        hints.update({name: hint for name, (hint, _default) in shapes.items()})
+        wrapper.__annotations__ = hints
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
+        )
+        return wrapper
+
+    return decorate

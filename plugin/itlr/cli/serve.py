@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.options import PROXY_OPTIONS, search_option_command
 from itlr.cli.proxy import (
     DEFAULT_UPSTREAM_TIMEOUT,
     AllowScriptWritesOpt,
@@ -21,6 +22,7 @@ from itlr.service.security import TOKEN_ENV
 
 @app.command()
 @engine_command
+@search_option_command(only=PROXY_OPTIONS)
 def serve(
     index: Annotated[
         str | None,
@@ -73,10 +75,12 @@ def serve(
     body_timeout: BodyTimeoutOpt = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     allow_script_writes: AllowScriptWritesOpt = False,
+    option_values: Any = None,
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
 
-    With --proxy: serve the query-bar proxy in front of the cluster at --url instead.
+    With --proxy: serve the query-bar proxy in front of the cluster at --url instead; the
+    search options set its defaults (the JSON API takes them in each request body).
     """
     if proxy:
         serving = {
@@ -85,10 +89,11 @@ def serve(
             "upstream_timeout": upstream_timeout,
             "allow_script_writes": allow_script_writes,
         }
-        _serve_proxy(spec, field, host, port, token, model, serving)
+        _serve_proxy(spec, field, host, port, token, model, {**serving, **option_values})
         return
     if index is None:
         run_guarded(_missing_index)
+    run_guarded(lambda: _no_search_options(option_values))
 
     def action() -> Any:
         from itlr.embed import set_torch_threads
@@ -124,6 +129,21 @@ def _missing_index() -> None:
     raise ConfigurationError("serve needs --index NAME (or --proxy --url URL for the query bar)")
 
 
+def _no_search_options(given: dict[str, Any]) -> None:
+    from itlr.options import OPTIONS_BY_NAME
+
+    changed = [
+        option.flag
+        for option in (OPTIONS_BY_NAME[name] for name in given)
+        if given[option.name] != option.default
+    ]
+    if changed:
+        raise ConfigurationError(
+            f"{', '.join(changed)} set the proxy's defaults (with --proxy); the JSON API takes "
+            'search options in each request body, e.g. {"query": "...", "k": 5}'
+        )
+
+
 def _serve_proxy(
     spec: Any,
     field: str,
@@ -131,30 +151,16 @@ def _serve_proxy(
     port: int,
     token: str | None,
     model: str | None,
-    serving: dict[str, Any],
+    options: dict[str, Any],
 ) -> None:
     from itlr.cli.proxy import serve_proxy
     from itlr.service.security import client_token
 
     given = token
     client = run_guarded(lambda: client_token(given))
-    connection = spec.connection
-    if connection is None:
+    if spec.connection is None:
         run_guarded(_missing_upstream)
-    serve_proxy(
-        connection.url,
-        field,
-        host,
-        port,
-        client,
-        user=connection.user,
-        password=connection.password,
-        api_key=connection.api_key,
-        ca_file=connection.ca_file,
-        verify_certs=connection.verify_certs,
-        model=model,
-        **serving,
-    )
+    serve_proxy(spec.connection, field, host, port, client, model, **options)
 
 
 def _missing_upstream() -> None:

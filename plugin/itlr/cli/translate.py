@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from itlr import translation
-from itlr.cli.app import AndOp, Mode, ModelOpt, NotOp, OrOp, Truth, app, run_guarded
-from itlr.cli.options import (
-    DEFAULT_PLAN_CHOICE,
-    AndOpt,
-    CandidatesOpt,
-    ExcludeLexicalOpt,
-    ExplainOpt,
-    FilterOpt,
-    HardFilterOpt,
-    KOpt,
-    LamOpt,
-    ModeOpt,
-    NotOpt,
-    NotStrengthOpt,
-    OrOpt,
-    PlanOpt,
-    TauOpt,
-    TruthOpt,
-    search_options,
-)
+from itlr.cli.app import ModelOpt, app, run_guarded
+from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.errors import ConfigurationError
-from itlr.scoring import DEFAULT_NOT_STRENGTH
+from itlr.options import search_options
 
 # The choices are the library's own lists.
 TargetEngine = StrEnum("TargetEngine", {name: name for name in translation.ENGINES})  # type: ignore[misc]
@@ -41,6 +23,7 @@ JSON_IS_ONE_BODY = (
 
 
 @app.command()
+@search_option_command()
 def translate(
     query: QueryArg = None,
     query_file: QueryFileOpt = None,
@@ -72,21 +55,6 @@ def translate(
             metavar="X.Y",
         ),
     ] = None,
-    k: KOpt = 10,
-    mode: ModeOpt = Mode.knn,
-    candidates: CandidatesOpt = None,
-    plan: PlanOpt = DEFAULT_PLAN_CHOICE,
-    hard_filter: HardFilterOpt = None,
-    and_: AndOpt = AndOp.product,
-    or_: OrOpt = OrOp.sum,
-    not_: NotOpt = NotOp.complement,
-    not_strength: NotStrengthOpt = DEFAULT_NOT_STRENGTH,
-    truth: TruthOpt = Truth.clamp,
-    tau: TauOpt = 0.5,
-    lam: LamOpt = 10.0,
-    filter: FilterOpt = None,
-    exclude_lexical: ExcludeLexicalOpt = False,
-    explain: ExplainOpt = False,
     inline_script: Annotated[
         bool,
         typer.Option(help="Put the fixed Painless source in the request instead of a stored id."),
@@ -94,29 +62,13 @@ def translate(
     vector_field: Annotated[str, typer.Option(help="Vector field of the index.")] = "embedding",
     text_field: Annotated[str, typer.Option(help="Text field of the index.")] = "text",
     model: ModelOpt = None,
+    option_values: Any = None,
 ) -> None:
     """Print the request a logical query becomes, without a cluster (e.g. for Dev Tools)."""
     from itlr.embed import get_embedder
 
     def action() -> None:
-        options = search_options(
-            k=k,
-            mode=mode,
-            candidates=candidates,
-            plan=plan,
-            hard_filter=hard_filter,
-            and_=and_,
-            or_=or_,
-            not_=not_,
-            not_strength=not_strength,
-            truth=truth,
-            tau=tau,
-            lam=lam,
-            filter=filter,
-            exclude_lexical=exclude_lexical,
-            explain=explain,
-            model=model,
-        )
+        options = search_options(**option_values, model=model)
         if output.value == "json" and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads
         requests = translation.translate_requests(

@@ -3,6 +3,8 @@ index over the connection layer (itlr.engines.connection)."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from itlr.embed import Embedder
@@ -10,13 +12,29 @@ from itlr.engines.connection import Connection, detect_engine
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 
-ENGINES = ("memory", "opensearch", "elasticsearch", "auto")
+ENGINES = ("embedded", "opensearch", "elasticsearch", "auto")
 CLUSTER_ENGINES = ("opensearch", "elasticsearch")
+# Old names still accepted, with a deprecation note.
+ENGINE_ALIASES = {"memory": "embedded"}
+
+
+def engine_name(name: str, note: Callable[[str], None] | None = None) -> str:
+    """The engine's name for `name`, which may be an old alias: the alias is noted (by `note`,
+    else as a FutureWarning, shown to users by default), never refused."""
+    if name not in ENGINE_ALIASES:
+        return name
+    current = ENGINE_ALIASES[name]
+    message = f'engine "{name}" is now called "{current}"; "{name}" will be removed'
+    if note is None:
+        warnings.warn(message, FutureWarning, stacklevel=3)
+    else:
+        note(message)
+    return current
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    engine: str = "memory"
+    engine: str = "embedded"
     index: str = "default"
     connection: Connection | None = None
     layout: IndexLayout = field(default_factory=IndexLayout)
@@ -24,9 +42,11 @@ class EngineSpec:
     knn_engine: str | None = None
 
     def __post_init__(self) -> None:
+        # frozen: the one normalisation, so that code past here sees only current names.
+        object.__setattr__(self, "engine", engine_name(self.engine))
         if self.engine not in ENGINES:
             raise ConfigurationError(f"unknown engine {self.engine!r}: choose one of {ENGINES}")
-        if self.engine != "memory" and self.connection is None:
+        if self.engine != "embedded" and self.connection is None:
             raise ConfigurationError(
                 f'`engine="{self.engine}"` needs `url` (e.g. http://localhost:9200)'
             )
@@ -34,7 +54,7 @@ class EngineSpec:
 
 def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
     """An engine for the spec's index; `create` makes a missing index (ingestion)."""
-    if spec.engine == "memory":
+    if spec.engine == "embedded":
         from itlr.engines.embedded import EmbeddedIndex
         from itlr.paths import index_path
 
@@ -116,4 +136,4 @@ def dialect_for(
         from itlr.engines.opensearch import OpenSearchDialect
 
         return OpenSearchDialect(layout, inline_script)
-    raise ValueError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")
+    raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")

@@ -9,14 +9,13 @@ input is a 4xx with the library's one-line message, never a traceback.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from itlr.candidates import DEFAULT_PLAN, Plan
 from itlr.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -27,11 +26,10 @@ from itlr.errors import (
     RewriteError,
 )
 from itlr.index import Index
-from itlr.options import Mode
+from itlr.options import OPTIONS, Option
 from itlr.parser import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
-from itlr.scoring import DEFAULT_NOT_STRENGTH, AndName, NotName, OrName, TruthName
 from itlr.service.security import BodyLimit, TokenGuard
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
 
@@ -39,48 +37,74 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a query with options is well under 1 kB
 log = logging.getLogger("itlr.service")
 
 
-class SearchOptionsBody(BaseModel):
-    """Every search option of `itlr search`, by the same name."""
+# A body comes from anyone the service answers: bound what one search may ask for.
+MAX_K = 10_000
+_JSON_TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "object": dict[str, Any],
+    "list": list[Any],
+    "fields": Annotated[Any, BeforeValidator(lambda given: _source_fields(given))],
+}
 
+
+def _body_field(option: Option) -> tuple[Any, Any]:
+    """One option as a pydantic field: its JSON key, type, default, bounds and help."""
+    kind: Any = Literal[option.choices] if option.kind == "choice" else _JSON_TYPES[option.kind]
+    if option.optional:
+        kind = kind | None
+    aliases: dict[str, Any] = {}
+    if option.name == "source_fields":
+        aliases["validation_alias"] = AliasChoices("_source", "source_fields", "source-fields")
+    elif option.key != option.name:
+        aliases["alias"] = option.key
+    bounds = {"ge": option.minimum, "le": MAX_K if option.name == "k" else option.maximum}
+    return kind, Field(
+        option.default,
+        description=option.help,
+        **aliases,
+        **{name: value for name, value in bounds.items() if value is not None},
+    )
+
+
+def _source_fields(given: Any) -> tuple[str, ...] | None:
+    """`_source` as the engines take it: a list of fields, false (none), true (every field but
+    the vectors) or one field name."""
+    if given is True or given is None:
+        return None
+    if given is False:
+        return ()
+    if isinstance(given, str) and given:
+        return (given,)
+    if isinstance(given, list) and all(isinstance(name, str) and name for name in given):
+        return tuple(given)
+    raise ValueError('give a list of field names (["title", "year"]), false or one field name')
+
+
+class _OptionsBase(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    k: int = Field(10, ge=1, le=10_000, description="Number of hits.")
-    mode: Mode = Field(
-        "knn",
-        description="knn: kNN candidates (see plan), rescored exactly; exact: every document.",
-    )
-    candidates: int | None = Field(None, ge=1, description="kNN candidates per positive term.")
-    plan: Plan = Field(
-        DEFAULT_PLAN, description="Which kNN searches gather the candidates (itlr.candidates)."
-    )
-    hard_filter: float | None = Field(
-        None, ge=0.0, le=1.0, description="Drop documents whose truth for a root NOT term >= this."
-    )
-    and_: AndName = Field("product", alias="and")
-    or_: OrName = Field("sum", alias="or")
-    not_: NotName = Field("complement", alias="not")
-    not_strength: float = Field(
-        DEFAULT_NOT_STRENGTH, ge=0.0, le=1.0, description="NOT negates this share: 1 - s*x."
-    )
-    truth: TruthName | Literal["calibrated"] = "clamp"
-    tau: float = 0.5
-    lam: float = 10.0
-    filter: dict[str, Any] | None = Field(None, description="An engine query every hit must match.")
-    exclude_lexical: bool = False
-    explain: bool = False
 
     def names(self) -> dict[str, Any]:
         return self.model_dump(by_alias=False)
 
 
-class SearchBody(SearchOptionsBody):
+# Every search option of `itlr search`, by the same JSON names, derived from itlr.options.OPTIONS.
+SearchOptionsBody: type[_OptionsBase] = create_model(  # type: ignore[call-overload]
+    "SearchOptionsBody",
+    __base__=_OptionsBase,
+    **{option.name: _body_field(option) for option in OPTIONS},
+)
+
+
+class SearchBody(SearchOptionsBody):  # type: ignore[misc,valid-type]
     query: str = Field(..., description='A logical query, e.g. "vitamin D" AND NOT "bone health".')
     rewrite: Literal["none", "rules", "llm"] = Field(
         "none", description="rules or llm: `query` is a plain-language question, rewritten first."
     )
 
 
-class TranslateBody(SearchOptionsBody):
+class TranslateBody(SearchOptionsBody):  # type: ignore[misc,valid-type]
     query: str
     engine: Literal["opensearch", "elasticsearch"] | None = Field(
         None, description="Whose syntax; default: the index's own engine (opensearch if embedded)."
