@@ -124,7 +124,7 @@ def _typer_of(function: Any) -> typer.Typer:
 
 
 def test_the_proxy_refuses_an_unknown_option_with_a_library_error() -> None:
-    with pytest.raises(ItlrError, match="no option hardfilter: choose from .*hard_filter"):
+    with pytest.raises(ItlrError, match=r"no option hardfilter: choose from .*hard_filter"):
         proxy_defaults(hardfilter=0.5)
 
 
