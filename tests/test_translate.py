@@ -71,7 +71,7 @@ def test_console_text_parses_back_into_the_same_method_path_and_body(
     )
     backend = backend_class(None, "demo", embedder.name, embedder.dims)
     expected = backend.build_request(
-        query, embedder.encode(list(query.terms)), SearchOptions(hard_filter=0.5)
+        query, embedder.encode_terms(list(query.terms)), SearchOptions(hard_filter=0.5)
     )
     assert requests[2][2] == json.loads(json.dumps(expected))
 
