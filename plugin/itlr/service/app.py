@@ -222,7 +222,12 @@ def create_app(
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         return JSONResponse(
-            {"status": "ok", **index.to_dict(), "count": count, **({"commit": commit} if commit else {})}
+            {
+                "status": "ok",
+                **index.to_dict(),
+                "count": count,
+                **({"commit": commit} if commit else {}),
+            }
         )
 
     guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)

@@ -12,8 +12,8 @@ import hmac
 import ipaddress
 import json
 import os
-from dataclasses import replace
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from itlr.errors import ConfigurationError
@@ -123,7 +123,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         too_big = {
-            "error": f"the request body is over {self.max_bytes:,} bytes, the limit "
+            "error": f"the request body is over {self.max_bytes} bytes, the limit "
             "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES): send a smaller one",
             "limit": "max_body_bytes",
         }
