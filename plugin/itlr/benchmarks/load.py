@@ -106,9 +106,12 @@ async def _phase(
         while not queue.empty():
             n = queue.get_nowait()
             started = time.perf_counter()
-            answer = await client.post("/search", json=bodies[n])
+            try:
+                answer = await client.post("/search", json=bodies[n])
+                errors += answer.status_code != 200
+            except httpx.TransportError:  # a reset connection is a failed request, not the end
+                errors += 1
             latencies[n] = time.perf_counter() - started
-            errors += answer.status_code != 200
 
     started = time.perf_counter()
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
