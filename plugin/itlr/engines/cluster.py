@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
-from itlr.errors import IndexStateError
+from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.errors import EngineError, IndexStateError
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 
@@ -130,17 +131,27 @@ class ClusterBackend:
 
     # -- scripts -------------------------------------------------------------------------
 
-    def install_scripts(self) -> list[str]:
-        """Register the stored scripts (idempotent); returns the ids newly installed."""
+    def install_scripts(self, repair: bool = True) -> list[str]:
+        """Register the stored scripts (idempotent); returns the ids newly (re)installed. A
+        stored script whose source is not the packaged file is overwritten when `repair`
+        (what `itlr install` asks for), else refused with the command that repairs it."""
         not_found = self._not_found_error()
         installed = []
         with self._errors():
             for script in (self.dialect.score_script, self.dialect.exclude_script):
                 try:
-                    self.client.get_script(id=script.id)
+                    found = self.client.get_script(id=script.id)
                 except not_found:
-                    self._put_script(script)
-                    installed.append(script.id)
+                    found = None
+                if found is not None:
+                    try:
+                        check_stored(script, found, self.url)
+                        continue
+                    except ScriptMismatch:
+                        if not repair:
+                            raise
+                self._put_script(script)
+                installed.append(script.id)
         self._scripts_ready = True
         return installed
 
@@ -213,7 +224,15 @@ class ClusterBackend:
     ) -> list[Hit]:
         body = self.build_request(query, term_vectors, options)
         if not self._scripts_ready:
-            self.install_scripts()
+            self.install_scripts(repair=False)
+        try:
+            return self._hits(body, query, term_vectors, options)
+        except EngineError as failed:
+            if self.inline_script or not is_script_error(str(failed)):
+                raise
+            # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
+            if not self.install_scripts(repair=False):
+                raise
         return self._hits(body, query, term_vectors, options)
 
     def _hits(
