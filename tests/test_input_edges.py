@@ -159,10 +159,10 @@ def test_translate_of_an_oversized_weight_is_a_syntax_error_not_infinity() -> No
 
 
 def test_a_query_comes_from_stdin_or_a_file(tmp_path) -> None:
-    long_query = " OR ".join(f'"term {i}"' for i in range(3000))
+    long_query = " OR ".join(f'"term {i}"' for i in range(64))  # the most terms a query may hold
     from_stdin = invoke("parse", "-", input=long_query.encode())
     assert from_stdin.exit_code == 0, from_stdin.output
-    assert from_stdin.stdout.count("OR") == 2999
+    assert from_stdin.stdout.count("OR") == 63
     query_file = tmp_path / "query.txt"
     query_file.write_text("-a AND b\n")
     from_file = invoke("parse", "--query-file", str(query_file))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,6 +16,43 @@ from itlr.errors import EmbeddingError
 from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+class FairSlots:
+    """A first-come, first-served semaphore: `slots` encodes run at once, the others queue in
+    arrival order. The model is shared by every request of a process; with plain threads a
+    request of many terms and the small ones behind it all compete for the cores at once, and a
+    plain lock lets whoever wakes first cut the queue."""
+
+    def __init__(self, slots: int) -> None:
+        self._cond = threading.Condition()
+        self._free = slots
+        self._queue: collections.deque[object] = collections.deque()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            self._cond.wait_for(lambda: self._free > 0 and self._queue[0] is ticket)
+            self._queue.popleft()
+            self._free -= 1
+            self._cond.notify_all()  # the next in line may take a remaining slot
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._free += 1
+                self._cond.notify_all()
+
+
+def _encode_slots() -> int:
+    raw = os.environ.get("ITLR_ENCODE_SLOTS", "").strip()
+    return max(1, int(raw)) if raw.isdigit() else max(1, min(4, os.cpu_count() or 1))
+
+
+# Process-wide: every Embedder of the process shares the same cores.
+ENCODE_SLOTS = FairSlots(_encode_slots())
 
 
 def _bundled_model_path() -> Path:
@@ -61,15 +101,24 @@ class Embedder:
         self.dims = int(dims)
 
     def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """Unit vectors of `texts`. Each batch takes its turn in ENCODE_SLOTS, so a long request
+        interleaves with short ones instead of holding the model."""
         if not len(texts):
             return np.zeros((0, getattr(self, "dims", 0)), dtype=np.float32)
-        vectors = self._model.encode(
-            list(texts),
-            batch_size=batch_size or self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        batch = batch_size or self.batch_size
+        parts = []
+        for start in range(0, len(texts), batch):
+            with ENCODE_SLOTS.slot():
+                parts.append(
+                    self._model.encode(
+                        list(texts[start : start + batch]),
+                        batch_size=batch,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                )
+        vectors = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def encode_terms(self, terms: Sequence[str]) -> np.ndarray:

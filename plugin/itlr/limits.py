@@ -1,19 +1,66 @@
 """Bounds on the work of one request, in one place: every front end (parser, CLI, service,
 proxy, filters, ingestion) checks against these figures, so one request cannot stall others.
 
-Each limit has a default here and an environment variable that overrides it. The enforcement
-and the error messages are added by each front end; the figures live only here.
+| figure            | default | environment variable   | what it bounds                              |
+|-------------------|--------:|------------------------|---------------------------------------------|
+| max_terms         |      64 | ITLR_MAX_TERMS         | terms of one logical query                  |
+| max_query_chars   |   4,096 | ITLR_MAX_QUERY_CHARS   | characters of one query text                |
+| max_depth         |      32 | ITLR_MAX_DEPTH         | nesting: parentheses and NOTs of a query,   |
+|                   |         |                        | objects and arrays of a JSON body, filters  |
+| max_body_bytes    |   1 MiB | ITLR_MAX_BODY_BYTES    | a request body to the service, a search     |
+|                   |         |                        | body to the proxy                           |
+| max_msearch       |      64 | ITLR_MAX_MSEARCH       | header/body pairs of one `_msearch`         |
+
+The checks here are cheap scans that run before the expensive work (pyparsing, json.loads,
+the encoder), so a hostile input costs a linear pass over at most its bytes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+
+import numpy as np
+
+from itlr.errors import ItlrError
 
 
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LimitError(f"{name}={raw!r} is not a whole number", name, 0, 0) from None
+    if value < 1:
+        raise LimitError(f"{name}={raw!r} must be at least 1", name, value, 1)
+    return value
+
+
+class LimitError(ItlrError, ValueError):
+    """A request over one of the limits: the message names the limit and how to raise it."""
+
+    def __init__(self, message: str, name: str, value: int, limit: int) -> None:
+        super().__init__(message)
+        self.name = name
+        self.value = value
+        self.limit = limit
+
+    @property
+    def is_size(self) -> bool:
+        """Whether the request is too large (HTTP 413) rather than too complex (HTTP 422)."""
+        return self.name == "max_body_bytes"
+
+
+ENV = {
+    "max_terms": "ITLR_MAX_TERMS",
+    "max_query_chars": "ITLR_MAX_QUERY_CHARS",
+    "max_depth": "ITLR_MAX_DEPTH",
+    "max_body_bytes": "ITLR_MAX_BODY_BYTES",
+    "max_msearch": "ITLR_MAX_MSEARCH",
+}
 
 
 @dataclass(frozen=True)
@@ -27,13 +74,106 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         base = cls()
-        return cls(
-            max_terms=_env_int("ITLR_MAX_TERMS", base.max_terms),
-            max_query_chars=_env_int("ITLR_MAX_QUERY_CHARS", base.max_query_chars),
-            max_depth=_env_int("ITLR_MAX_DEPTH", base.max_depth),
-            max_body_bytes=_env_int("ITLR_MAX_BODY_BYTES", base.max_body_bytes),
-            max_msearch=_env_int("ITLR_MAX_MSEARCH", base.max_msearch),
+        return cls(**{name: _env_int(env, getattr(base, name)) for name, env in ENV.items()})
+
+    def refuse(self, name: str, value: int, what: str) -> LimitError:
+        """The one-line error for `what` (e.g. "the query has 70 terms") over limit `name`."""
+        limit = getattr(self, name)
+        return LimitError(
+            f"{what}; the limit is {limit:,} ({name}, raise it with {ENV[name]})",
+            name,
+            value,
+            limit,
         )
+
+    # -- query text ------------------------------------------------------------------------
+
+    def check_query_text(self, text: str) -> None:
+        """Refuse a query text over the length, term or nesting limits, before it is parsed.
+
+        Terms are counted as the parser counts them (a bare phrase of several words is one
+        term; each quoted string is one); nesting is parentheses plus chained negations."""
+        if len(text) > self.max_query_chars:
+            raise self.refuse(
+                "max_query_chars", len(text), f"the query is {len(text):,} characters long"
+            )
+        terms, depth = query_shape(text)
+        if terms > self.max_terms:
+            raise self.refuse("max_terms", terms, f"the query has {terms:,} terms")
+        if depth > self.max_depth:
+            raise self.refuse("max_depth", depth, f"the query is nested {depth:,} levels deep")
+
+    # -- JSON ------------------------------------------------------------------------------
+
+    def check_json_depth(self, raw: bytes | str, what: str = "the JSON body") -> None:
+        """Refuse JSON nested deeper than max_depth (objects and arrays), before json.loads
+        recurses into it. Malformed JSON passes: the parser that follows reports it."""
+        depth = json_depth(raw)
+        if depth > self.max_depth:
+            raise self.refuse("max_depth", depth, f"{what} is nested {depth:,} levels deep")
+
+    def check_body_size(self, size: int, what: str = "the request body") -> None:
+        if size > self.max_body_bytes:
+            raise self.refuse("max_body_bytes", size, f"{what} is {size:,} bytes")
+
+    def check_msearch(self, pairs: int) -> None:
+        if pairs > self.max_msearch:
+            raise self.refuse("max_msearch", pairs, f"the _msearch holds {pairs:,} searches")
+
+
+# One token of the query language, as the parser sees it: a quoted string (single quotes only at
+# the start of a term: "don't" is a word), a parenthesis, an operator or a bare word.
+_TOKEN = re.compile(
+    r"""
+      (?P<quoted>"(?:\\.|[^"\\])*"?)
+    | (?P<single>(?<![^\s(!-])'(?:\\.|[^'\\])*'?)
+    | (?P<open>\()
+    | (?P<close>\))
+    | (?P<binary>&&|\|\|)
+    | (?P<prefix>(?<![^\s(])[!-])
+    | (?P<weight>\^[\d.]*)
+    | (?P<word>(?:(?!&&|\|\|)[^\s()"^])+)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_OPERATOR_WORDS = {"and": "binary", "or": "binary", "not": "prefix"}
+
+
+def query_shape(text: str) -> tuple[int, int]:
+    """(terms, nesting depth) of a query text by one linear scan, without parsing it."""
+    terms = depth = deepest = negations = 0
+    previous = ""
+    for token in _TOKEN.finditer(text):
+        kind = token.lastgroup or ""
+        if kind == "word":
+            kind = _OPERATOR_WORDS.get(token.group().lower(), "word")
+        if kind in ("quoted", "single") or (kind == "word" and previous != "word"):
+            terms += 1
+        if kind == "open":
+            depth += 1
+        elif kind == "close":
+            depth = max(0, depth - 1)
+        negations = negations + 1 if kind == "prefix" else 0
+        deepest = max(deepest, depth + negations)
+        previous = "word" if kind in ("word", "weight") else kind
+    return terms, deepest
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET_DELTA = np.zeros(256, dtype=np.int8)
+_BRACKET_DELTA[[ord("["), ord("{")]] = 1
+_BRACKET_DELTA[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(raw: bytes | str) -> int:
+    """How deeply the objects and arrays of a JSON text nest, in C-speed passes (strings removed
+    first, so brackets inside them do not count)."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if b"[" not in data and b"{" not in data:
+        return 0
+    bare = np.frombuffer(_JSON_STRING.sub(b"", data), dtype=np.uint8)
+    levels = np.cumsum(_BRACKET_DELTA[bare], dtype=np.int64)
+    return int(levels.max(initial=0))
 
 
 LIMITS = Limits.from_env()

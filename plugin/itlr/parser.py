@@ -24,6 +24,7 @@ from functools import cache
 import pyparsing as pp
 
 from itlr.errors import QuerySyntaxError
+from itlr.limits import LIMITS
 from itlr.query import And, Node, Not, Or, Query, Term
 
 MAX_WEIGHT = 1000.0
@@ -150,6 +151,7 @@ def parse(text: str) -> Query:
     """Parse a logical query; raise QuerySyntaxError pointing at the problem."""
     if not isinstance(text, str):
         raise TypeError(f"query must be a str, not {type(text).__name__}")
+    LIMITS.check_query_text(text)  # bounded before pyparsing, whose time grows with the terms
     return _parse(text)
 
 

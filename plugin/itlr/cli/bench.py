@@ -141,3 +141,32 @@ def serve_throughput(
         print(json.dumps([r.to_dict() for r in results]))
 
     run_guarded(action)
+
+
+@bench_app.command("load")
+def load(
+    index: Annotated[
+        str, typer.Option("--index", "-i", help="Embedded index (default: the demo index).")
+    ] = "",
+    requests: Annotated[int, typer.Option(help="Ordinary searches per phase.")] = 1000,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight at once.")] = 100,
+    large: Annotated[int, typer.Option(help="Maximal-size queries mixed into phase 2.")] = 10,
+    k: Annotated[int, typer.Option("--k", "-k", help="Hits per request.")] = 10,
+    torch_threads: Annotated[
+        int | None, typer.Option(help="--torch-threads of the served process.")
+    ] = None,
+) -> None:
+    """A real `itlr serve` under load: the ordinary searches' p99 without and with a few
+    maximal-size queries (the most terms and characters the limits admit) mixed in."""
+
+    def action() -> None:
+        from itlr.benchmarks import load as load_test
+        from itlr.demo import demo_index, showcases
+
+        target = index or str(demo_index().path)
+        queries = [case.query for case in showcases()]
+        phases = load_test.run(target, queries, requests, concurrency, large, k, torch_threads)
+        out.print(load_test.markdown(phases), markup=False, highlight=False)
+        print(json.dumps([p.to_dict() for p in phases]))
+
+    run_guarded(action)

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from itlr import strict_json
 from itlr.cli.app import (
     IndexOpt,
     ModelOpt,
@@ -196,7 +197,7 @@ def search(
         for warning in result.warnings:
             warn(warning)
         if as_json:
-            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            print(strict_json.dumps(result.to_dict(), indent=2))  # no bare NaN from a field
         else:
             _print_hits(str(result.query), result.hits, result.query.terms)
 

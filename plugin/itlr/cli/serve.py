@@ -17,6 +17,7 @@ from itlr.cli.proxy import (
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
+from itlr.limits import LIMITS
 from itlr.service.security import TOKEN_ENV
 
 
@@ -56,8 +57,9 @@ def serve(
         ),
     ] = None,
     max_body_bytes: Annotated[
-        int, typer.Option(help="Largest request body accepted (413 above).")
-    ] = 64 * 1024,
+        int,
+        typer.Option(help="Largest request body accepted (413 above); env ITLR_MAX_BODY_BYTES."),
+    ] = LIMITS.max_body_bytes,
     llm_base_url: LLMBaseUrlOpt = None,
     llm_model: LLMModelOpt = None,
     llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",

@@ -135,6 +135,19 @@ class EmbeddedIndex:
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due(force=True)
 
+    def commit_point(self) -> tuple[int, int]:
+        """(generation, committed rows) this object has loaded."""
+        return self.store.generation, len(self._rows)
+
+    def follow_commits(self) -> bool:
+        """Load what other processes committed since this object last looked; whether anything
+        moved. Costs one small database read when nothing did (a long-running reader calls it
+        before each request)."""
+        if self.store.commit_point() == self.commit_point():
+            return False
+        self._catch_up()
+        return True
+
     def _catch_up(self) -> None:
         """Load rows committed since this object last looked (by this or another process)."""
         if self.store.changed_generation():

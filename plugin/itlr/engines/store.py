@@ -209,6 +209,12 @@ class VectorStore:
             shape=(self.committed, self.dims),
         )
 
+    def commit_point(self) -> tuple[int, int]:
+        """(vector file generation, committed rows) as the database says now: one small read
+        that another process's commit or compaction moves."""
+        meta = self._read_meta() or {}
+        return int(meta.get("generation", -1)), int(meta.get("committed", -1))
+
     def changed_generation(self) -> bool:
         """Whether another writer compacted the index since this store last read it."""
         before = self.generation

@@ -35,6 +35,7 @@ from itlr.engines.integrity import (
     reinstall_command,
 )
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
@@ -45,7 +46,7 @@ from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, cache_for, prometheus_text
 log = logging.getLogger("itlr.proxy")
 
 # A UI's search bodies are small; a _msearch of many panels stays far below this.
-MAX_SEARCH_BODY = 16 * 1024 * 1024
+MAX_SEARCH_BODY = LIMITS.max_body_bytes
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, never forwarded.
 HOP_BY_HOP = {
     "connection",
@@ -203,6 +204,7 @@ class QueryBarProxy:
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]
     ) -> bytes | None:
+        LIMITS.check_json_depth(raw, "the search body")
         try:
             body = json.loads(raw) if raw.strip() else None
         except ValueError:
@@ -216,7 +218,9 @@ class QueryBarProxy:
         self, raw: bytes, target: str | None, headers: dict[str, str]
     ) -> bytes | None:
         """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
+        LIMITS.check_json_depth(raw, "the _msearch body")
         lines = raw.split(b"\n")
+        LIMITS.check_msearch(sum(1 for line in lines if line.strip()) // 2)
         changed = False
         position = 0
         while position + 1 < len(lines):
@@ -280,7 +284,8 @@ class QueryBarProxy:
         return error_response(
             413,
             "itlr_request_too_large",
-            f"the search body exceeds the proxy's limit of {MAX_SEARCH_BODY} bytes",
+            f"itlr: the search body exceeds the proxy's limit of {MAX_SEARCH_BODY} bytes "
+            "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES)",
         )
 
     async def _script_failure(self, request: Request, upstream: httpx.Response) -> Response | None:
@@ -338,6 +343,9 @@ class QueryBarProxy:
                 replaced = await self._body_to_send(request, raw)
             except _Refused as refused:
                 return refused.response
+            except LimitError as over:
+                kind = "itlr_request_too_large" if over.is_size else "itlr_limit_exceeded"
+                return error_response(413 if over.is_size else 400, kind, f"itlr: {over}")
             except (ClauseError, QuerySyntaxError) as bad:
                 return clause_error(bad)
             except UpstreamTimeout as slow:

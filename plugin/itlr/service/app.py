@@ -26,14 +26,17 @@ from itlr.errors import (
     RewriteError,
 )
 from itlr.index import Index
+from itlr.limits import LIMITS, LimitError
 from itlr.options import OPTIONS, Option
 from itlr.parser import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
+from itlr.service.follow import CommitFollower
 from itlr.service.security import BodyLimit, TokenGuard
+from itlr.strict_json import dumps as strict_dumps
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a query with options is well under 1 kB
+DEFAULT_MAX_BODY_BYTES = LIMITS.max_body_bytes
 log = logging.getLogger("itlr.service")
 
 
@@ -127,6 +130,12 @@ def _error(status: int, text: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": text, **extra}, status_code=status)
 
 
+def _json(payload: Any, status: int = 200) -> Response:
+    """Strict JSON whatever a stored document holds (itlr.strict_json): returned as a Response,
+    so FastAPI's recursive encoders never walk the payload."""
+    return Response(strict_dumps(payload), status_code=status, media_type="application/json")
+
+
 def _validation_message(problem: RequestValidationError) -> str:
     parts = []
     for item in problem.errors():
@@ -146,7 +155,10 @@ def create_app(
     llm: LLMConfig | None = None,
 ) -> Any:
     """The ASGI app for one index. With `token`, every request must present it (see
-    itlr.service.security); request bodies over `max_body_bytes` are refused with 413."""
+    itlr.service.security); request bodies over `max_body_bytes` are refused with 413, JSON
+    nested deeper than LIMITS.max_depth with 400, before either is parsed. Each request first
+    loads what other processes committed to an embedded index (itlr.service.follow)."""
+    follower = CommitFollower(index.backend)
     app = FastAPI(
         title="itlr",
         summary="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
@@ -167,6 +179,10 @@ def create_app(
     async def invalid_body(_: Request, bad: RequestValidationError) -> JSONResponse:
         return _error(422, _validation_message(bad))
 
+    @app.exception_handler(LimitError)
+    async def over_limit(_: Request, bad: LimitError) -> JSONResponse:
+        return _error(413 if bad.is_size else 422, str(bad), limit=bad.name)
+
     @app.exception_handler(ItlrError)
     async def library_error(_: Request, bad: ItlrError) -> JSONResponse:
         if isinstance(bad, ConfigurationError | RewriteError):
@@ -181,7 +197,7 @@ def create_app(
         return _error(400, str(bad))
 
     @app.post("/search")
-    def search(body: SearchBody) -> dict[str, Any]:
+    def search(body: SearchBody) -> Response:
         """Hits in the same order, with the same scores, as `itlr search --json`."""
         names = body.names()
         query, rewrite = names.pop("query"), names.pop("rewrite")
@@ -189,20 +205,23 @@ def create_app(
             raise ConfigurationError(
                 '`rewrite="llm"` is not available: this service was started without an LLM'
             )
-        return index.search(query, rewrite=rewrite, llm=llm, **names).to_dict()
+        with follower.current():
+            return _json(index.search(query, rewrite=rewrite, llm=llm, **names).to_dict())
 
     @app.post("/translate")
-    def translate(body: TranslateBody) -> dict[str, Any]:
+    def translate(body: TranslateBody) -> Response:
         """The requests `itlr translate` would print, as JSON; the last one is the search."""
         names = body.names()
         query = parse(names.pop("query"))
         engine, with_install = names.pop("engine"), names.pop("with_install")
         requests = index.requests(query, engine=engine, with_install=with_install, **names)
-        return {
-            "query": str(query),
-            "warnings": list(query.warnings),
-            "requests": [r.to_dict() for r in requests],
-        }
+        return _json(
+            {
+                "query": str(query),
+                "warnings": list(query.warnings),
+                "requests": [r.to_dict() for r in requests],
+            }
+        )
 
     @app.post("/parse")
     def parse_query(body: ParseBody) -> dict[str, Any]:
@@ -223,7 +242,9 @@ def create_app(
     def healthz() -> JSONResponse:
         """200 with the index's size when its engine answers, 503 when it does not."""
         try:
-            count = index.count()
+            with follower.current():
+                count = index.count()
+                commit = follower.generation
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         return JSONResponse(
@@ -232,6 +253,7 @@ def create_app(
                 **index.to_dict(),
                 "count": count,
                 "term_cache": [stats.to_dict() for stats in term_cache_stats()],
+                **({"commit": commit} if commit else {}),
             }
         )
 
@@ -240,7 +262,7 @@ def create_app(
         """The term cache's counters in Prometheus' text format."""
         return Response(prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
 
-    guarded: Any = BodyLimit(app, max_body_bytes)
+    guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)
     if token is not None:
         guarded = TokenGuard(guarded, token)
     return guarded

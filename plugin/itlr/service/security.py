@@ -13,9 +13,11 @@ import ipaddress
 import json
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from itlr.errors import ConfigurationError
+from itlr.limits import LIMITS, LimitError
 
 TOKEN_ENV = "ITLR_TOKEN"
 TOKEN_HEADER = "x-itlr-token"  # the proxy forwards Authorization upstream, so it uses this one
@@ -108,17 +110,23 @@ class TokenGuard:
 
 
 class BodyLimit:
-    """ASGI middleware: refuse request bodies over `max_bytes` with 413, before they are parsed."""
+    """ASGI middleware: refuse request bodies over `max_bytes` with 413 and, with `max_depth`,
+    JSON bodies nested deeper with 400, before they are parsed (json.loads recurses)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_big = {"error": f"request body over {self.max_bytes} bytes: send a smaller one"}
+        too_big = {
+            "error": f"the request body is over {self.max_bytes} bytes, the limit "
+            "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES): send a smaller one",
+            "limit": "max_body_bytes",
+        }
         for name, value in scope.get("headers", []):
             declared = name.lower() == b"content-length" and value.isdigit()
             if declared and int(value) > self.max_bytes:
@@ -140,7 +148,14 @@ class BodyLimit:
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
-        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        raw = b"".join(chunks)
+        if self.max_depth is not None:
+            try:
+                replace(LIMITS, max_depth=self.max_depth).check_json_depth(raw)
+            except LimitError as deep:
+                await send_json(send, 400, {"error": str(deep), "limit": deep.name})
+                return
+        body = {"type": "http.request", "body": raw, "more_body": False}
         await self.app(scope, _replay([body], receive), send)
 
 
