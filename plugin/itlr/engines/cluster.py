@@ -12,14 +12,22 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
+from itlr.engines.dialect import (
+    Dialect,
+    IndexLayout,
+    StoredScript,
+    bulk_actions,
+    filter_fields,
+    mapped_fields,
+)
 from itlr.errors import IndexStateError
-from itlr.options import Hit, SearchOptions
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -49,6 +57,8 @@ class ClusterBackend:
         self.url = url or "the cluster"
         self.warnings: list[str] = []
         self._scripts_ready = inline_script
+        # The mapping's field paths, once check_index has read them.
+        self.mapped: set[str] | None = None
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -107,6 +117,7 @@ class ClusterBackend:
                 f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
                 f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
             )
+        self._adopt_mapping(mappings.get("properties", {}))
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:
             self._warn(
@@ -114,6 +125,24 @@ class ClusterBackend:
                 f"{self.model!r}: scores will be meaningless unless they share a vector space"
             )
         self._check_vector(vector)
+
+    def _adopt_mapping(self, properties: dict[str, Any]) -> None:
+        """Learn the mapped fields (filter warnings) and the tie-break sort key the index
+        offers: itlr's `doc_id` where mapped, else what the engine can sort on."""
+        self.mapped = mapped_fields(properties)
+        if self.layout.tiebreak == "doc_id" and "doc_id" not in properties:
+            tiebreak = type(self.dialect).fallback_tiebreak
+            self.layout = replace(self.layout, tiebreak=tiebreak)
+
+    def filter_warnings(self, options: SearchOptions) -> list[str]:
+        """A filter on a field the mapping lacks matches nothing: say so."""
+        if not options.filter or self.mapped is None:
+            return []
+        return [
+            f"the filter names field {name!r}, which index {self.index!r} does not map: "
+            "it matches no document"
+            for name in sorted(filter_fields(options.filter) - self.mapped)
+        ]
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -214,7 +243,8 @@ class ClusterBackend:
         body = self.build_request(query, term_vectors, options)
         if not self._scripts_ready:
             self.install_scripts()
-        return self._hits(body, query, term_vectors, options)
+        hits = self._hits(body, query, term_vectors, options)
+        return Hits(hits, self.filter_warnings(options))
 
     def _hits(
         self,
