@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -53,6 +54,9 @@ def serve_proxy(
     given = dict(connection_and_search_options)
     connection_values = {key: given.pop(key) for key in CONNECTION_KEYS if key in given}
     model = given.pop("model", None)
+    index_config = given.pop("index_config", None)
+    vector_field = given.pop("vector_field", None)
+    text_field = given.pop("text_field", None)
     unknown = set(given) - {
         "mode", "candidates", "hard_filter", "and_", "or_", "not_", "not_strength", "truth",
         "tau", "lam", "filter", "exclude_lexical",
@@ -85,7 +89,12 @@ def serve_proxy(
         # Loaded before the first request, so that no UI request waits for it.
         embedder = get_embedder(model)
         app = create_proxy_app(
-            connection, field=field, embedder=embedder, defaults=defaults, token=token
+            connection,
+            field=field,
+            embedder=embedder,
+            defaults=defaults,
+            token=token,
+            indexes=index_configs(index_config, vector_field, text_field, model),
         )
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
@@ -93,6 +102,22 @@ def serve_proxy(
         run_proxy(app, host, port)
 
     run_guarded(start)
+
+
+def index_configs(
+    path: Any, vector_field: str | None, text_field: str | None, model: str | None
+) -> tuple[Any, ...]:
+    """Layouts of indexes itlr did not make: a config file's, then --vector-field /
+    --text-field for every other index."""
+    from itlr.errors import ConfigurationError
+    from itlr.proxy.upstream import IndexConfig, load_index_configs
+
+    configs = load_index_configs(path) if path else ()
+    if bool(vector_field) != bool(text_field):
+        raise ConfigurationError("give --vector-field and --text-field together")
+    if vector_field and text_field:
+        configs = (*configs, IndexConfig("*", vector_field, text_field, model))
+    return configs
 
 
 def main(
@@ -116,6 +141,19 @@ def main(
     ca_file: Annotated[str | None, typer.Option(envvar="ITLR_CA_FILE")] = None,
     model: Annotated[
         str | None, typer.Option(help="Embedding model of the indexes (default: bundled).")
+    ] = None,
+    index_config: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file: {"PATTERN": {"vector_field": ..., "text_field": ..., "model": ...}} '
+            "for indexes itlr did not make."
+        ),
+    ] = None,
+    vector_field: Annotated[
+        str | None, typer.Option(help="Vector field of indexes itlr did not make.")
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option(help="Text field of indexes itlr did not make.")
     ] = None,
     mode: ModeOpt = Mode.knn,
     candidates: CandidatesOpt = None,
@@ -142,6 +180,9 @@ def main(
         api_key=api_key,
         ca_file=ca_file,
         model=model,
+        index_config=index_config,
+        vector_field=vector_field,
+        text_field=text_field,
         mode=mode,
         candidates=candidates,
         hard_filter=hard_filter,

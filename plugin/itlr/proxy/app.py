@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -32,7 +32,7 @@ from itlr.errors import EngineError, ItlrError, QuerySyntaxError
 from itlr.options import SearchOptions
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
 from itlr.proxy.rewrite import rewrite_body
-from itlr.proxy.upstream import Upstream, auth_headers
+from itlr.proxy.upstream import IndexConfig, Upstream, auth_headers
 from itlr.service.security import TOKEN_HEADER, token_matches
 
 log = logging.getLogger("itlr.proxy")
@@ -113,6 +113,7 @@ class QueryBarProxy:
         defaults: SearchOptions,
         token: str | None,
         timeout: float,
+        indexes: Sequence[IndexConfig] = (),
     ) -> None:
         self.connection = connection
         self.field = field
@@ -130,7 +131,7 @@ class QueryBarProxy:
         )
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
-        self.upstream = Upstream(self.client, connection)
+        self.upstream = Upstream(self.client, connection, indexes)
 
     # -- embedding -------------------------------------------------------------------------
 
@@ -309,9 +310,13 @@ def create_proxy_app(
     defaults: SearchOptions | None = None,
     token: str | None = None,
     timeout: float = 120.0,
+    indexes: Sequence[IndexConfig] = (),
 ) -> Starlette:
-    """The proxy as an ASGI app. `embedder` None loads the index's own model on first use."""
-    proxy = QueryBarProxy(connection, field, embedder, defaults or SearchOptions(), token, timeout)
+    """The proxy as an ASGI app. `embedder` None loads the index's own model on first use;
+    `indexes` say where indexes itlr did not make keep their text and vectors."""
+    proxy = QueryBarProxy(
+        connection, field, embedder, defaults or SearchOptions(), token, timeout, indexes
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
