@@ -111,7 +111,10 @@ def prepare_in_place(backend: ClusterBackend, dims: int, model: str) -> None:
         new[HASH_FIELD] = {"type": "keyword", "index": False}
     if new:
         with backend._errors():
-            backend.client.indices.put_mapping(index=backend.index, body={"properties": new})
+            if backend.engine == "elasticsearch":
+                backend.client.indices.put_mapping(index=backend.index, properties=new)
+            else:
+                backend.client.indices.put_mapping(index=backend.index, body={"properties": new})
 
 
 def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) -> None:
