@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, out, run_guarded, say
+from itlr.cli.bench import bench_app
 
 
 @app.command()
@@ -57,3 +59,20 @@ def backfill(
             raise typer.Exit(1)
 
     run_guarded(action)
+
+
+@bench_app.command("backfill")
+def backfill_speed(
+    url: Annotated[str, typer.Option(help="The OpenSearch cluster (it gets throw-away indexes).")],
+    copies: Annotated[
+        int, typer.Option(help="Back-fill the demo corpus this many times (new ids).")
+    ] = 3,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Append the markdown report to this file.")
+    ] = None,
+) -> None:
+    """Back-fill docs/s against `itlr ingest` of the same documents, and the encoder's share."""
+    from itlr.benchmarks.backfill import backfill_report
+    from itlr.cli.perf import emit
+
+    run_guarded(lambda: emit(backfill_report(url, copies), out_file))
