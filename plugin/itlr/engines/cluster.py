@@ -255,7 +255,11 @@ class ClusterBackend:
     ) -> list[Hit]:
         """Run a search body; hits with truths when the query is given and vectors come back."""
         with self._errors():
-            response = self.client.search(index=self.index, body=body)
+            # A ranking from the shards that happened to answer (a node dying mid-search) looks
+            # like any other: refuse it, so the client's retry asks the re-routed cluster.
+            response = self.client.search(
+                index=self.index, body=body, allow_partial_search_results=False
+            )
         return self.dialect.hits(dict(response), query, term_vectors, options)
 
     def search_vector(
