@@ -360,9 +360,10 @@ class Dialect:
         return [{"_score": "desc"}] + ([{tiebreak: "asc"}] if tiebreak else [])
 
     def source(self, options: SearchOptions) -> Any:
-        """The hits' _source: every field but the vector and its hash, or the chosen ones."""
+        """The hits' _source: every field but the vector (the hash is dropped when hits are
+        read, keeping the body itlr's indexes always had), or the chosen ones."""
         if options.source_fields is None:
-            return {"excludes": [self.layout.vector_field, HASH_FIELD]}
+            return {"excludes": [self.layout.vector_field]}
         if not options.source_fields:
             return False
         return {"includes": list(options.source_fields), "excludes": [self.layout.vector_field]}

@@ -23,7 +23,6 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError
-from itlr.fingerprint import HASH_FIELD
 
 SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score_elasticsearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude_elasticsearch.painless")
@@ -243,7 +242,7 @@ class ElasticsearchDialect(Dialect):
         self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
     ) -> dict[str, Any]:
         caps = self.capabilities
-        excludes = {"excludes": [self.layout.vector_field, HASH_FIELD]}
+        excludes = {"excludes": [self.layout.vector_field]}
         if caps.knn_query:
             return {
                 "size": k,

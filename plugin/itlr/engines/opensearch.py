@@ -13,7 +13,6 @@ from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import opensearch_errors
 from itlr.engines.dialect import Dialect, StoredScript
-from itlr.fingerprint import HASH_FIELD
 
 SCORE_SCRIPT = StoredScript.load("score", "itlr_score_opensearch.painless")
 EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude_opensearch.painless")
@@ -49,7 +48,7 @@ class OpenSearchDialect(Dialect):
         return {
             "size": k,
             "query": {"knn": {self.layout.vector_field: knn}},
-            "_source": {"excludes": [self.layout.vector_field, HASH_FIELD]},
+            "_source": {"excludes": [self.layout.vector_field]},
         }
 
 
