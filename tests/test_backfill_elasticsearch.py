@@ -24,13 +24,21 @@ def test_backfill_in_place_then_dense_search_finds_each_document_by_its_text(
     name = create_index(elasticsearch_url, "elasticsearch", docs)
     try:
         report = itlr.Index.backfill(
-            name, url=elasticsearch_url, text_field="body", vector_field="vec"
+            name,
+            url=elasticsearch_url,
+            text_field="body",
+            vector_field="vec",
+            engine="elasticsearch",
         )
         assert (report.embedded, report.failed) == (30, {})
         changed = {**docs[4], "body": "Penguins huddle together on the Antarctic ice in winter."}
         bulk(elasticsearch_url, name, [changed])
         again = itlr.Index.backfill(
-            name, url=elasticsearch_url, text_field="body", vector_field="vec"
+            name,
+            url=elasticsearch_url,
+            text_field="body",
+            vector_field="vec",
+            engine="elasticsearch",
         )
         assert (again.embedded, again.skipped) == (1, 29)
 
