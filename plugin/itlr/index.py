@@ -30,6 +30,7 @@ from itlr.retriever import Retriever, SearchResult
 from itlr.translation import Request, translate_requests
 
 if TYPE_CHECKING:
+    from itlr.backfill import BackfillReport
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
@@ -113,6 +114,34 @@ class Index:
         """Open the index an EngineSpec describes (what the CLI's engine flags build)."""
         embedder = get_embedder(model)
         return cls(spec, open_backend(spec, embedder, create=create), embedder)
+
+    @classmethod
+    def backfill(
+        cls,
+        name: str,
+        *,
+        url: str,
+        text_field: str,
+        vector_field: str = "embedding",
+        model: str | None = None,
+        into: str | None = None,
+        alias: str | None = None,
+        engine: str | None = None,
+        **connection: Any,
+    ) -> BackfillReport:
+        """Embed `text_field` of every document already in a cluster index (one itlr did not
+        make) and write the vectors into `vector_field`; re-runs embed only changed texts.
+        With `into`, copy the documents with their vectors into that new index instead (and
+        point `alias` at it). Open the result with `Index.open(..., vector_field=...)`."""
+        from itlr.backfill import backfill_spec
+
+        spec = EngineSpec(
+            engine=engine or "auto",
+            index=str(name),
+            connection=Connection.from_env(url, **connection),
+            layout=IndexLayout(vector_field, text_field),
+        )
+        return backfill_spec(spec, model=model, into=into, alias=alias)
 
     # -- what it is ------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The `itlr` command line: `app` is the console entry point."""
 
 from itlr.cli import (  # noqa: F401  (importing a module registers its commands)
+    backfill,
     bench,
     cluster,
     core,

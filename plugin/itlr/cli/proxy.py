@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -81,6 +82,9 @@ def serve_proxy(
     header_timeout: float | None = None,
     body_timeout: float | None = None,
     allow_script_writes: bool = False,
+    index_config: Path | None = None,
+    vector_field: str | None = None,
+    text_field: str | None = None,
     **options: Any,
 ) -> None:
     """Serve the query-bar proxy in front of `upstream` (a URL or a Connection) until
@@ -123,12 +127,29 @@ def serve_proxy(
             token=token,
             timeout=upstream_timeout,
             allow_script_writes=allow_script_writes,
+            indexes=index_configs(index_config, vector_field, text_field, model),
         )
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         run_proxy(app, host, port, timeouts)
 
     run_guarded(start)
+
+
+def index_configs(
+    path: Any, vector_field: str | None, text_field: str | None, model: str | None
+) -> tuple[Any, ...]:
+    """Layouts of indexes itlr did not make: a config file's, then --vector-field /
+    --text-field for every other index."""
+    from itlr.errors import ConfigurationError
+    from itlr.proxy.upstream import IndexConfig, load_index_configs
+
+    configs = load_index_configs(path) if path else ()
+    if bool(vector_field) != bool(text_field):
+        raise ConfigurationError("give --vector-field and --text-field together")
+    if vector_field and text_field:
+        configs = (*configs, IndexConfig("*", vector_field, text_field, model))
+    return configs
 
 
 @connection_command
@@ -149,6 +170,19 @@ def main(
     model: Annotated[
         str | None, typer.Option(help="Embedding model of the indexes (default: bundled).")
     ] = None,
+    index_config: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file: {"PATTERN": {"vector_field": ..., "text_field": ..., "model": ...}} '
+            "for indexes itlr did not make."
+        ),
+    ] = None,
+    vector_field: Annotated[
+        str | None, typer.Option(help="Vector field of indexes itlr did not make.")
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option(help="Text field of indexes itlr did not make.")
+    ] = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     header_timeout: HeaderTimeoutOpt = None,
     body_timeout: BodyTimeoutOpt = None,
@@ -163,6 +197,9 @@ def main(
         port,
         token,
         model,
+        index_config=index_config,
+        vector_field=vector_field,
+        text_field=text_field,
         upstream_timeout=upstream_timeout,
         header_timeout=header_timeout,
         body_timeout=body_timeout,

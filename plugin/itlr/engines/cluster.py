@@ -32,8 +32,10 @@ from itlr.engines.dialect import (
     IndexLayout,
     StoredScript,
     bulk_actions,
+    filter_fields,
     lexical_stats,
     lexical_stats_body,
+    mapped_fields,
 )
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
@@ -68,6 +70,8 @@ class ClusterBackend:
         self.url = url or "the cluster"
         self.warnings: list[str] = []
         self._scripts_ready = inline_script
+        # The mapping's field paths, once check_index has read them.
+        self.mapped: set[str] | None = None
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -130,6 +134,7 @@ class ClusterBackend:
                 f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
                 f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
             )
+        self._adopt_mapping(mappings.get("properties", {}))
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:
             self._warn(
@@ -137,6 +142,24 @@ class ClusterBackend:
                 f"{self.model!r}: scores will be meaningless unless they share a vector space"
             )
         self._check_vector(vector)
+
+    def _adopt_mapping(self, properties: dict[str, Any]) -> None:
+        """Learn the mapped fields (filter warnings) and the tie-break sort key the index
+        offers: itlr's `doc_id` where mapped, else what the engine can sort on."""
+        self.mapped = mapped_fields(properties)
+        if self.layout.tiebreak == "doc_id" and "doc_id" not in properties:
+            tiebreak = type(self.dialect).fallback_tiebreak
+            self.layout = replace(self.layout, tiebreak=tiebreak)
+
+    def filter_warnings(self, options: SearchOptions) -> list[str]:
+        """A filter on a field the mapping lacks matches nothing: say so."""
+        if not options.filter or self.mapped is None:
+            return []
+        return [
+            f"the filter names field {name!r}, which index {self.index!r} does not map: "
+            "it matches no document"
+            for name in sorted(filter_fields(options.filter) - self.mapped)
+        ]
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -282,8 +305,11 @@ class ClusterBackend:
             body = self.build_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
             found = self._hits(body, query, term_vectors, options, lexical)
-            return Hits(found, getattr(found, "warnings", ()), exact=exact)
-        return self._certified(query, term_vectors, options)
+            warnings = (*getattr(found, "warnings", ()), *self.filter_warnings(options))
+            return Hits(found, warnings, exact=exact)
+        certified = self._certified(query, term_vectors, options)
+        warnings = (*certified.warnings, *self.filter_warnings(options))
+        return Hits(certified, warnings, exact=certified.exact)
 
     def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical

@@ -23,6 +23,7 @@ from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.composition import explain
 from itlr.errors import ConfigurationError
 from itlr.explain import disagreement
+from itlr.fingerprint import HASH_FIELD
 from itlr.lexical import (
     K1,
     LENGTH_FIELD,
@@ -50,6 +51,10 @@ class IndexLayout:
     vector_field: str = "embedding"
     text_field: str = "text"
     metadata_field: str = "metadata"
+    # The sort key after _score that makes the order total (search_after pages rely on it):
+    # itlr's own `doc_id`, or for an index made elsewhere what the engine can sort on
+    # (`Dialect.fallback_tiebreak`); None sorts on _score alone.
+    tiebreak: str | None = "doc_id"
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,9 @@ def hits_from_response(
                 score=_score(raw),
                 truths=truths,
                 text=str(source.get(layout.text_field, "")),
-                fields=dict(source.get(layout.metadata_field) or {}),
+                fields=_fields(source, layout),
+                highlights={k: list(v) for k, v in (raw.get("highlight") or {}).items()},
+                sort=raw.get("sort"),
                 explanation=explanation,
             )
         )
@@ -288,6 +295,55 @@ def _lexical_row(
     return np.array([found])
 
 
+def _fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
+    """itlr's own documents keep their fields under the metadata field; an index made
+    elsewhere has them at the top of _source: all of them but the text, vector and hash."""
+    metadata = source.get(layout.metadata_field)
+    if layout.tiebreak == "doc_id" and isinstance(metadata, dict):
+        return dict(metadata)
+    skip = {layout.text_field, layout.vector_field, HASH_FIELD}
+    return {k: v for k, v in source.items() if k not in skip}
+
+
+_BOOL_KEYS = ("must", "filter", "should", "must_not")
+_LEAF_QUERIES = frozenset(
+    {"term", "terms", "range", "match", "match_phrase", "prefix", "wildcard", "regexp", "fuzzy"}
+)
+_LEAF_OPTIONS = frozenset({"boost", "_name"})
+
+
+def filter_fields(clause: Any) -> set[str]:
+    """The field names a filter clause reads (term, range, exists, ... inside bools)."""
+    names: set[str] = set()
+    if isinstance(clause, list):
+        for item in clause:
+            names |= filter_fields(item)
+    elif isinstance(clause, dict):
+        for key, value in clause.items():
+            if key == "bool" and isinstance(value, dict):
+                for part in _BOOL_KEYS:
+                    names |= filter_fields(value.get(part, []))
+            elif key == "exists" and isinstance(value, dict) and "field" in value:
+                names.add(str(value["field"]))
+            elif key in _LEAF_QUERIES and isinstance(value, dict):
+                names |= {str(k) for k in value if k not in _LEAF_OPTIONS}
+            elif key in ("nested", "constant_score") and isinstance(value, dict):
+                names |= filter_fields(value.get("query", value.get("filter", {})))
+    return names
+
+
+def mapped_fields(properties: dict[str, Any], prefix: str = "") -> set[str]:
+    """Every field path a mapping defines, sub-fields (`body.keyword`) included."""
+    names: set[str] = set()
+    for name, spec in properties.items():
+        path = prefix + name
+        names.add(path)
+        if isinstance(spec, dict):
+            names |= mapped_fields(spec.get("properties", {}), path + ".")
+            names |= mapped_fields(spec.get("fields", {}), path + ".")
+    return names
+
+
 def _score(raw: dict[str, Any]) -> float:
     """A hit's score: `_score`, or the first sort value when the engine left `_score` out (the
     first sort key of a logical query is the score)."""
@@ -304,6 +360,8 @@ class Dialect:
     score_script: ClassVar[StoredScript]
     exclude_script: ClassVar[StoredScript]
     title: ClassVar[str]
+    # What an index made elsewhere (no `doc_id`) is tie-broken on.
+    fallback_tiebreak: ClassVar[str | None] = None
     # The engine's largest k for one kNN search, and the request field it limits.
     max_k: ClassVar[int] = 10_000
     limit_name: ClassVar[str] = "k"
@@ -380,7 +438,6 @@ class Dialect:
     ) -> dict[str, Any]:
         """The logical query: script_score over kNN candidates (or every document); `lexical`:
         the index's statistics, for hybrid truths."""
-        field = self.layout.vector_field
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         user_filter = [options.filter] if options.filter else []
         must_not: list[dict[str, Any]] = []
@@ -410,7 +467,7 @@ class Dialect:
         else:
             inner["must"] = [{"match_all": {}}]
         params = score_params(query, term_vectors, options, self.layout, lexical)
-        return {
+        body: dict[str, Any] = {
             "size": options.k,
             "query": {
                 "script_score": {
@@ -420,9 +477,37 @@ class Dialect:
             },
             # Sorting on _score first fills each hit's _score; `track_scores` would add nothing
             # but cost (1.5 ms of a 8 ms query at 10k documents, docs/benchmarks.md).
-            "sort": [{"_score": "desc"}, {"doc_id": "asc"}],
+            "sort": self.sort(),
             # With explain the hits' vectors come back so truths can be shown; never otherwise.
-            "_source": self.explained_source() if options.explain else {"excludes": [field]},
+            "_source": self.explained_source() if options.explain else self.source(options),
+        }
+        if options.from_:
+            body["from"] = options.from_
+        if options.search_after is not None:
+            body["search_after"] = list(options.search_after)
+        if options.highlight and query.positive_terms:
+            body["highlight"] = self.highlight(query.positive_terms)
+        return body
+
+    def sort(self) -> list[dict[str, Any]]:
+        tiebreak = self.layout.tiebreak
+        return [{"_score": "desc"}] + ([{tiebreak: "asc"}] if tiebreak else [])
+
+    def source(self, options: SearchOptions) -> Any:
+        """The hits' _source: every field but the vector (the hash is dropped when hits are
+        read, keeping the body itlr's indexes always had), or the chosen ones."""
+        if options.source_fields is None:
+            return {"excludes": [self.layout.vector_field]}
+        if not options.source_fields:
+            return False
+        return {"includes": list(options.source_fields), "excludes": [self.layout.vector_field]}
+
+    def highlight(self, words: Sequence[str]) -> dict[str, Any]:
+        """The engine's highlighter on the text field, driven by the positive terms' words
+        (the logical query itself is a script the highlighter cannot read)."""
+        return {
+            "fields": {self.layout.text_field: {}},
+            "highlight_query": {"match": {self.layout.text_field: " ".join(words)}},
         }
 
     def script_installs(self) -> list[tuple[str, dict[str, Any]]]:

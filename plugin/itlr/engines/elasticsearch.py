@@ -188,6 +188,9 @@ class ElasticsearchDialect(Dialect):
     exclude_script = EXCLUDE_SCRIPT
     max_k = MAX_NUM_CANDIDATES
     limit_name = "num_candidates"
+    # Elasticsearch 8 refuses to sort on _id (indices.id_field_data.enabled is off); the index
+    # order of documents is total within one shard and a fixed index state.
+    fallback_tiebreak = "_doc"
 
     def __init__(
         self,

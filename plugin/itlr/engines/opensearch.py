@@ -24,6 +24,8 @@ class OpenSearchDialect(Dialect):
     score_script = SCORE_SCRIPT
     exclude_script = EXCLUDE_SCRIPT
     max_k = 10_000  # the k-NN plugin refuses a larger k
+    # OpenSearch still sorts on _id (fielddata on it is on by default, if deprecated).
+    fallback_tiebreak = "_id"
 
     def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
         knn: dict[str, Any] = {

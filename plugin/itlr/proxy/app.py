@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -39,7 +39,13 @@ from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
-from itlr.proxy.upstream import Upstream, UpstreamTimeout, auth_headers, timeout_seconds
+from itlr.proxy.upstream import (
+    IndexConfig,
+    Upstream,
+    UpstreamTimeout,
+    auth_headers,
+    timeout_seconds,
+)
 from itlr.service.security import TOKEN_HEADER, token_matches
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, cache_for, prometheus_text
 
@@ -140,6 +146,7 @@ class QueryBarProxy:
         token: str | None,
         timeout: float,
         allow_script_writes: bool = False,
+        indexes: Sequence[IndexConfig] = (),
     ) -> None:
         self.connection = connection
         self.allow_script_writes = allow_script_writes
@@ -158,7 +165,7 @@ class QueryBarProxy:
         )
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
-        self.upstream = Upstream(self.client, connection)
+        self.upstream = Upstream(self.client, connection, indexes)
 
     # -- embedding -------------------------------------------------------------------------
 
@@ -419,10 +426,12 @@ def create_proxy_app(
     token: str | None = None,
     timeout: float = 120.0,
     allow_script_writes: bool = False,
+    indexes: Sequence[IndexConfig] = (),
 ) -> Starlette:
     """The proxy as an ASGI app. `embedder` None loads the index's own model on first use;
     `timeout`: seconds the upstream may take to answer (504 beyond); `allow_script_writes`:
-    pass PUT / POST / DELETE on itlr's stored script ids through (refused by default)."""
+    pass PUT / POST / DELETE on itlr's stored script ids through (refused by default);
+    `indexes`: where indexes itlr did not make keep their text and vectors."""
     proxy = QueryBarProxy(
         connection,
         field,
@@ -431,6 +440,7 @@ def create_proxy_app(
         token,
         timeout,
         allow_script_writes,
+        indexes,
     )
 
     @contextlib.asynccontextmanager

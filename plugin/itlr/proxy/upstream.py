@@ -9,7 +9,11 @@ it has any), since registering scripts needs cluster privileges a UI user rarely
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import fnmatch
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +22,7 @@ from itlr.engines.connection import Connection, engine_from_root
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import check_stored
-from itlr.errors import EngineError, IndexStateError
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
 
 UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
 
@@ -63,14 +67,88 @@ class IndexVectors:
         }
 
 
-def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
-    """The common `_meta.itlr` of the indexes a target resolves to; refuse mixed ones."""
+@dataclass(frozen=True)
+class IndexConfig:
+    """Where an index itlr did not make keeps its text and vectors (no `_meta.itlr`), for the
+    indexes whose names match `pattern` (fnmatch: `logs-*`); model None is the bundled one."""
+
+    pattern: str
+    vector_field: str
+    text_field: str
+    model: str | None = None
+
+    def matches(self, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, self.pattern)
+
+
+def load_index_configs(path: Path) -> tuple[IndexConfig, ...]:
+    """A proxy index config file: `{"PATTERN": {"vector_field": ..., "text_field": ...,
+    "model": ...}, ...}`; the first pattern that matches an index wins."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as bad:
+        raise ConfigurationError(f"cannot read the index config {path}: {bad}") from None
+    if not isinstance(raw, dict):
+        raise ConfigurationError(
+            f'the index config {path} must map patterns to fields: {{"logs-*": '
+            '{"vector_field": "vec", "text_field": "body"}}'
+        )
+    configs = []
+    for pattern, entry in raw.items():
+        if not isinstance(entry, dict) or not {"vector_field", "text_field"} <= set(entry):
+            raise ConfigurationError(
+                f"the index config {path}: {pattern!r} needs `vector_field` and `text_field`"
+            )
+        unknown = set(entry) - {"vector_field", "text_field", "model"}
+        if unknown:
+            raise ConfigurationError(
+                f"the index config {path}: {pattern!r} has unknown keys {sorted(unknown)}"
+            )
+        configs.append(IndexConfig(str(pattern), **{k: str(v) for k, v in entry.items()}))
+    return tuple(configs)
+
+
+def _configured(
+    name: str, mapping: dict[str, Any], configs: Sequence[IndexConfig]
+) -> IndexVectors | None:
+    """The vectors of an index itlr did not make, from the first config whose pattern matches;
+    the dimension is the mapped one. `tiebreak` None: the engine's own stable sort key."""
+    from itlr.embed import resolve_model
+
+    config = next((c for c in configs if c.matches(name)), None)
+    if config is None:
+        return None
+    properties = mapping.get("properties", {})
+    vector = properties.get(config.vector_field)
+    if not isinstance(vector, dict) or vector.get("type") not in ("knn_vector", "dense_vector"):
+        raise IndexStateError(
+            f"index {name!r} has no vector field {config.vector_field!r}: fix the index config, "
+            "or back-fill it (`itlr backfill`)"
+        )
+    dims = int(vector.get("dimension") or vector.get("dims") or 0)
+    layout = IndexLayout(
+        config.vector_field,
+        config.text_field,
+        tiebreak="doc_id" if "doc_id" in properties else None,
+    )
+    return IndexVectors(resolve_model(config.model)[0], dims, layout)
+
+
+def index_vectors(
+    target: str, mappings: dict[str, Any], configs: Sequence[IndexConfig] = ()
+) -> IndexVectors:
+    """The common `_meta.itlr` (or configured layout) of the indexes a target resolves to;
+    refuse mixed ones."""
     found: dict[IndexVectors, list[str]] = {}
     without: list[str] = []
     for name, body in mappings.items():
         meta = body.get("mappings", {}).get("_meta", {}).get("itlr")
         if not isinstance(meta, dict):
-            without.append(name)
+            configured = _configured(name, body.get("mappings", {}), configs)
+            if configured is not None:
+                found.setdefault(configured, []).append(name)
+            else:
+                without.append(name)
             continue
         layout = IndexLayout(
             vector_field=str(meta.get("vector_field", "embedding")),
@@ -81,7 +159,8 @@ def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
     if not found:
         raise IndexStateError(
             f"{target!r} holds no itlr index (no _meta.itlr in its mapping): load documents "
-            "with `itlr ingest` or search an index that has them"
+            "with `itlr ingest`, or give the proxy its fields (--vector-field / --text-field, "
+            "or an --index-config file)"
         )
     if without:
         # The kNN clauses would fail on those indexes' shards: a silently partial answer.
@@ -112,9 +191,15 @@ class SearchTarget:
 class Upstream:
     """Engine, index layouts and stored scripts of the configured cluster, learned once."""
 
-    def __init__(self, client: httpx.AsyncClient, connection: Connection) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        connection: Connection,
+        indexes: Sequence[IndexConfig] = (),
+    ) -> None:
         self.client = client
         self.connection = connection
+        self.indexes = tuple(indexes)
         self._engine: tuple[str, str] | None = None
         self._vectors: dict[str, IndexVectors] = {}
         self._scripts_ready: set[str] = set()
@@ -154,7 +239,7 @@ class Upstream:
                     f"cannot read the mapping of {target!r}: the upstream answered "
                     f"{response.status_code}"
                 )
-            self._vectors[target] = index_vectors(target, response.json())
+            self._vectors[target] = index_vectors(target, response.json(), self.indexes)
         return self._vectors[target]
 
     async def target(self, target: str, headers: dict[str, str]) -> SearchTarget:
@@ -162,6 +247,9 @@ class Upstream:
         engine, version = await self.engine(headers)
         vectors = await self.vectors(target, headers)
         dialect = dialect_for(engine, vectors.layout, server_version=version or None)
+        if vectors.layout.tiebreak is None:
+            layout = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)
+            dialect = dialect_for(engine, layout, server_version=version or None)
         await self.ensure_scripts(dialect, headers)
         return SearchTarget(dialect, vectors)
 

@@ -1,0 +1,78 @@
+"""`itlr backfill`: embed a text field of the documents already in a cluster index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, out, run_guarded, say
+from itlr.cli.bench import bench_app
+
+
+@app.command()
+@engine_command
+def backfill(
+    index: IndexOpt,
+    spec: Any = None,
+    model: ModelOpt = None,
+    into: Annotated[
+        str | None,
+        typer.Option(
+            help="Copy every document with its vector into this new index (for an OpenSearch "
+            "index created without index.knn)."
+        ),
+    ] = None,
+    alias: Annotated[
+        str | None, typer.Option(help="With --into: point this alias at the new index when done.")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
+) -> None:
+    """Give every document of an existing index a vector of its --text-field, written into
+    --vector-field beside a content hash: a re-run (or a resumed one after a kill) embeds only
+    documents whose text changed or that have no vector yet."""
+    from itlr.backfill import backfill_spec
+    from itlr.errors import ConfigurationError
+    from itlr.progress import document_progress
+
+    def action() -> None:
+        if alias and not into:
+            raise ConfigurationError("--alias moves an alias to the --into index: give --into")
+        if spec.engine == "memory":
+            raise ConfigurationError("backfill works on a cluster index: give --url")
+        with document_progress(err) as progress:
+            task = progress.add_task("back-filling", total=None)
+            report = backfill_spec(
+                spec,
+                model=model,
+                into=into,
+                alias=alias,
+                batch_size=batch_size,
+                on_batch=lambda n: progress.advance(task, n),
+                on_total=lambda n: progress.update(task, total=n),
+            )
+        for doc_id, reason in list(report.failed.items())[:20]:
+            say(err, "failed", "red", f"{doc_id}: {reason}")
+        out.print(report.summary(), highlight=False, soft_wrap=True)
+        if report.failed:
+            raise typer.Exit(1)
+
+    run_guarded(action)
+
+
+@bench_app.command("backfill")
+def backfill_speed(
+    url: Annotated[str, typer.Option(help="The OpenSearch cluster (it gets throw-away indexes).")],
+    copies: Annotated[
+        int, typer.Option(help="Back-fill the demo corpus this many times (new ids).")
+    ] = 3,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Append the markdown report to this file.")
+    ] = None,
+) -> None:
+    """Back-fill docs/s against `itlr ingest` of the same documents, and the encoder's share."""
+    from itlr.benchmarks.backfill import backfill_report
+    from itlr.cli.perf import emit
+
+    run_guarded(lambda: emit(backfill_report(url, copies), out_file))

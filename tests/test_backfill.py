@@ -1,0 +1,134 @@
+"""`itlr backfill` / `Index.backfill` against a real OpenSearch, on indexes made through REST."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import itlr
+from foreign_index import all_sources, bulk, create_index, delete_index, documents
+from itlr.cli import app
+from itlr.errors import IndexStateError
+from itlr.fingerprint import HASH_FIELD, content_hash
+
+pytestmark = pytest.mark.opensearch
+
+
+def check_every_vector_is_of_its_current_text(url, name, embedder, count) -> None:
+    sources = all_sources(url, name)
+    assert len(sources) == count
+    ids = sorted(sources)
+    texts = [sources[i]["body"] for i in ids]
+    expected = embedder.encode(texts)
+    stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
+    assert np.allclose(stored, expected, atol=1e-5)
+    assert [sources[i][HASH_FIELD] for i in ids] == [content_hash(t, embedder.name) for t in texts]
+
+
+def test_backfill_in_place_embeds_every_document_and_a_rerun_embeds_only_a_changed_text(
+    opensearch_url, corpus, embedder
+) -> None:
+    docs = documents(corpus, 40)
+    name = create_index(opensearch_url, "opensearch", docs)
+    try:
+        report = itlr.Index.backfill(
+            name, url=opensearch_url, text_field="body", vector_field="vec", engine="opensearch"
+        )
+        assert (report.seen, report.embedded, report.skipped, report.failed) == (40, 40, 0, {})
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 40)
+
+        again = itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        assert (again.embedded, again.skipped) == (0, 40)
+
+        changed = {**docs[7], "body": "Penguins huddle together on the Antarctic ice in winter."}
+        bulk(opensearch_url, name, [changed])  # a whole-document write drops the old vector
+        third = itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        assert (third.embedded, third.skipped) == (1, 39)
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 40)
+
+        index = itlr.Index.open(name, url=opensearch_url, vector_field="vec", text_field="body")
+        result = index.search('"penguins on ice"', k=1)
+        assert [h.id for h in result.hits] == [docs[7]["_id"]]
+        assert result.hits[0].text == changed["body"]
+    finally:
+        delete_index(opensearch_url, name)
+
+
+def test_an_index_without_knn_setting_is_refused_in_one_line_and_backfills_into_a_new_index(
+    opensearch_url, corpus, embedder
+) -> None:
+    docs = documents(corpus, 20)
+    name = create_index(opensearch_url, "opensearch", docs, knn=False)
+    into = f"{name}-vectors"
+    alias = f"{name}-current"
+    try:
+        with pytest.raises(IndexStateError, match=r"index\.knn: true.*--into NEW_INDEX") as refused:
+            itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        assert "\n" not in str(refused.value)
+
+        common = ["--url", opensearch_url, "--index", name, "--text-field", "body"]
+        result = CliRunner().invoke(
+            app, ["backfill", *common, "--vector-field", "vec", "--into", into, "--alias", alias]
+        )
+        assert result.exit_code == 0, result.output
+        assert "20 embedded" in result.output
+        check_every_vector_is_of_its_current_text(opensearch_url, into, embedder, 20)
+        assert all(s["topic"] for s in all_sources(opensearch_url, into).values())
+        holders = httpx.get(f"{opensearch_url}/_alias/{alias}", timeout=30).json()
+        assert list(holders) == [into]
+
+        index = itlr.Index.open(alias, url=opensearch_url, vector_field="vec", text_field="body")
+        assert len(index.search('"vitamin D"', k=3).hits) == 3
+    finally:
+        delete_index(opensearch_url, into)
+        delete_index(opensearch_url, name)
+
+
+def test_a_killed_backfill_resumes_with_no_document_lost_or_duplicated(
+    opensearch_url, corpus, embedder
+) -> None:
+    count = min(len(corpus), 400)
+    docs = documents(corpus, count)
+    name = create_index(opensearch_url, "opensearch", docs)
+    command = [
+        *(sys.executable, "-c", "from itlr.cli import app; app()"),
+        *("backfill", "--url", opensearch_url, "--index", name),
+        *("--text-field", "body", "--vector-field", "vec", "--batch-size", "8"),
+    ]
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ)
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            httpx.post(f"{opensearch_url}/{name}/_refresh", timeout=30)
+            done = httpx.post(
+                f"{opensearch_url}/{name}/_count",
+                json={"query": {"exists": {"field": HASH_FIELD}}},
+                timeout=30,
+            ).json()["count"]
+            if done >= 16:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, "the back-fill finished before it could be killed"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        assert 16 <= done < count
+
+        result = CliRunner().invoke(app, command[3:])
+        assert result.exit_code == 0, result.output
+        report_line = result.output.strip().splitlines()[-1]
+        assert f"of {count} documents" in report_line
+        resumed = int(report_line.split(" embedded")[0].rsplit(" ", 1)[-1])
+        assert resumed <= count - 16  # what the killed run wrote is not embedded again
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, count)
+    finally:
+        delete_index(opensearch_url, name)
