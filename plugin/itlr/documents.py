@@ -228,8 +228,7 @@ def _nested_too_deep(text: str, allowed: int) -> bool:
 
 def _refuse_constant(name: str) -> Any:
     raise _NotADocument(
-        f"a value is {name}, which JSON cannot carry: write a finite number or leave "
-        "the field out"
+        f"a value is {name}, which JSON cannot carry: write a finite number or leave the field out"
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.fingerprint import HASH_FIELD
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 from itlr.resources import mapping_file, painless_file
@@ -81,6 +82,8 @@ def derive_mapping(
     properties[layout.vector_field] = vector
     properties[layout.text_field] = text
     properties[layout.metadata_field] = metadata
+    # Upserts compare this hash, never vectors (itlr.fingerprint); stored, not searched.
+    properties[HASH_FIELD] = {"type": "keyword", "index": False}
     meta = body["mappings"]["_meta"]["itlr"]
     meta.update(
         model=model, dims=dims, vector_field=layout.vector_field, text_field=layout.text_field
@@ -126,8 +129,10 @@ def bulk_actions(
     texts: Sequence[str],
     vectors: np.ndarray,
     fields: Sequence[dict[str, Any]] | None,
+    hashes: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     fields = fields or [{} for _ in ids]
+    hashes = hashes or ["" for _ in ids]
     return [
         {
             "_op_type": "index",
@@ -138,9 +143,12 @@ def bulk_actions(
                 layout.text_field: text,
                 layout.vector_field: vector.tolist(),
                 layout.metadata_field: extra,
+                **({HASH_FIELD: digest} if digest else {}),
             },
         }
-        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
+        for doc_id, text, vector, extra, digest in zip(
+            ids, texts, vectors, fields, hashes, strict=True
+        )
     ]
 
 

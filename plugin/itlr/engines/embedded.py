@@ -26,6 +26,7 @@ from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
+from itlr.fingerprint import content_hash
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 
@@ -238,6 +239,24 @@ class EmbeddedIndex:
 
     def existing_ids(self, ids: list[str]) -> set[str]:
         return {i for i in ids if i in self}
+
+    def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (content hash, fields)} of the stored ids. The row keeps the exact text its
+        vector was computed from and the index one model, so the hash is derived from the row
+        on demand: no second copy to keep consistent, no change to the crash-safe format."""
+        found = {}
+        for doc_id in ids:
+            row = self._latest.get(doc_id)
+            record = self._rows[row] if row is not None else None
+            if record is not None:
+                found[doc_id] = (content_hash(record.text, self.model), record.fields)
+        return found
+
+    def stored_vectors(self, ids: list[str]) -> np.ndarray:
+        """The stored vectors of these ids, in order (a fields-only update reuses them)."""
+        if not ids:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return np.stack([self.vector(i) for i in ids])
 
     def ids(self) -> list[str]:
         return [self._rows[r].id for r in self._live_rows()]  # type: ignore[union-attr]

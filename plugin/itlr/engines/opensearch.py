@@ -81,5 +81,5 @@ class OpenSearchBackend(ClusterBackend):
 
         return helpers
 
-    def _mget(self, ids: list[str]) -> Any:
-        return self.client.mget(index=self.index, body={"ids": ids}, _source=False)
+    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
+        return self.client.mget(index=self.index, body={"ids": ids}, _source=fields or False)
