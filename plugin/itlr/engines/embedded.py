@@ -16,6 +16,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ import numpy as np
 from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
+from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
-from itlr.options import Hit, SearchOptions
+from itlr.highlight import fragments, query_words
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -49,6 +52,7 @@ class EmbeddedIndex:
         self._vectors: np.ndarray = np.zeros((0, self.dims), dtype=np.float32)
         self._live_cache: np.ndarray | None = None
         self._live_mask_cache: np.ndarray | None = None
+        self._fields_cache: set[str] | None = None
         self._catch_up()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -135,7 +139,7 @@ class EmbeddedIndex:
         for row in rows:
             self._append_row(row)
         self._vectors = vectors
-        self._live_cache = self._live_mask_cache = None
+        self._live_cache = self._live_mask_cache = self._fields_cache = None
 
     def _append_row(self, row: StoredRow) -> None:
         number = len(self._rows)
@@ -180,7 +184,7 @@ class EmbeddedIndex:
             for row in rows:
                 self._append_row(row)
             self._vectors = self.store.vectors()
-            self._live_cache = self._live_mask_cache = None
+            self._live_cache = self._live_mask_cache = self._fields_cache = None
             if self._uses_ann():
                 # The graph grows with ingestion and is saved now and then, under the lock.
                 self._ann.catch_up(self.store.generation, self._vectors)
@@ -276,12 +280,15 @@ class EmbeddedIndex:
 
     # -- search ----------------------------------------------------------------------------
 
-    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> list[Hit]:
-        """Run a logical query whose terms (query.terms order) are embedded as term_vectors."""
+    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+        """Run a logical query whose terms (query.terms order) are embedded as term_vectors.
+
+        Hits from_ .. from_ + k of the ranking, with options.source_fields of each document's
+        fields and, with options.highlight, the sentences that hold a positive term's word."""
         term_vectors = self._check_query_vectors(term_vectors, len(query.terms))
-        rows = self._filtered_rows(options.filter)
+        rows, notes = self._filtered_rows(options.filter)
         if rows.size == 0:
-            return []
+            return Hits(warnings=notes)
         terms = query.terms
         searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
         if options.mode == "knn" and searches:
@@ -298,23 +305,41 @@ class EmbeddedIndex:
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
         kept = scored.kept
-        return self._hits(rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k)
+        hits = self._hits(
+            rows[kept], scored.scores[kept], scored.truths[kept], terms, options.from_ + options.k
+        )[options.from_ :]
+        words = query_words(query.positive_terms) if options.highlight else frozenset()
+        return Hits((self._shaped(h, options, words) for h in hits), notes)
+
+    @staticmethod
+    def _shaped(hit: Hit, options: SearchOptions, words: frozenset[str]) -> Hit:
+        """The hit with the chosen fields and, when asked, its highlighted fragments."""
+        changes: dict[str, Any] = {}
+        if options.source_fields is not None:
+            chosen = {n.removeprefix("metadata.") for n in options.source_fields}
+            changes["fields"] = {k: v for k, v in hit.fields.items() if k in chosen}
+        if words:
+            found = fragments(hit.text, words)
+            if found:
+                changes["highlights"] = {"text": found}
+        return replace(hit, **changes) if changes else hit
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
+    ) -> Hits:
         """Plain dense retrieval: rank by cosine to one vector. With the ANN graph in use,
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
         is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
+        notes: list[str] = []
         if filter is None and self._uses_ann():
             rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
         else:
-            rows = self._filtered_rows(filter)
+            rows, notes = self._filtered_rows(filter)
         if rows.size == 0:
-            return []
+            return Hits(warnings=notes)
         scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
-        return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
+        return Hits(self._hits(rows, scores, np.zeros((len(rows), 0)), (), k), notes)
 
     def _matrix(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of these rows; without a copy when they are all rows in order."""
@@ -376,15 +401,31 @@ class EmbeddedIndex:
             )
         return _normalise(vectors)
 
-    def _filtered_rows(self, filter: dict | None) -> np.ndarray:
+    def _filtered_rows(self, filter: dict | None) -> tuple[np.ndarray, list[str]]:
+        """The live rows the filter keeps, and a warning per filter field no document has."""
         rows = self._live_rows()
         if not filter:
-            return rows
-        matches = _compile_filter(filter)
-        return np.array(
-            [r for r in rows if matches(self._rows[r])],
-            dtype=np.int64,  # type: ignore[arg-type]
+            return rows, []
+        matches, names = compile_filter(filter)
+        notes = [
+            f"filter field {name!r} is in no document of index at {self.path}: "
+            "check its spelling (the filter matches as if the field were empty)"
+            for name in unknown_fields(names, self._known_fields())
+        ]
+        kept = np.array(
+            [r for r in rows if matches(self._rows[r])],  # type: ignore[arg-type]
+            dtype=np.int64,
         )
+        return kept, notes
+
+    def _known_fields(self) -> set[str]:
+        """Every field name some live document has (cached until the next commit)."""
+        if self._fields_cache is None:
+            known: set[str] = set()
+            for r in self._live_rows():
+                known.update(self._rows[r].fields)  # type: ignore[union-attr]
+            self._fields_cache = known
+        return self._fields_cache
 
 
 # Up to this many rows a product is computed without threads (einsum: 0.14 ms for 500 x 5).
@@ -423,44 +464,3 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
-
-
-def _field(row: StoredRow, name: str) -> Any:
-    if name in ("id", "_id"):
-        return row.id
-    if name == "text":
-        return row.text
-    # Remote engines keep user fields under "metadata."; accept the same filter here.
-    return row.fields.get(name.removeprefix("metadata."))
-
-
-def _compile_filter(spec: dict[str, Any]):
-    """The part of the engines' filter DSL the embedded engine understands: term, terms, bool."""
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise ConfigurationError(f"a filter is one JSON object with one key, got {spec!r}")
-    ((kind, body),) = spec.items()
-    if kind == "term":
-        ((name, value),) = body.items()
-        value = value.get("value") if isinstance(value, dict) else value
-        return lambda row: _field(row, name) == value
-    if kind == "terms":
-        ((name, values),) = body.items()
-        allowed = set(values)
-        return lambda row: _field(row, name) in allowed
-    if kind == "bool":
-
-        def clauses(key: str) -> list:
-            value = body.get(key, [])
-            return [_compile_filter(c) for c in (value if isinstance(value, list) else [value])]
-
-        required = clauses("must") + clauses("filter")
-        forbidden = clauses("must_not")
-        optional = clauses("should")
-        return lambda row: (
-            all(c(row) for c in required)
-            and not any(c(row) for c in forbidden)
-            and (not optional or any(c(row) for c in optional))
-        )
-    raise ConfigurationError(
-        f"the embedded engine filters with term, terms and bool only, not {kind!r}"
-    )
