@@ -576,6 +576,37 @@ def start_node(
     start fails, and always with ``keep_run_dir``). Raises ``NodeStartError`` with the tail of
     the node's log if it does not come up within ``timeout`` seconds.
     """
+    node = _launch_node(
+        home,
+        port,
+        heap,
+        engine=engine,
+        transport_port=transport_port,
+        settings={"discovery.type": "single-node", **(settings or {})},
+        keep_run_dir=keep_run_dir,
+    )
+    try:
+        node.wait_until_ready(timeout)
+    except BaseException:
+        node.keep_run_dir = True  # the error message points at the kept logs
+        node.stop()
+        raise
+    return node
+
+
+def _launch_node(
+    home: Path | None,
+    port: int | None,
+    heap: str,
+    *,
+    engine: str,
+    transport_port: int | None,
+    settings: Mapping[str, object],
+    keep_run_dir: bool,
+    cluster_name: str | None = None,
+    node_name: str | None = None,
+) -> LocalNode:
+    """Start one node process on 127.0.0.1 without waiting for it (see start_node)."""
     spec = _spec(engine)
     home = Path(home) if home is not None else ensure_installed(engine=engine)
     launcher = home / "bin" / engine
@@ -585,7 +616,7 @@ def start_node(
         raise ValueError(f"heap must look like 512m or 1g, got {heap!r}")
     version = _installed_version(home)
     java_home = find_java_home(spec.min_java(version))
-    if settings and str(settings.get("network.host", "127.0.0.1")) != "127.0.0.1":
+    if str(settings.get("network.host", "127.0.0.1")) != "127.0.0.1":
         raise ValueError("local nodes run with security disabled: they bind to 127.0.0.1 only")
     command = [*_unprivileged_prefix(), str(launcher)]
     if port and _port_in_use(port):
@@ -600,9 +631,8 @@ def start_node(
         directory.mkdir()
     node_settings: dict[str, object] = {
         # unique, so that the health check cannot mistake another node for this one
-        "cluster.name": f"itlr-{run_dir.name.removeprefix('itlr-')}",
-        "node.name": f"itlr-{engine}-{http_port}",
-        "discovery.type": "single-node",
+        "cluster.name": cluster_name or f"itlr-{run_dir.name.removeprefix('itlr-')}",
+        "node.name": node_name or f"itlr-{engine}-{http_port}",
         "network.host": "127.0.0.1",
         "http.port": http_port,
         "transport.port": transport_port,
@@ -611,11 +641,11 @@ def start_node(
         # tests must not go read-only on a nearly full disk
         "cluster.routing.allocation.disk.threshold_enabled": "false",
         **spec.extra_settings(home),
-        **(settings or {}),
+        **settings,
     }
     (conf / f"{engine}.yml").write_text(
         "# written by opensearch_local.py for this node only\n"
-        + "".join(f"{key}: {json.dumps(str(value))}\n" for key, value in node_settings.items())
+        + "".join(f"{key}: {_yaml_value(value)}\n" for key, value in node_settings.items())
     )
     (conf / "jvm.options.d").mkdir(exist_ok=True)
     (conf / "jvm.options.d" / "itlr-heap.options").write_text(f"-Xms{heap}\n-Xmx{heap}\n")
@@ -655,16 +685,156 @@ def start_node(
         _console=console,
     )
     atexit.register(node.stop)
-    try:
-        node.wait_until_ready(timeout)
-    except BaseException:
-        node.keep_run_dir = True  # the error message points at the kept logs
-        node.stop()
-        raise
     return node
 
 
+def _yaml_value(value: object) -> str:
+    """A setting as YAML: lists (discovery.seed_hosts) as flow sequences, the rest as strings."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+@dataclass
+class LocalCluster:
+    """Several nodes of one cluster on 127.0.0.1; ``stop()`` ends them all."""
+
+    nodes: list[LocalNode]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def health(self) -> dict | None:
+        for node in self.nodes:
+            if node.running() and (health := node.health()) is not None:
+                return health
+        return None
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node's process group, as a crash would (its files stay until stop())."""
+        node = self.nodes[index]
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(node.process.pid, signal.SIGKILL)
+        node.process.wait(30)
+
+    def wait_for(self, status: str, nodes: int, timeout: float = DEFAULT_START_TIMEOUT) -> dict:
+        """Wait until the cluster reports `status` (or better) with `nodes` nodes."""
+        rank = {"red": 0, "yellow": 1, "green": 2}
+        deadline = time.monotonic() + timeout
+        last: dict | None = None
+        while time.monotonic() < deadline:
+            last = self.health() or last
+            if (
+                last
+                and rank.get(str(last.get("status")), -1) >= rank[status]
+                and last.get("number_of_nodes") == nodes
+            ):
+                return last
+            time.sleep(0.5)
+        tails = "\n".join(f"--- {n.url}\n{n.log_tail(20)}" for n in self.nodes)
+        raise NodeStartError(
+            f"cluster not {status} with {nodes} nodes after {timeout:.0f}s "
+            f"(last health: {last}):\n{tails}"
+        )
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_cluster(
+    nodes: int = 3,
+    heap: str = "512m",
+    *,
+    home: Path | None = None,
+    engine: str = "opensearch",
+    timeout: float = DEFAULT_START_TIMEOUT,
+) -> LocalCluster:
+    """Start a cluster of `nodes` nodes on 127.0.0.1 (one process and one data path each) and
+    wait until it is green with all of them. Every node is master-eligible and a data node."""
+    if nodes < 1:
+        raise ValueError(f"a cluster needs at least one node, got {nodes}")
+    http_ports: list[int] = []
+    transport_ports: list[int] = []
+    for _ in range(nodes):
+        taken = (*http_ports, *transport_ports)
+        http_ports.append(_free_port(exclude=taken))
+        transport_ports.append(_free_port(exclude=(*taken, http_ports[-1])))
+    cluster_name = f"itlr-cluster-{http_ports[0]}"
+    names = [f"itlr-{engine}-node{i}" for i in range(nodes)]
+    manager_key = (
+        "cluster.initial_cluster_manager_nodes"
+        if engine == "opensearch"
+        else "cluster.initial_master_nodes"
+    )
+    settings = {
+        "discovery.seed_hosts": [f"127.0.0.1:{port}" for port in transport_ports],
+        manager_key: names,
+    }
+    started: list[LocalNode] = []
+    cluster = LocalCluster(started)
+    try:
+        for i in range(nodes):
+            started.append(
+                _launch_node(
+                    home,
+                    http_ports[i],
+                    heap,
+                    engine=engine,
+                    transport_port=transport_ports[i],
+                    settings=settings,
+                    keep_run_dir=False,
+                    cluster_name=cluster_name,
+                    node_name=names[i],
+                )
+            )
+        cluster.wait_for("green", nodes, timeout)
+    except BaseException:
+        for node in started:
+            node.keep_run_dir = True
+        cluster.stop()
+        raise
+    return cluster
+
+
 # --------------------------------------------------------------------------- CLI
+
+
+def _interrupt_on_signals() -> None:
+    def terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # explicit, because a shell starts background jobs with SIGINT ignored
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, terminate)
+
+
+def _run_cluster(nodes: int, heap: str, home: Path, engine: str, timeout: float) -> int:
+    started = time.monotonic()
+    cluster = start_cluster(nodes, heap, home=home, engine=engine, timeout=timeout)
+    _interrupt_on_signals()
+    with cluster:
+        _log(f"{engine} cluster of {nodes} nodes up in {time.monotonic() - started:.1f}s")
+        print(",".join(cluster.urls), flush=True)
+        try:
+            while all(node.running() for node in cluster.nodes):
+                time.sleep(1)
+        except KeyboardInterrupt:
+            _log("stopping")
+            return 0
+        _log("a node exited; stopping the cluster")
+        return 1
 
 
 def main(argv: list[str] | None = None, *, engine: str | None = None) -> int:
@@ -681,6 +851,9 @@ def main(argv: list[str] | None = None, *, engine: str | None = None) -> int:
     run.add_argument("--port", type=int, help="HTTP port (default: a free one)")
     run.add_argument("--heap", default="512m", help="JVM heap, e.g. 512m or 1g (default 512m)")
     run.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT)
+    run.add_argument(
+        "--nodes", type=int, default=1, help="nodes in the cluster (default 1: single-node)"
+    )
     args = parser.parse_args(argv)
     engine = engine or args.engine
 
@@ -692,17 +865,14 @@ def main(argv: list[str] | None = None, *, engine: str | None = None) -> int:
             print(home)
             return 0
         started = time.monotonic()
+        if args.nodes > 1:
+            return _run_cluster(args.nodes, args.heap, home, engine, args.timeout)
         node = start_node(home, port=args.port, heap=args.heap, engine=engine, timeout=args.timeout)
     except NodeStartError as err:
         _log(f"error: {err}")
         return 1
 
-    def terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    # explicit, because a shell starts background jobs with SIGINT ignored
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, terminate)
+    _interrupt_on_signals()
     with node:
         _log(
             f"{engine} {node.version} up in {time.monotonic() - started:.1f}s "

@@ -225,6 +225,11 @@ def provide_server(spec: ServerSpec) -> Iterator[str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
+        "multinode: starts a three-node OpenSearch cluster on loopback (scripts/opensearch_local.py "
+        "start_cluster); skipped only where the machine lacks the memory",
+    )
+    config.addinivalue_line(
+        "markers",
         "opensearch: needs a real OpenSearch (fixture opensearch_url; env ITLR_OPENSEARCH_URL, "
         "ITLR_REQUIRE_OPENSEARCH=1 to fail instead of skip)",
     )

@@ -56,7 +56,9 @@ def embedded_summary(run) -> list[str]:
 
 
 @contextmanager
-def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Iterator[Any]:
+def throwaway_opensearch(
+    url: str, purpose: str, model: str, dims: int, shards: int = 1, replicas: int = 0
+) -> Iterator[Any]:
     """A fresh OpenSearch index for one measurement, deleted afterwards whatever happens."""
     import uuid
 
@@ -68,7 +70,10 @@ def throwaway_opensearch(url: str, purpose: str, model: str, dims: int) -> Itera
     backend = OpenSearchBackend(
         connection.opensearch(timeout=120), name, model, dims, url=connection.url
     )
-    backend.ensure_index()
+    body = backend.dialect.mapping(dims, model)
+    body["settings"]["index"].update(number_of_shards=shards, number_of_replicas=replicas)
+    backend.client.indices.create(index=name, body=body)
+    backend.client.cluster.health(index=name, wait_for_status="green")
     try:
         yield backend
     finally:
@@ -146,6 +151,53 @@ def latency_report(
                 f"{knn3.ratio_to(fastest):.2f}x",
                 "",
             ]
+    return lines
+
+
+def shards_report(
+    url: str, docs: int = 100_000, shards: str = "1,3", replicas: int = 1, repeats: int = 50
+) -> list[str]:
+    """The same random index with 1 and with several primary shards (and replicas) on one
+    cluster: p50 / p95 of plain kNN and the 3-term query, knn and exact mode."""
+    from itlr.benchmarks.latency import QUERIES, query_vectors, random_unit, time_interleaved
+    from itlr.options import SearchOptions
+    from itlr.parser import parse
+
+    dims = 384
+    counts = [int(n) for n in shards.split(",") if n.strip()]
+    lines = [
+        f"### Shards (`itlr bench shards --url URLS --docs {docs} --shards {shards} "
+        f"--replicas {replicas} --repeats {repeats}`)",
+        "",
+        f"Machine: {machine()}; cluster at {url}.",
+        "",
+        "| primaries | replicas | measurement | p50 ms | p95 ms |",
+        "|---:|---:|---|---:|---:|",
+    ]
+    pool = random_unit(64, dims, seed=99)
+    query = parse(QUERIES[3])
+    for count in counts:
+        with throwaway_opensearch(url, "shards", "random", dims, count, replicas) as backend:
+            fill_with_random(backend, docs, dims)
+            backend.client.cluster.health(index=backend.index, wait_for_status="green")
+            calls = {
+                "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % 64], 10),
+                **{
+                    f"itlr 3-term, {mode} mode": (
+                        lambda i, b=backend, mode=mode: b.search(
+                            query,
+                            query_vectors(query, dims, seed=i % 64),
+                            SearchOptions(k=10, mode=mode),
+                        )
+                    )
+                    for mode in ("knn", "exact")
+                },
+            }
+            for timing in time_interleaved(calls, repeats):
+                lines.append(
+                    f"| {count} | {replicas} | {timing.name} | {timing.p50_ms:.2f} | "
+                    f"{timing.p95_ms:.2f} |"
+                )
     return lines
 
 

@@ -58,6 +58,43 @@ def latency(
 
 
 @bench_app.command()
+def shards(
+    url: Annotated[
+        str, typer.Option(help="The cluster: one URL, or its nodes' URLs comma-separated.")
+    ],
+    docs: Annotated[int, typer.Option(help="Random vectors in each index.")] = 100_000,
+    shards: Annotated[
+        str, typer.Option(help="Primary shard counts to compare, comma-separated.")
+    ] = "1,3",
+    replicas: Annotated[int, typer.Option(help="Replicas of every shard.")] = 1,
+    repeats: Annotated[int, typer.Option(help="Timed runs per measurement.")] = 50,
+    out_file: OutFile = None,
+) -> None:
+    """The same index with 1 and with several primary shards on one cluster: p50 / p95 of plain
+    kNN and the 3-term query (start a cluster: scripts/opensearch_local.py run --nodes 3)."""
+    from itlr.benchmarks.reports import shards_report
+
+    run_guarded(lambda: emit(shards_report(url, docs, shards, replicas, repeats), out_file))
+
+
+@bench_app.command()
+def certificate(
+    queries: Annotated[int, typer.Option(help="Random logical queries.")] = 300,
+    passages: Annotated[
+        int | None,
+        typer.Option(help="Grow the corpus to this many documents (sums of seeded pairs)."),
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Timed runs per query (the fastest counts).")] = 3,
+    out_file: OutFile = None,
+) -> None:
+    """knn mode with and without the certificate against exact mode, per query shape: top-10
+    score agreement, p50 latency, and how the certificate ended."""
+    from itlr.benchmarks.certificate import certificate_report
+
+    run_guarded(lambda: emit(certificate_report(passages, queries, repeats), out_file))
+
+
+@bench_app.command()
 def recall(
     budgets: Annotated[
         str, typer.Option(help="Candidate budgets, comma-separated.")

@@ -48,6 +48,12 @@ class Connection:
     def https(self) -> bool:
         return self.url.startswith("https")
 
+    @property
+    def hosts(self) -> list[str]:
+        """`url` may list several nodes of one cluster, comma-separated: the clients spread
+        requests over them and retry a failed idempotent request on the next live one."""
+        return [host.strip().rstrip("/") for host in self.url.split(",") if host.strip()]
+
     def auth_headers(self) -> dict[str, str]:
         """The Authorization header for these credentials; empty when there are none."""
         if self.api_key:
@@ -63,7 +69,7 @@ class Connection:
         from opensearchpy import OpenSearch
 
         kwargs: dict[str, Any] = {
-            "hosts": [self.url],
+            "hosts": self.hosts,
             "timeout": timeout,
             "max_retries": max_retries,
             "retry_on_timeout": max_retries > 0,
@@ -87,7 +93,7 @@ class Connection:
         from elasticsearch import Elasticsearch
 
         kwargs: dict[str, Any] = {
-            "hosts": [self.url],
+            "hosts": self.hosts,
             "request_timeout": timeout,
             # 5xx and timeouts are retried by the client; 429 by the bulk helper.
             "retry_on_timeout": True,

@@ -226,6 +226,22 @@ class Dialect:
     def check_knn_mode(self) -> None:
         """Refuse knn mode where the engine cannot gather candidates inside a query."""
 
+    def probe_body(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+        """The farthest of the neighbours one kNN search returns: its score bounds every
+        document the search did not return (itlr.certificate). With k per shard the search
+        returns up to shards x k documents, and the k-th best of them is at least every shard's
+        own k-th: still a bound."""
+        return {
+            "size": 1,
+            "from": search.budget - 1,
+            "query": self.knn_clause(search, filter),
+            "_source": False,
+        }
+
+    def cosine(self, hit: dict[str, Any]) -> float:
+        """A kNN hit's cosine from its score: both engines score cosine as (1 + cos) / 2."""
+        return 2.0 * float(hit["_score"]) - 1.0
+
     # -- requests --------------------------------------------------------------------------
 
     def candidate_searches(

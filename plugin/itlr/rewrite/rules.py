@@ -91,6 +91,10 @@ _CLOSING_PUNCT = {",", "?", "!", ".", ";", ":", ")"}
 _ABBREVIATIONS = {
     "mr.", "mrs.", "ms.", "dr.", "st.", "no.", "vs.", "etc.", "jr.", "sr.", "inc.", "ltd.",
     "co.", "prof.", "mt.", "ft.", "approx.", "vol.", "fig.", "al.",
+    # Titles and ranks before a name, and short forms of citations and addresses.
+    "sgt.", "capt.", "gen.", "col.", "lt.", "cmdr.", "adm.", "gov.", "sen.", "rep.", "rev.",
+    "fr.", "hon.", "pres.", "ave.", "blvd.", "dept.", "univ.", "corp.", "bros.", "est.",
+    "ca.", "cf.", "ed.", "eds.", "pp.", "op.", "nos.", "assn.",
 }  # fmt: skip
 # "U.S.", "e.g.", "T.S.": letters with periods are initials, never a sentence end.
 _INITIALS = re.compile(r"^(?:[A-Za-z]\.)+$")
@@ -161,6 +165,11 @@ _CONNECTIVES = {
 }  # fmt: skip
 # Lowercase words inside titles: "Songs of Innocence", "The Road to Serfdom".
 _TITLE_GLUE = {"of", "the", "to", "in", "on", "a", "an", "for", "at", "by"}
+_WH_WORDS = {"how", "why", "what", "when", "where", "which", "who", "whom", "whose", "whether"}
+_POSSESSIVES = {"its", "their", "his", "her"}
+_OPEN_QUOTES = {'"': '"', "“": "”", "‘": "’", "'": "'"}
+# Function words that a title capitalises ("Man and His Symbols"); running text does not.
+_TITLE_OPENERS = {"his", "her", "its", "their", "our", "my", "your", "the", "a", "an"}
 # Past this many words a topic is a question to embed whole, not a list to split.
 _LONG_TOPIC = 16
 
@@ -190,6 +199,19 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
             ("without", "considering"),
             ("without", "touching", "on"),
             ("without", "including"),
+            # "without" + a verb of mentioning: the verb frames the item, it is not part of it.
+            ("without", "referring", "to"),
+            ("without", "reference", "to"),
+            ("without", "addressing"),
+            ("without", "covering"),
+            ("without", "involving"),
+            ("without", "focusing", "on"),
+            ("without", "going", "into"),
+            ("without", "getting", "into"),
+            ("without", "bringing", "up"),
+            ("without", "talking", "about"),
+            ("without", "describing"),
+            ("without", "any", "mention", "of"),
             ("outside", "of"),
             ("avoiding",),
             ("without",),
@@ -243,6 +265,8 @@ _VERBS = {
 _GUARD_WORDS = {
     "between", "compare", "compared", "comparing", "comparison", "vs", "vs.", "versus",
     "better", "worse", "difference", "differences", "relationship", "whether",
+    "differ", "differs", "differed", "similar", "similarity", "similarities", "contrast",
+    "contrasts", "contrasted", "compares", "comparable", "alike",
 }  # fmt: skip
 _AUXILIARIES = {
     "is", "are", "was", "were", "should", "would", "could", "can", "do", "does", "did", "will",
@@ -307,6 +331,13 @@ def _text(question: str, toks: list[_Tok]) -> str:
     return "".join(parts)
 
 
+def _unquoted(text: str) -> str:
+    """'excluding "Hamlet"': quotation marks name a title; the term is the title."""
+    quoted = len(text) > 2 and text[0] in _OPEN_QUOTES and text[-1] == _OPEN_QUOTES[text[0]]
+    inner = text[1:-1].strip() if quoted and text[0] not in text[1:-1] else ""
+    return inner if any(c.isalnum() for c in inner) else text
+
+
 def _span(toks: list[_Tok]) -> Span:
     return (toks[0].start, toks[-1].end) if toks else (0, 0)
 
@@ -345,7 +376,7 @@ class _Builder:
 
     def term(self, toks: list[_Tok], note: str = "") -> Term:
         self.mark("term", toks, note)
-        return Term(_text(self.question, toks), span=_span(toks))
+        return Term(_unquoted(_text(self.question, toks)), span=_span(toks))
 
     def joined(self, parts: list[list[_Tok]], own: list[_Tok]) -> Term:
         """A term made of the alternative `own` plus shared context around it."""
@@ -441,8 +472,27 @@ def _joins_title(toks: list[_Tok], at: int) -> bool:
     capitalised words joined by a lowercase function word. Two bare names ("Midway and
     Guadalcanal") are a list; a two-word title ("Pride and Prejudice") is split like one."""
     left, right = toks[at - 1].text, toks[at + 1].text
+    if (
+        left[:1].isupper()
+        and toks[at + 1].text in _TITLE_GLUE
+        and at + 2 < len(toks)
+        and toks[at + 2].text[:1].isupper()
+    ):
+        # "The Protestant Ethic and the Spirit of Capitalism": a run of capitalised words
+        # continued by "and the Capitalised" is one title; "Denmark and the Netherlands" a list.
+        start = at - 1
+        while start > 0 and toks[start - 1].text[:1].isupper():
+            start -= 1
+        return at - 1 - start >= 1
     if not (left[:1].isupper() and right[:1].isupper()):
         return False
+    if toks[at + 1].low in _TITLE_OPENERS:
+        # "Man and His Symbols": mid-sentence, a capitalised "His" / "The" only opens a title's
+        # next word; titles that open alike ("The Iliad and The Odyssey") are a list of two.
+        start = at - 1
+        while start > 0 and toks[start - 1].text[:1].isupper():
+            start -= 1
+        return toks[start].low != toks[at + 1].low
     start = at - 1
     while start > 0 and (toks[start - 1].text[:1].isupper() or toks[start - 1].low in _TITLE_GLUE):
         start -= 1
@@ -593,7 +643,10 @@ def _coordinators(b: _Builder, toks: list[_Tok]) -> tuple[str, list[int]]:
     ands = []
     for i, tok in enumerate(toks):
         if tok.low in {"and", "&"} and 0 < i < len(toks) - 1:
-            if _is_binomial(toks, i):
+            if toks[i + 1].low in _POSSESSIVES:
+                # "the history of X and its impact on Y": "its" leans on X, one topic.
+                b.mark("kept", toks[i : i + 2], "refers back to what precedes: not split")
+            elif _is_binomial(toks, i):
                 b.mark("kept", toks[i - 1 : i + 2], "fixed expression, not split")
             else:
                 ands.append(i)
@@ -631,6 +684,10 @@ def _topic(b: _Builder, toks: list[_Tok]) -> Node | None:
         b.mark("kept", toks, "a long question is embedded whole, not cut into fragments")
         return b.term(whole, "one topic")
     if _guarded(b, toks):
+        return b.term(whole, "one topic")
+    if toks[0].low in _WH_WORDS:
+        # "How does X affect Y, especially A and B": a question sentence, not a list.
+        b.mark("kept", toks[:1], "a question sentence is one topic: not split")
         return b.term(whole, "one topic")
     kind, positions = _coordinators(b, toks)
     if not positions:
