@@ -46,7 +46,7 @@ def test_ingest_then_search_shows_per_term_truths(tmp_path) -> None:
     assert first.exit_code == 0, first.output
     assert "added 3" in first.stdout
     again = invoke("ingest", str(corpus), "--index", "vit")
-    assert "added 0, skipped 3" in again.stdout
+    assert "added 0, updated 0, unchanged 3" in again.stdout
 
     result = invoke(
         "search", '"vitamin D benefits" AND NOT "bone health"', "--index", "vit", "--json"

@@ -143,7 +143,7 @@ def test_kill_9_between_the_vectors_and_the_commit_loses_only_that_batch(
     finished = itlr("ingest", str(tmp_path / "docs.jsonl"), "--index", str(index_dir))
     stdout, stderr = finished.communicate(timeout=300)
     assert finished.returncode == 0, stderr
-    assert "added 24, skipped 16" in stdout
+    assert "added 24, updated 0, unchanged 16" in stdout
     assert assert_every_document_has_its_own_vector(index_dir, texts, embedder) == 40
 
 

@@ -110,8 +110,9 @@ def test_ingest_keeps_the_good_documents_lists_bad_lines_and_exits_1(tmp_path) -
     assert result.exit_code == 1, result.output
     assert f"{path}:2: not valid JSON" in result.stderr
     assert f"{path}:4: not UTF-8" in result.stderr
-    assert "added 2, skipped 0 already present, 1 repeated ids (last copy kept), 2 bad lines" in (
-        result.stdout
+    assert (
+        "added 2, updated 0, unchanged 0, deleted 0, 1 repeated ids (last copy kept), 2 bad lines"
+        in (result.stdout)
     )
     stored = EmbeddedIndex.open(index)
     assert stored.ids() == ["a", "c"] and stored.get("a")["text"] == "Vitamin D supports immunity"

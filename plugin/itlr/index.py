@@ -15,14 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from itlr.documents import Document, document_from_record
+from itlr.documents import Document, Fields, check_document, document_from_record
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
-from itlr.ingest import IngestReport, ingest, writer_session
+from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.parser import parse
 from itlr.query import Node, Query
@@ -185,24 +185,42 @@ class Index:
         *,
         batch_size: int = 64,
         on_batch: Any = None,
+        id_field: str | None = None,
+        text_field: str | None = None,
     ) -> IngestReport:
-        """Embed and store documents, skipping ids the index already has.
+        """Embed and store documents as upserts: a new id is added, an id whose text changed is
+        embedded again and replaced, one whose fields only changed is replaced with its stored
+        vector, an unchanged one is skipped (compared by content hash, never by vector).
 
         A document is a Document or a mapping with an id and a text (`id`/`_id`/`doc_id`,
-        `text`/`body`/`content`); its other keys are stored as fields for filters.
+        `text`/`body`/`content`, or the keys `id_field` / `text_field` name); its other keys
+        are stored as fields for filters. A document nested deeper than ITLR_MAX_DEPTH, with a
+        NaN / Infinity value or an empty text is refused with a one-line error.
         """
+        keys = Fields(id_field, text_field)
         docs = (
-            d if isinstance(d, Document) else document_from_record(dict(d), f"document {n}")
+            check_document(d, f"document {n}")
+            if isinstance(d, Document)
+            else document_from_record(dict(d), f"document {n}", keys)
             for n, d in enumerate(documents, 1)
         )
         with writer_session(self.backend):
             report = ingest(
                 docs, self.backend, self.embedder, batch_size=batch_size, on_batch=on_batch
             )
-        refresh = getattr(self.backend, "refresh", None)
-        if refresh is not None and report.added:
-            refresh()  # a search right after add should see the documents
+        self._refresh(report)
         return report
+
+    def delete(self, ids: Iterable[str]) -> IngestReport:
+        """Delete documents by id; `report.deleted` counts those the index held."""
+        report = delete(ids, self.backend)
+        self._refresh(report)
+        return report
+
+    def _refresh(self, report: IngestReport) -> None:
+        refresh = getattr(self.backend, "refresh", None)
+        if refresh is not None and report.changed:
+            refresh()  # a search right after a write should see it
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -1,4 +1,10 @@
-"""Documents -> embeddings -> an engine, in batches, resumable."""
+"""Documents -> embeddings -> an engine, in batches, as upserts: resumable and re-runnable.
+
+Each document is compared with what the index holds under its id by content hash
+(itlr.fingerprint: model + text) and fields, never by vector: new ids are embedded and added, a
+changed text is embedded again and replaces the stored document, a change of fields only
+replaces it with the stored vector (no encoder call), and an unchanged document is skipped.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from itlr.documents import Document
 from itlr.engines import Backend
+from itlr.errors import ConfigurationError
+from itlr.fingerprint import content_hash
 
 
 class TextEncoder(Protocol):
@@ -25,15 +33,28 @@ class TextEncoder(Protocol):
 @dataclass
 class IngestReport:
     added: int = 0
-    skipped: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     encode_seconds: float = 0.0
     index_seconds: float = 0.0
 
+    @property
+    def skipped(self) -> int:
+        """Documents left as they were (the name resumption reports have always used)."""
+        return self.unchanged
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.updated or self.deleted)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "added": self.added,
-            "skipped": self.skipped,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
             "failed": dict(self.failed),
             "encode_seconds": self.encode_seconds,
             "index_seconds": self.index_seconds,
@@ -65,11 +86,11 @@ def ingest(
     resume: bool = True,
     on_batch: Callable[[int], None] | None = None,
 ) -> IngestReport:
-    """Embed and store documents. With resume, ids already in the index are skipped, so a re-run
-    after a crash adds only what is missing.
+    """Embed and store documents as upserts (module docstring). Without resume every document
+    is embedded and written again.
 
     Ids should be unique: `itlr.documents.read_documents` gives one document per id (the last
-    copy in the file). An id repeated within one run counts as already present and is skipped.
+    copy in the file); an id repeated within one run is compared with the copy written before.
 
     The engine writes one batch while the encoder works on the next, so that a cluster's bulk
     round trips hide behind encoding instead of adding to it. At most one batch is in flight;
@@ -83,7 +104,7 @@ def ingest(
         pending: Future[None] | None = None
         in_flight: set[str] = set()
 
-        def write(todo: list[Document], vectors: np.ndarray) -> None:
+        def write(todo: list[Document], vectors: np.ndarray, new: set[str]) -> None:
             started = time.perf_counter()
             failures = backend.add(
                 [d.id for d in todo], [d.text for d in todo], vectors, [d.fields for d in todo]
@@ -91,26 +112,75 @@ def ingest(
             report.index_seconds += time.perf_counter() - started
             failures = failures or {}
             report.failed.update(failures)
-            report.added += len(todo) - len(failures)
+            written = [d.id for d in todo if d.id not in failures]
+            report.added += sum(1 for i in written if i in new)
+            report.updated += sum(1 for i in written if i not in new)
 
         for batch in batched(documents, batch_size):
-            if resume:
-                # The batch being written counts as present: its ids may not be visible yet.
-                present = backend.existing_ids([d.id for d in batch]) | in_flight
-                todo = [d for d in batch if d.id not in present]
-                report.skipped += len(batch) - len(todo)
-            else:
-                todo = batch
+            if pending is not None and in_flight & {d.id for d in batch}:
+                pending.result()  # compare with the copy being written, once it is stored
+                pending = None
+            stored = _stored_state(backend, [d.id for d in batch]) if resume else {}
+            embed, reuse = _changes(batch, stored, backend.model)
+            report.unchanged += len(batch) - len(embed) - len(reuse)
+            todo = embed + reuse
             if todo:
                 started = time.perf_counter()
-                vectors = embedder.encode([d.text for d in todo])
+                parts = []
+                if embed:
+                    parts.append(embedder.encode([d.text for d in embed]))
+                if reuse:
+                    parts.append(backend.stored_vectors([d.id for d in reuse]))  # type: ignore[attr-defined]
+                vectors = np.concatenate(parts) if len(parts) > 1 else parts[0]
                 report.encode_seconds += time.perf_counter() - started
                 if pending is not None:
                     pending.result()
-                pending = writer.submit(write, todo, vectors)
+                new = {d.id for d in todo if d.id not in stored}
+                pending = writer.submit(write, todo, vectors, new)
                 in_flight = {d.id for d in todo}
             if on_batch:
                 on_batch(len(batch))
         if pending is not None:
             pending.result()
+    return report
+
+
+def _stored_state(backend: Backend, ids: list[str]) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    fingerprints = getattr(backend, "fingerprints", None)
+    if fingerprints is not None:
+        return fingerprints(ids)
+    # A backend that keeps no hashes: presence only (None), so a stored id stays as it is.
+    return {i: (None, {}) for i in backend.existing_ids(ids)}
+
+
+def _changes(
+    batch: list[Document], stored: dict[str, tuple[str | None, dict[str, Any]]], model: str
+) -> tuple[list[Document], list[Document]]:
+    """(documents to embed: new, changed text, or stored without a hash; documents whose fields
+    only changed, which keep their stored vector)."""
+    embed, reuse = [], []
+    for document in batch:
+        if document.id not in stored:
+            embed.append(document)
+            continue
+        digest, fields = stored[document.id]
+        if digest is None:
+            continue
+        if digest != content_hash(document.text, model):
+            embed.append(document)
+        elif fields != document.fields:
+            reuse.append(document)
+    return embed, reuse
+
+
+def delete(ids: Iterable[str], backend: Backend) -> IngestReport:
+    """Delete documents by id; the report counts those that existed."""
+    remove = getattr(backend, "delete", None)
+    if remove is None:
+        raise ConfigurationError(f"{type(backend).__name__} cannot delete documents")
+    wanted = list(dict.fromkeys(str(i) for i in ids))
+    report = IngestReport()
+    with writer_session(backend):
+        for start in range(0, len(wanted), 500):
+            report.deleted += remove(wanted[start : start + 500])
     return report

@@ -6,6 +6,7 @@ from itlr.cli import (  # noqa: F401  (importing a module registers its commands
     cluster,
     core,
     evaluation,
+    lifecycle,
     perf,
     proxy_bench,
     rewrite,

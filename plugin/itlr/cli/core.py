@@ -72,7 +72,13 @@ def _open(spec, model: str | None, create: bool):
 @app.command()
 @engine_command
 def ingest(
-    source: Annotated[Path, typer.Argument(help="A .jsonl or .csv file, or a BEIR folder.")],
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help="A .jsonl / .ndjson file (JSON lines or Elasticsearch _bulk), a .json array, "
+            "a .csv file, or a BEIR folder."
+        ),
+    ],
     index: IndexOpt,
     spec: Any = None,
     model: ModelOpt = None,
@@ -85,18 +91,40 @@ def ingest(
         bool,
         typer.Option(help="Refuse the whole file, writing nothing, if any line is not a document."),
     ] = False,
+    id_field: Annotated[
+        str | None,
+        typer.Option(help="Input field read as the id (default: id, _id, doc_id or docid)."),
+    ] = None,
+    types: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--types",
+            help="CSV column types, e.g. year=int,score=float (int, float, bool, str); "
+            "without it a column is typed when every cell parses.",
+        ),
+    ] = None,
 ) -> None:
-    """Embed documents and add them to an index (re-running adds only what is missing).
+    """Embed documents and upsert them into an index: new ids are added, changed ones replaced,
+    unchanged ones skipped (so re-running after a crash or an edit does only what is needed).
 
-    Ids are strings (1 and "1" are one document); an id repeated in the file keeps its last
-    copy. Lines that are not documents are listed with their line number and skipped (exit
-    status 1), or, with --strict, refuse the file.
+    --text-field names the input field read as the text (and the cluster's text field); by
+    default the first of text, body, content, passage. Ids are strings (1 and "1" are one
+    document); an id repeated in the file keeps its last copy; _bulk delete actions delete.
+    Lines that are not documents are listed with their line number and skipped (exit status
+    1), or, with --strict, refuse the file. A file without a single document creates nothing.
     """
-    from itlr.documents import read_documents
+    from itlr.documents import parse_types, read_documents
     from itlr.progress import document_progress
 
     def action() -> None:
-        source_file = read_documents(source)
+        text_field = spec.layout.text_field
+        source_file = read_documents(
+            source,
+            id_field=id_field,
+            # The default name keeps the usual fallbacks (text, body, content, passage).
+            text_field=None if text_field == "text" else text_field,
+            types=parse_types(types),
+        )
         for bad in source_file.bad_lines:
             say(err, "bad line", "red", str(bad))
         if strict and source_file.bad_lines:
@@ -105,17 +133,24 @@ def ingest(
                 "above): nothing was ingested; fix them, or drop --strict to ingest the rest"
             )
         documents = source_file.documents
+        if not documents and not source_file.deletions:
+            raise ConfigurationError(
+                f"{source} holds no document ({len(source_file.bad_lines)} bad lines, listed "
+                "above): nothing was ingested and no index was created"
+            )
         target = _open(replace(spec, knn_engine=knn_engine), model, create=True)
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = target.add(
                 documents, batch_size=batch_size, on_batch=lambda n: progress.advance(task, n)
             )
+        if source_file.deletions:
+            report.deleted = target.delete(source_file.deletions).deleted
         for doc_id, reason in report.failed.items():
             say(err, "failed", "red", f"{doc_id}: {reason}")
         out.print(
-            f"added {report.added}, skipped {report.skipped} already present, "
-            f"{source_file.duplicates} repeated ids (last copy kept), "
+            f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
+            f"deleted {report.deleted}, {source_file.duplicates} repeated ids (last copy kept), "
             f"{len(source_file.bad_lines)} bad lines, failed {len(report.failed)}; "
             f"index now holds {target.count()} documents",
             highlight=False,

@@ -39,6 +39,7 @@ from itlr.engines.dialect import (
 )
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
+from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.lexical import CorpusStats
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
@@ -98,7 +99,8 @@ class ClusterBackend:
     def _bulk_helpers(self) -> ModuleType:
         raise NotImplementedError
 
-    def _mget(self, ids: list[str]) -> Any:
+    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
+        """mget of these ids with these _source fields (None: no _source)."""
         raise NotImplementedError
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
@@ -210,13 +212,23 @@ class ClusterBackend:
         fields: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, str]:
         """Bulk-index documents; returns {id: reason} for documents the engine refused."""
-        helpers = self._bulk_helpers()
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.dims:
             raise IndexStateError(
                 f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
             )
-        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields)
+        hashes = [content_hash(t, self.model) for t in texts]
+        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
+        return self._bulk(actions)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete documents by id; returns how many existed."""
+        actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
+        failures = self._bulk(actions)
+        return len(actions) - len(failures)
+
+    def _bulk(self, actions: list[dict[str, Any]]) -> dict[str, str]:
+        helpers = self._bulk_helpers()
         failures: dict[str, str] = {}
         with self._errors():
             # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
@@ -231,6 +243,9 @@ class ClusterBackend:
             ):
                 if not ok:
                     (result,) = item.values()
+                    if result.get("result") == "not_found":
+                        failures[str(result.get("_id"))] = "not found"
+                        continue
                     error = result.get("error", {})
                     reason = error.get("reason", str(error)) if isinstance(error, dict) else error
                     failures[str(result.get("_id"))] = str(reason)
@@ -242,6 +257,31 @@ class ClusterBackend:
         with self._errors():
             found = self._mget(ids)
         return {d["_id"] for d in found["docs"] if d.get("found")}
+
+    def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (content hash, fields)} of the stored ids; a document written without a hash
+        (by an older itlr or another tool) has hash "" and is embedded again."""
+        if not ids:
+            return {}
+        fields = [HASH_FIELD, self.layout.metadata_field]
+        with self._errors():
+            found = self._mget(ids, fields)
+        return {
+            d["_id"]: (
+                str(d["_source"].get(HASH_FIELD, "")),
+                dict(d["_source"].get(self.layout.metadata_field) or {}),
+            )
+            for d in found["docs"]
+            if d.get("found")
+        }
+
+    def stored_vectors(self, ids: list[str]) -> np.ndarray:
+        """The stored vectors of these ids, in order (a fields-only update reuses them)."""
+        field = self.layout.vector_field
+        with self._errors():
+            found = self._mget(ids, [field])
+        by_id = {d["_id"]: d["_source"][field] for d in found["docs"] if d.get("found")}
+        return np.asarray([by_id[i] for i in ids], dtype=np.float32)
 
     # -- search --------------------------------------------------------------------------
 

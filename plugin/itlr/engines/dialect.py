@@ -102,6 +102,8 @@ def derive_mapping(
     properties[layout.vector_field] = vector
     properties[layout.text_field] = text
     properties[layout.metadata_field] = metadata
+    # Upserts compare this hash, never vectors (itlr.fingerprint); stored, not searched.
+    properties[HASH_FIELD] = {"type": "keyword", "index": False}
     meta = body["mappings"]["_meta"]["itlr"]
     meta.update(
         model=model, dims=dims, vector_field=layout.vector_field, text_field=layout.text_field
@@ -204,8 +206,10 @@ def bulk_actions(
     texts: Sequence[str],
     vectors: np.ndarray,
     fields: Sequence[dict[str, Any]] | None,
+    hashes: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     fields = fields or [{} for _ in ids]
+    hashes = hashes or ["" for _ in ids]
     return [
         {
             "_op_type": "index",
@@ -217,9 +221,12 @@ def bulk_actions(
                 layout.vector_field: vector.tolist(),
                 layout.metadata_field: extra,
                 **lexical_fields(text),
+                **({HASH_FIELD: digest} if digest else {}),
             },
         }
-        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
+        for doc_id, text, vector, extra, digest in zip(
+            ids, texts, vectors, fields, hashes, strict=True
+        )
     ]
 
 

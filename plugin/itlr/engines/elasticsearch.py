@@ -169,8 +169,8 @@ class ElasticsearchBackend(ClusterBackend):
 
         return helpers
 
-    def _mget(self, ids: list[str]) -> Any:
-        return self.client.mget(index=self.index, ids=ids, source=False)
+    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
+        return self.client.mget(index=self.index, ids=ids, source=fields or False)
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(searches=lines)

@@ -16,6 +16,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,11 @@ from itlr.certificate import (
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.embedded_lexical import lexical_matrix
+from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
+from itlr.fingerprint import content_hash
+from itlr.highlight import fragments, query_words
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
@@ -57,6 +61,7 @@ class EmbeddedIndex:
         self._vectors: np.ndarray = np.zeros((0, self.dims), dtype=np.float32)
         self._live_cache: np.ndarray | None = None
         self._live_mask_cache: np.ndarray | None = None
+        self._fields_cache: set[str] | None = None
         self._catch_up()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -156,7 +161,7 @@ class EmbeddedIndex:
         for row in rows:
             self._append_row(row)
         self._vectors = vectors
-        self._live_cache = self._live_mask_cache = None
+        self._live_cache = self._live_mask_cache = self._fields_cache = None
 
     def _append_row(self, row: StoredRow) -> None:
         number = len(self._rows)
@@ -201,7 +206,7 @@ class EmbeddedIndex:
             for row in rows:
                 self._append_row(row)
             self._vectors = self.store.vectors()
-            self._live_cache = self._live_mask_cache = None
+            self._live_cache = self._live_mask_cache = self._fields_cache = None
             if self._uses_ann():
                 # The graph grows with ingestion and is saved now and then, under the lock.
                 self._ann.catch_up(self.store.generation, self._vectors)
@@ -267,6 +272,24 @@ class EmbeddedIndex:
     def existing_ids(self, ids: list[str]) -> set[str]:
         return {i for i in ids if i in self}
 
+    def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (content hash, fields)} of the stored ids. The row keeps the exact text its
+        vector was computed from and the index one model, so the hash is derived from the row
+        on demand: no second copy to keep consistent, no change to the crash-safe format."""
+        found = {}
+        for doc_id in ids:
+            row = self._latest.get(doc_id)
+            record = self._rows[row] if row is not None else None
+            if record is not None:
+                found[doc_id] = (content_hash(record.text, self.model), record.fields)
+        return found
+
+    def stored_vectors(self, ids: list[str]) -> np.ndarray:
+        """The stored vectors of these ids, in order (a fields-only update reuses them)."""
+        if not ids:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return np.stack([self.vector(i) for i in ids])
+
     def ids(self) -> list[str]:
         return [self._rows[r].id for r in self._live_rows()]  # type: ignore[union-attr]
 
@@ -286,18 +309,43 @@ class EmbeddedIndex:
     # -- search ----------------------------------------------------------------------------
 
     def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
-        """Run a logical query whose terms (query.terms order) are embedded as term_vectors."""
+        """Run a logical query whose terms (query.terms order) are embedded as term_vectors.
+
+        Hits from_ .. from_ + k of the ranking (the top from_ + k are computed, then the first
+        from_ dropped), with options.source_fields of each document's fields and, with
+        options.highlight, the sentences that hold a positive term's word."""
         term_vectors = self._check_query_vectors(term_vectors, len(query.terms))
         if options.exclude_lexical:
             raise ConfigurationError(
                 "`exclude_lexical` needs a text index: search an OpenSearch or Elasticsearch index"
             )
-        rows = self._filtered_rows(options.filter)
+        rows, notes = self._filtered_rows(options.filter)
         if rows.size == 0:
-            return Hits(exact=True)
+            return Hits(warnings=notes, exact=True)
+        window = replace(options, k=options.from_ + options.k) if options.from_ else options
         if options.mode == "exact" or not query.has_positive_term:
-            return self._scored(query, term_vectors, rows, options, exact=True)
-        return self._knn_rounds(query, term_vectors, rows, options)
+            ranked = self._scored(query, term_vectors, rows, window, exact=True)
+        else:
+            ranked = self._knn_rounds(query, term_vectors, rows, window)
+        words = query_words(query.positive_terms) if options.highlight else frozenset()
+        return Hits(
+            (self._shaped(h, options, words) for h in ranked[options.from_ :]),
+            (*notes, *ranked.warnings),
+            exact=ranked.exact,
+        )
+
+    @staticmethod
+    def _shaped(hit: Hit, options: SearchOptions, words: frozenset[str]) -> Hit:
+        """The hit with the chosen fields and, when asked, its highlighted fragments."""
+        changes: dict[str, Any] = {}
+        if options.source_fields is not None:
+            chosen = {n.removeprefix("metadata.") for n in options.source_fields}
+            changes["fields"] = {k: v for k, v in hit.fields.items() if k in chosen}
+        if words:
+            found = fragments(hit.text, words)
+            if found:
+                changes["highlights"] = {"text": found}
+        return replace(hit, **changes) if changes else hit
 
     def _knn_rounds(
         self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
@@ -379,19 +427,20 @@ class EmbeddedIndex:
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
+    ) -> Hits:
         """Plain dense retrieval: rank by cosine to one vector. With the ANN graph in use,
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
         is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
+        notes: list[str] = []
         if filter is None and self._uses_ann():
             rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
         else:
-            rows = self._filtered_rows(filter)
+            rows, notes = self._filtered_rows(filter)
         if rows.size == 0:
-            return []
+            return Hits(warnings=notes)
         scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
-        return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
+        return Hits(self._hits(rows, scores, np.zeros((len(rows), 0)), (), k), notes)
 
     def _matrix(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of these rows; without a copy when they are all rows in order."""
@@ -454,15 +503,31 @@ class EmbeddedIndex:
             )
         return _normalise(vectors)
 
-    def _filtered_rows(self, filter: dict | None) -> np.ndarray:
+    def _filtered_rows(self, filter: dict | None) -> tuple[np.ndarray, list[str]]:
+        """The live rows the filter keeps, and a warning per filter field no document has."""
         rows = self._live_rows()
         if not filter:
-            return rows
-        matches = _compile_filter(filter)
-        return np.array(
-            [r for r in rows if matches(self._rows[r])],
-            dtype=np.int64,  # type: ignore[arg-type]
+            return rows, []
+        matches, names = compile_filter(filter)
+        notes = [
+            f"filter field {name!r} is in no document of index at {self.path}: "
+            "check its spelling (the filter matches as if the field were empty)"
+            for name in unknown_fields(names, self._known_fields())
+        ]
+        kept = np.array(
+            [r for r in rows if matches(self._rows[r])],  # type: ignore[arg-type]
+            dtype=np.int64,
         )
+        return kept, notes
+
+    def _known_fields(self) -> set[str]:
+        """Every field name some live document has (cached until the next commit)."""
+        if self._fields_cache is None:
+            known: set[str] = set()
+            for r in self._live_rows():
+                known.update(self._rows[r].fields)  # type: ignore[union-attr]
+            self._fields_cache = known
+        return self._fields_cache
 
 
 # Up to this many rows a product is computed without threads (einsum: 0.14 ms for 500 x 5).
@@ -501,44 +566,3 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
-
-
-def _field(row: StoredRow, name: str) -> Any:
-    if name in ("id", "_id"):
-        return row.id
-    if name == "text":
-        return row.text
-    # Remote engines keep user fields under "metadata."; accept the same filter here.
-    return row.fields.get(name.removeprefix("metadata."))
-
-
-def _compile_filter(spec: dict[str, Any]):
-    """The part of the engines' filter DSL the embedded engine understands: term, terms, bool."""
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise ConfigurationError(f"a filter is one JSON object with one key, got {spec!r}")
-    ((kind, body),) = spec.items()
-    if kind == "term":
-        ((name, value),) = body.items()
-        value = value.get("value") if isinstance(value, dict) else value
-        return lambda row: _field(row, name) == value
-    if kind == "terms":
-        ((name, values),) = body.items()
-        allowed = set(values)
-        return lambda row: _field(row, name) in allowed
-    if kind == "bool":
-
-        def clauses(key: str) -> list:
-            value = body.get(key, [])
-            return [_compile_filter(c) for c in (value if isinstance(value, list) else [value])]
-
-        required = clauses("must") + clauses("filter")
-        forbidden = clauses("must_not")
-        optional = clauses("should")
-        return lambda row: (
-            all(c(row) for c in required)
-            and not any(c(row) for c in forbidden)
-            and (not optional or any(c(row) for c in optional))
-        )
-    raise ConfigurationError(
-        f"the embedded engine filters with term, terms and bool only, not {kind!r}"
-    )

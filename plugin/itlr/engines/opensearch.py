@@ -83,8 +83,8 @@ class OpenSearchBackend(ClusterBackend):
 
         return helpers
 
-    def _mget(self, ids: list[str]) -> Any:
-        return self.client.mget(index=self.index, body={"ids": ids}, _source=False)
+    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
+        return self.client.mget(index=self.index, body={"ids": ids}, _source=fields or False)
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(body=lines)
