@@ -166,10 +166,12 @@ def test_versions_decide_the_knn_features() -> None:
 def test_a_budget_beyond_the_num_candidates_limit_is_capped_with_a_warning() -> None:
     backend = offline()
     query = itlr.parse('"vitamin D"')
-    body = backend.build_request(query, unit_vectors(1), SearchOptions(candidates=50_000))
+    options = SearchOptions(candidates=50_000)
+    body, notes = backend.dialect.search_request(query, unit_vectors(1), options)
     (knn,) = knn_clauses(body)
     assert knn["k"] == knn["num_candidates"] == MAX_NUM_CANDIDATES
-    assert any("num_candidates" in w for w in backend.warnings)
+    assert any("num_candidates" in w for w in notes)
+    assert backend.warnings == []  # a search's warning travels with it, never on the backend
 
 
 def test_hard_filter_is_a_script_score_with_min_score_in_must_not_per_root_not_term() -> None:
@@ -250,32 +252,6 @@ def on_opensearch_painless(source: str) -> str:
     """The Elasticsearch script for OpenSearch's k-NN doc values: `.vectorValue` is `.value`."""
     assert source.count("field.vectorValue") == 1
     return source.replace("field.vectorValue", "field.value")
-
-
-@pytest.fixture(scope="module")
-def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
-    from itlr.engines.connection import Connection
-    from itlr.engines.opensearch import OpenSearchBackend
-
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-es-script-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    assert (
-        backend.add(
-            [d.id for d in corpus],
-            [d.text for d in corpus],
-            corpus_vectors,
-            [d.fields for d in corpus],
-        )
-        == {}
-    )
-    backend.refresh()
-    return backend
 
 
 def run_es_script_on_opensearch(backend, body: dict) -> list:

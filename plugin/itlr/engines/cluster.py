@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from functools import cached_property
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
 from itlr.errors import IndexStateError
-from itlr.options import Hit, SearchOptions
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -47,6 +48,8 @@ class ClusterBackend:
         self.layout = layout or IndexLayout()
         self.inline_script = inline_script
         self.url = url or "the cluster"
+        # What opening the index noticed (about the index, never about one search: those travel
+        # with their hits), each once, so the list is as long as the index has problems.
         self.warnings: list[str] = []
         self._scripts_ready = inline_script
 
@@ -116,8 +119,9 @@ class ClusterBackend:
         self._check_vector(vector)
 
     def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        warnings.warn(message, stacklevel=3)
+        if message not in self.warnings:
+            self.warnings.append(message)
+            warnings.warn(message, stacklevel=3)
 
     def count(self) -> int:
         with self._errors():
@@ -189,9 +193,13 @@ class ClusterBackend:
 
     # -- search --------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def dialect(self) -> Dialect:
-        """The engine's requests for this index (pure; no client)."""
+        """The engine's requests for this index (pure; no client), built on first use: the
+        layout and the engine version do not change while the backend lives."""
+        return self._make_dialect()
+
+    def _make_dialect(self) -> Dialect:
         raise NotImplementedError
 
     def build_request(
@@ -201,20 +209,19 @@ class ClusterBackend:
         options: SearchOptions,
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document)."""
-        dialect = self.dialect
-        self.warnings.extend(dialect.warnings(query, term_vectors, options))
-        return dialect.search_body(query, term_vectors, options)
+        return self.dialect.search_body(query, term_vectors, options)
 
     def search(
         self,
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-    ) -> list[Hit]:
-        body = self.build_request(query, term_vectors, options)
+    ) -> Hits:
+        """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
+        body, notes = self.dialect.search_request(query, term_vectors, options)
         if not self._scripts_ready:
             self.install_scripts()
-        return self._hits(body, query, term_vectors, options)
+        return Hits(self._hits(body, query, term_vectors, options), notes)
 
     def _hits(
         self,

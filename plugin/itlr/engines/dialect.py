@@ -227,25 +227,27 @@ class Dialect:
             query, term_vectors, options.candidate_budget, options.plan, limit=self.max_k
         )
 
-    def warnings(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> list[str]:
-        """What the body built for these arguments quietly changes (a capped budget)."""
-        if options.mode != "knn":
-            return []
-        largest = max(
-            (s.budget for s in self.candidate_searches(query, term_vectors, options)), default=0
-        )
+    def _capped(self, searches: tuple[CandidateSearch, ...]) -> tuple[str, ...]:
+        """What the planned searches quietly change: a budget above the engine's largest k."""
+        largest = max((s.budget for s in searches), default=0)
         if largest <= self.max_k:
-            return []
-        return [
+            return ()
+        return (
             f"a candidate search of {largest} neighbours exceeds {self.title}'s "
-            f"{self.limit_name} limit; "
-            f"using {self.max_k}"
-        ]
+            f"{self.limit_name} limit; using {self.max_k}",
+        )
 
     def search_body(
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> dict[str, Any]:
         """The logical query: script_score over kNN candidates (or every document)."""
+        return self.search_request(query, term_vectors, options)[0]
+
+    def search_request(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The search body and the warnings of this one search, from one candidate plan."""
+        warnings: tuple[str, ...] = ()
         field = self.layout.vector_field
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         user_filter = [options.filter] if options.filter else []
@@ -271,12 +273,13 @@ class Dialect:
         if options.mode == "knn" and query.has_positive_term:
             self.check_knn_mode()
             searches = self.candidate_searches(query, term_vectors, options)
+            warnings = self._capped(searches)
             inner["should"] = [self.knn_clause(s, options.filter) for s in searches]
             inner["minimum_should_match"] = 1
         else:
             inner["must"] = [{"match_all": {}}]
         params = score_params(query, term_vectors, options, self.layout)
-        return {
+        body = {
             "size": options.k,
             "query": {
                 "script_score": {
@@ -290,6 +293,7 @@ class Dialect:
             # With explain the hits' vectors come back so truths can be shown; never otherwise.
             "_source": self.explained_source() if options.explain else {"excludes": [field]},
         }
+        return body, warnings
 
     def script_installs(self) -> list[tuple[str, dict[str, Any]]]:
         """(path, body) of the PUT requests registering the stored scripts."""
