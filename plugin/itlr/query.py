@@ -151,5 +151,5 @@ class Query:
         """Compose per-term truth values (floats or arrays over documents) into one score."""
         return self.program.compose(truths, ops or Operators())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"query": str(self), "tree": node_to_dict(self.root), "terms": list(self.terms)}

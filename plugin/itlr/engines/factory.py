@@ -116,4 +116,4 @@ def dialect_for(
         from itlr.engines.opensearch import OpenSearchDialect
 
         return OpenSearchDialect(layout, inline_script)
-    raise ValueError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")
+    raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(CLUSTER_ENGINES)}")

@@ -35,14 +35,6 @@ class IndexVectors:
     dims: int
     layout: IndexLayout
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "dims": self.dims,
-            "vector_field": self.layout.vector_field,
-            "text_field": self.layout.text_field,
-        }
-
 
 def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
     """The common `_meta.itlr` of the indexes a target resolves to; refuse mixed ones."""
