@@ -86,3 +86,25 @@ def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
     backend.refresh()
     yield backend
     backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_demo(elasticsearch_url, corpus, corpus_vectors, embedder):
+    """The demo corpus in one Elasticsearch index for the whole run (read-only)."""
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.elasticsearch import ElasticsearchBackend
+
+    backend = ElasticsearchBackend(
+        Connection(elasticsearch_url).elasticsearch(),
+        f"itlr-demo-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=elasticsearch_url,
+    )
+    assert backend.ensure_index()
+    ids, texts = [d.id for d in corpus], [d.text for d in corpus]
+    assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
+    backend.refresh()
+    return backend

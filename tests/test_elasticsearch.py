@@ -25,10 +25,10 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import IndexStateError, Operators, TruthMap
+from itlr import IndexStateError, TruthMap
 from itlr.cli import app
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout, derive_mapping, score_params
+from itlr.engines.dialect import IndexLayout, derive_mapping
 from itlr.engines.elasticsearch import (
     EXCLUDE_SCRIPT,
     MAX_NUM_CANDIDATES,
@@ -44,11 +44,6 @@ from itlr.resources import data_file
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
-    check_exact_scores_match_the_embedded_engine,
-    check_index_recording_another_model_warns,
-    check_index_with_other_dimensions_is_refused,
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
-    check_refused_documents_are_reported_and_ingestion_resumes,
     random_cases,
     term_vectors,
 )
@@ -344,24 +339,6 @@ def test_two_terms_get_two_different_similarities_on_the_same_document_painless(
 # -- a real Elasticsearch, with or without Painless ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def es_demo(elasticsearch_url, corpus, corpus_vectors, embedder) -> ElasticsearchBackend:
-    backend = ElasticsearchBackend(
-        Connection(elasticsearch_url).elasticsearch(),
-        f"itlr-parity-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=elasticsearch_url,
-    )
-    assert backend.ensure_index()
-    failures = backend.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    assert failures == {}
-    backend.refresh()
-    return backend
-
-
 def server_version(url: str) -> str:
     with urllib.request.urlopen(f"{url}/_nodes/_local?filter_path=nodes.*.version") as answer:
         (node,) = json.load(answer)["nodes"].values()
@@ -370,16 +347,18 @@ def server_version(url: str) -> str:
 
 @pytest.mark.elasticsearch
 def test_the_backend_learns_the_server_version_even_where_get_root_is_refused(
-    es_demo, elasticsearch_url
+    elasticsearch_demo, elasticsearch_url
 ) -> None:
     # The integ-test-zip node answers GET / with 405: the version comes from the local node.
-    assert es_demo.capabilities.version == server_version(elasticsearch_url)
-    assert es_demo.count() == 338
+    assert elasticsearch_demo.capabilities.version == server_version(elasticsearch_url)
+    assert elasticsearch_demo.count() == 338
 
 
 @pytest.mark.elasticsearch
-def test_index_is_created_from_the_elasticsearch_mapping(es_demo, embedder) -> None:
-    mapping = es_demo.client.indices.get_mapping(index=es_demo.index)[es_demo.index]["mappings"]
+def test_index_is_created_from_the_elasticsearch_mapping(elasticsearch_demo, embedder) -> None:
+    mapping = elasticsearch_demo.client.indices.get_mapping(index=elasticsearch_demo.index)[
+        elasticsearch_demo.index
+    ]["mappings"]
     vector = mapping["properties"]["embedding"]
     assert (vector["type"], vector["dims"], vector["similarity"]) == (
         "dense_vector",
@@ -393,15 +372,17 @@ def test_index_is_created_from_the_elasticsearch_mapping(es_demo, embedder) -> N
 
 @pytest.mark.elasticsearch
 def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
-    es_demo, corpus, corpus_vectors, vocabulary_vectors
+    elasticsearch_demo, corpus, corpus_vectors, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" AND "coffee and sleep" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
     budget = 25
-    body = es_demo.build_request(query, vectors, SearchOptions(candidates=budget, plan="per-term"))
+    body = elasticsearch_demo.build_request(
+        query, vectors, SearchOptions(candidates=budget, plan="per-term")
+    )
     candidate_query = body["query"]["script_score"]["query"]
-    response = es_demo.client.search(
-        index=es_demo.index, query=candidate_query, size=500, source=False
+    response = elasticsearch_demo.client.search(
+        index=elasticsearch_demo.index, query=candidate_query, size=500, source=False
     )
     found = {h["_id"] for h in response["hits"]["hits"]}
     units = corpus_vectors / np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
@@ -415,14 +396,16 @@ def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
 
 @pytest.mark.elasticsearch
 def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
-    es_demo, vocabulary_vectors
+    elasticsearch_demo, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" OR "coffee and sleep"')
     vectors = term_vectors(query, vocabulary_vectors)
     topic = {"term": {"metadata.topic": "coffee"}}
-    body = es_demo.build_request(query, vectors, SearchOptions(candidates=30, filter=topic))
-    response = es_demo.client.search(
-        index=es_demo.index, query=body["query"]["script_score"]["query"], size=100
+    body = elasticsearch_demo.build_request(
+        query, vectors, SearchOptions(candidates=30, filter=topic)
+    )
+    response = elasticsearch_demo.client.search(
+        index=elasticsearch_demo.index, query=body["query"]["script_score"]["query"], size=100
     )
     hits = response["hits"]["hits"]
     assert hits and all(h["_source"]["metadata"]["topic"] == "coffee" for h in hits)
@@ -430,33 +413,14 @@ def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
 
 @pytest.mark.elasticsearch
 def test_dense_baseline_returns_the_exact_nearest_neighbours(
-    es_demo, corpus, corpus_vectors, embedder
+    elasticsearch_demo, corpus, corpus_vectors, embedder
 ) -> None:
     vector = embedder.encode(["vitamin D and the immune system"])[0]
-    hits = es_demo.search_vector(vector, 10)
+    hits = elasticsearch_demo.search_vector(vector, 10)
     units = corpus_vectors / np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
     exact = [corpus[i].id for i in np.argsort(-(units @ vector))[:10]]
     assert len({h.id for h in hits} & set(exact)) >= 9
     assert all(h.text and not h.truths for h in hits)
-
-
-@pytest.mark.elasticsearch
-def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
-    elasticsearch_url, corpus, embedder
-) -> None:
-    check_refused_documents_are_reported_and_ingestion_resumes(
-        "elasticsearch", elasticsearch_url, corpus, embedder
-    )
-
-
-@pytest.mark.elasticsearch
-def test_index_with_other_dimensions_is_refused(elasticsearch_url, embedder) -> None:
-    check_index_with_other_dimensions_is_refused("elasticsearch", elasticsearch_url, embedder)
-
-
-@pytest.mark.elasticsearch
-def test_index_recording_another_model_warns(elasticsearch_url, embedder) -> None:
-    check_index_recording_another_model_warns("elasticsearch", elasticsearch_url, embedder)
 
 
 @pytest.mark.elasticsearch
@@ -473,14 +437,14 @@ def test_unreachable_elasticsearch_is_one_actionable_line(embedder) -> None:
 
 
 @pytest.mark.elasticsearch
-def test_a_node_without_painless_says_so_in_one_line(es_demo, elasticsearch_url) -> None:
+def test_a_node_without_painless_says_so_in_one_line(elasticsearch_demo, elasticsearch_url) -> None:
     from opensearch_fixture import has_painless
 
     if has_painless(elasticsearch_url):
         pytest.skip("this Elasticsearch has Painless")
     query = itlr.parse('"vitamin D"')
     with pytest.raises(EngineError, match="no lang-painless module") as refused:
-        es_demo.search(query, np.ones((1, DIMS), dtype=np.float32), SearchOptions())
+        elasticsearch_demo.search(query, np.ones((1, DIMS), dtype=np.float32), SearchOptions())
     assert "\n" not in str(refused.value)
 
 
@@ -497,143 +461,3 @@ def test_cli_ingests_into_elasticsearch_and_resumes(elasticsearch_url) -> None:
     assert "added 338" in first.stdout
     again = runner.invoke(app, [*args, "--index", name])
     assert again.exit_code == 0 and "added 0, skipped 338" in again.stdout
-
-
-# -- a real Elasticsearch with Painless: the parity suite --------------------------------------
-
-
-@pytest.fixture(scope="module")
-def painless_demo(elasticsearch_painless_url, es_demo) -> ElasticsearchBackend:
-    return es_demo
-
-
-PARITY_CASES = random_cases(60, trees_first=False)
-
-
-@pytest.mark.elasticsearch
-def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
-    painless_demo, embedded, vocabulary_vectors
-) -> None:
-    check_exact_scores_match_the_embedded_engine(
-        painless_demo, embedded, vocabulary_vectors, PARITY_CASES
-    )
-
-
-@pytest.mark.elasticsearch
-def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-    painless_demo, embedded, vocabulary_vectors, corpus
-) -> None:
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-        painless_demo, embedded, vocabulary_vectors, corpus, PARITY_CASES[:20]
-    )
-
-
-@pytest.mark.elasticsearch
-def test_two_terms_get_two_different_similarities_on_the_same_document(
-    painless_demo, corpus, corpus_vectors, vocabulary_vectors
-) -> None:
-    from itlr.engines.dialect import hits_from_response
-
-    query = itlr.parse('"vitamin D" OR "electric car batteries"')
-    vectors = term_vectors(query, vocabulary_vectors)
-    painless_demo.install_scripts()
-    hits = []
-    for i in (0, 1):
-        response = painless_demo.client.search(
-            index=painless_demo.index, body=single_term_body(query, vectors, i)
-        )
-        hits.append(hits_from_response(dict(response), None, None, None, painless_demo.layout))
-    assert_two_terms_get_two_similarities(*hits, corpus_vectors, corpus, vectors)
-
-
-@pytest.mark.elasticsearch
-def test_hard_filter_drops_the_same_documents(painless_demo, embedded, vocabulary_vectors) -> None:
-    query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
-    vectors = term_vectors(query, vocabulary_vectors)
-    for theta in (0.25, 0.4):
-        options = SearchOptions(k=50, mode="exact", hard_filter=theta, explain=True)
-        remote = painless_demo.search(query, vectors, options)
-        local = embedded.search(query, vectors, options)
-        assert [h.id for h in remote] == [h.id for h in local]
-        assert all(h.truths["bone health"] < theta for h in remote)
-
-
-@pytest.mark.elasticsearch
-def test_user_filters_and_lexical_exclusion_match_the_embedded_engine(
-    painless_demo, embedded, vocabulary_vectors
-) -> None:
-    query = itlr.parse('"vitamin D" OR "coffee and sleep"')
-    vectors = term_vectors(query, vocabulary_vectors)
-    topic = {"term": {"metadata.topic": "coffee"}}
-    for mode in ("knn", "exact"):
-        options = SearchOptions(k=10, mode=mode, filter=topic)
-        remote = painless_demo.search(query, vectors, options)
-        assert remote and all(h.fields["topic"] == "coffee" for h in remote)
-        assert_same_ranking(remote, embedded.search(query, vectors, options))
-    negated = itlr.parse('"vitamin D" AND NOT "bone health"')
-    hits = painless_demo.search(
-        negated,
-        term_vectors(negated, vocabulary_vectors),
-        SearchOptions(k=30, exclude_lexical=True),
-    )
-    assert hits and not any("bone health" in h.text.lower() for h in hits)
-
-
-@pytest.mark.elasticsearch
-def test_inline_and_stored_scripts_rank_alike_and_install_is_idempotent(
-    painless_demo, embedder
-) -> None:
-    inline = ElasticsearchBackend(
-        painless_demo.client, painless_demo.index, embedder.name, embedder.dims, inline_script=True
-    )
-    query = itlr.parse('"vitamin D" AND NOT "bone health"')
-    vectors = embedder.encode(list(query.terms))
-    stored = painless_demo.search(query, vectors, SearchOptions(k=5))
-    assert [h.id for h in inline.search(query, vectors, SearchOptions(k=5))] == [
-        h.id for h in stored
-    ]
-    painless_demo.install_scripts()
-    assert painless_demo.install_scripts() == []
-
-
-@pytest.mark.elasticsearch
-def test_explained_hits_carry_each_terms_truth(painless_demo, vocabulary_vectors) -> None:
-    query = itlr.parse('"vitamin D" AND NOT "bone health"')
-    vectors = term_vectors(query, vocabulary_vectors)
-    assert all(h.truths == {} for h in painless_demo.search(query, vectors, SearchOptions(k=3)))
-    explained = painless_demo.search(query, vectors, SearchOptions(k=3, explain=True))
-    assert set(explained[0].truths) == {"vitamin D", "bone health"}
-
-
-@pytest.mark.elasticsearch
-def test_cli_search_on_elasticsearch_returns_the_embedded_ranking(
-    elasticsearch_painless_url, tmp_path
-) -> None:
-    source = data_file("demo", "corpus.jsonl")
-    name = f"itlr-cli-{uuid.uuid4().hex[:8]}"
-    url = elasticsearch_painless_url
-    ingested = runner.invoke(
-        app, ["ingest", str(source), "--engine", "elasticsearch", "--url", url, "--index", name]
-    )
-    assert ingested.exit_code == 0, ingested.output
-    runner.invoke(app, ["ingest", str(source), "--index", str(tmp_path / "local")])
-    query = '"vitamin D benefits" AND NOT "bone health"'
-    local = runner.invoke(app, ["search", query, "--index", str(tmp_path / "local"), "--json"])
-    local_ids = [h["id"] for h in json.loads(local.stdout)["hits"]]
-    for engine in ("elasticsearch", "auto"):
-        remote = runner.invoke(
-            app, ["search", query, "--engine", engine, "--url", url, "--index", name, "--json"]
-        )
-        assert remote.exit_code == 0, remote.output
-        assert [h["id"] for h in json.loads(remote.stdout)["hits"]] == local_ids
-
-
-def test_score_params_are_the_shared_layout(vocabulary_vectors) -> None:
-    # Same params as OpenSearch: one program, one evaluator contract.
-    query = itlr.parse('"vitamin D" AND NOT "bone health"')
-    vectors = term_vectors(query, vocabulary_vectors)
-    options = SearchOptions(ops=Operators("min", "max", "reciprocal"))
-    body = offline().build_request(query, vectors, options)
-    assert body["query"]["script_score"]["script"]["params"] == score_params(
-        query, vectors, options, IndexLayout()
-    )

@@ -19,12 +19,6 @@ from itlr.resources import data_file
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
-    check_exact_scores_match_the_embedded_engine,
-    check_index_recording_another_model_warns,
-    check_index_with_other_dimensions_is_refused,
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
-    check_refused_documents_are_reported_and_ingestion_resumes,
-    random_cases,
     term_vectors,
 )
 
@@ -34,25 +28,6 @@ pytestmark = pytest.mark.opensearch
 @pytest.fixture(scope="session")
 def client(opensearch_url: str):
     return Connection(opensearch_url).opensearch()
-
-
-PARITY_CASES = random_cases(60)
-
-
-def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
-    opensearch_demo, embedded, vocabulary_vectors
-) -> None:
-    check_exact_scores_match_the_embedded_engine(
-        opensearch_demo, embedded, vocabulary_vectors, PARITY_CASES
-    )
-
-
-def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-    opensearch_demo, embedded, vocabulary_vectors, corpus
-) -> None:
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-        opensearch_demo, embedded, vocabulary_vectors, corpus, PARITY_CASES[:20]
-    )
 
 
 def test_hard_filter_drops_the_same_documents(
@@ -141,22 +116,6 @@ def test_install_is_idempotent(opensearch_demo) -> None:
     opensearch_demo.install_scripts()
     assert opensearch_demo.install_scripts() == []
     assert opensearch_demo.client.get_script(id=SCORE_SCRIPT.id)["found"]
-
-
-def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
-    opensearch_url, corpus, embedder
-) -> None:
-    check_refused_documents_are_reported_and_ingestion_resumes(
-        "opensearch", opensearch_url, corpus, embedder
-    )
-
-
-def test_index_with_other_dimensions_is_refused(opensearch_url, embedder) -> None:
-    check_index_with_other_dimensions_is_refused("opensearch", opensearch_url, embedder)
-
-
-def test_index_recording_another_model_warns(opensearch_url, embedder) -> None:
-    check_index_recording_another_model_warns("opensearch", opensearch_url, embedder)
 
 
 def test_unreachable_engine_is_one_actionable_line(embedder) -> None:
