@@ -29,12 +29,14 @@ class _Composable:
 
     def __and__(self, other: object) -> And:
         if not isinstance(other, Term | Not | And | Or):
-            return NotImplemented
+            _refuse_non_query(other)
+            return NotImplemented  # a Query's reflected operator builds a query
         return And((_as_node(self), other))
 
     def __or__(self, other: object) -> Or:
         if not isinstance(other, Term | Not | And | Or):
-            return NotImplemented
+            _refuse_non_query(other)
+            return NotImplemented  # a Query's reflected operator builds a query
         return Or((_as_node(self), other))
 
     def __invert__(self) -> Not:
@@ -118,6 +120,15 @@ def _as_node(value: _Composable) -> Node:
     """The node a `_Composable` is (every subclass is one of the four node kinds)."""
     assert isinstance(value, Term | Not | And | Or)
     return value
+
+
+def _refuse_non_query(value: object) -> None:
+    """Refuse an operand that is neither a node nor a query (anything holding a tree as `root`)."""
+    if not is_node(getattr(value, "root", None)):
+        raise TypeError(
+            f"cannot combine a query with {type(value).__name__}: "
+            "use itlr.Term(...) or itlr.parse(...)"
+        )
 
 
 def is_node(value: object) -> bool:
