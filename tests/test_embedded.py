@@ -166,10 +166,13 @@ def test_knn_plan_matches_exact_when_the_budget_covers_the_corpus(index: Embedde
 def test_knn_plan_only_rescores_candidates_of_positive_terms(index: EmbeddedIndex) -> None:
     query = itlr.parse("a AND NOT b")
     terms = unit(2, seed=3)
-    hits = index.search(query, terms, SearchOptions(k=200, mode="knn", candidates=5))
+    options = SearchOptions(k=200, mode="knn", candidates=5, max_candidates=5)
+    hits = index.search(query, terms, options)
     cosines = np.array([index.vector(f"d{i}") for i in range(200)]) @ terms[0]
     top5 = {f"d{i}" for i in np.argsort(-cosines)[:5]}
     assert {h.id for h in hits} == top5
+    # 5 candidates cannot prove a top 200: the result says so.
+    assert hits.exact is False and hits.warnings
 
 
 def test_hard_filter_drops_documents_matching_a_root_not(index: EmbeddedIndex) -> None:

@@ -12,6 +12,9 @@ from itlr.errors import ConfigurationError
 from itlr.scoring import DEFAULT_NOT_STRENGTH, SEARCH_OPERATORS, Operators, TruthMap
 
 Mode = Literal["knn", "exact"]
+# The default deepest budget, as a multiple of the first: conjunctions on a 100k corpus of
+# repetitive text needed 20x the default to find their exact top 10 (docs/benchmarks.md).
+CAP_FACTOR = 20
 
 
 @dataclass(frozen=True)
@@ -20,8 +23,11 @@ class SearchOptions:
 
     mode:        knn gathers candidates with kNN searches (see plan) and rescores their union
                  exactly; exact scores every document.
-    candidates:  kNN budget per positive term (default max(100, 10 * k)); conjunctions on large,
-                 repetitive corpora need more (docs/benchmarks.md, "Embedded ANN").
+    candidates:  kNN budget per positive term (default max(100, 10 * k)) of the first round.
+    max_candidates: the deepest budget per positive term knn mode may reach (default 20 x
+                 candidates): an anchored query deepens its kNN searches in rounds until a bound
+                 proves that no document outside the candidates can beat its k-th hit
+                 (itlr.certificate); if this depth stops it first, the result says exact: false.
     hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
@@ -40,6 +46,7 @@ class SearchOptions:
     k: int = 10
     mode: Mode = "knn"
     candidates: int | None = None
+    max_candidates: int | None = None
     plan: Plan = DEFAULT_PLAN
     hard_filter: float | None = None
     exclude_lexical: bool = False
@@ -65,6 +72,11 @@ class SearchOptions:
             raise ConfigurationError(f"unknown `plan` {self.plan!r}: choose one of {list(PLANS)}")
         if self.candidates is not None and self.candidates < 1:
             raise ConfigurationError(f"`candidates` must be at least 1, got {self.candidates}")
+        if self.max_candidates is not None and self.max_candidates < self.candidate_budget:
+            raise ConfigurationError(
+                f"`max_candidates` ({self.max_candidates}) is below the first round's "
+                f"budget ({self.candidate_budget}): raise it or lower `candidates`"
+            )
         if self.hard_filter is not None and not 0.0 <= self.hard_filter <= 1.0:
             raise ConfigurationError(
                 f"`hard_filter` is a truth threshold in [0, 1], got {self.hard_filter}"
@@ -74,12 +86,28 @@ class SearchOptions:
     def candidate_budget(self) -> int:
         return self.candidates if self.candidates is not None else max(100, 10 * self.k)
 
+    @property
+    def candidate_cap(self) -> int:
+        """The deepest budget per positive term the certificate's rounds may reach."""
+        if self.max_candidates is not None:
+            return self.max_candidates
+        return CAP_FACTOR * self.candidate_budget
+
+    def candidate_rounds(self, limit: int | None = None) -> list[int]:
+        """The budgets per positive term of the rounds: x4 each time, up to the cap."""
+        cap = self.candidate_cap if limit is None else min(self.candidate_cap, limit)
+        budgets = [min(self.candidate_budget, cap)]
+        while budgets[-1] < cap:
+            budgets.append(min(cap, budgets[-1] * 4))
+        return budgets
+
 
 def search_options(
     *,
     k: int = 10,
     mode: str = "knn",
     candidates: int | None = None,
+    max_candidates: int | None = None,
     plan: str = DEFAULT_PLAN,
     hard_filter: float | None = None,
     and_: str = "product",
@@ -113,6 +141,7 @@ def search_options(
         k=k,
         mode=mode,  # type: ignore[arg-type]
         candidates=candidates,
+        max_candidates=max_candidates,
         plan=plan,  # type: ignore[arg-type]
         hard_filter=hard_filter,
         ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
@@ -177,6 +206,15 @@ class Hits(list[Hit]):
     a field no document has). A list, so callers that only rank keep working; the Retriever
     carries the warnings into SearchResult, so nothing accumulates on a long-lived backend."""
 
-    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        hits: Iterable[Hit] = (),
+        warnings: Iterable[str] = (),
+        exact: bool | None = None,
+    ) -> None:
         super().__init__(hits)
         self.warnings: tuple[str, ...] = tuple(warnings)
+        # True: no document outside the scored ones can beat the k-th hit (exact mode, or knn
+        # mode with a certificate); False: the depth cap stopped the proof; None: not asked
+        # (a query that is not anchored).
+        self.exact = exact

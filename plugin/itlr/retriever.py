@@ -22,12 +22,15 @@ class SearchResult:
     hits: list[Hit]
     warnings: tuple[str, ...] = field(default_factory=tuple)
     rewrite: RewriteResult | None = None  # how a plain-language question became the query
+    # Whether the top k is provably the exact top k (see itlr.options.Hits.exact).
+    exact: bool | None = None
 
     def to_dict(self) -> dict:
         payload = {
             "query": str(self.query),
             "terms": list(self.query.terms),
             "warnings": list(self.warnings),
+            "exact": self.exact,
             "hits": [h.to_dict() for h in self.hits],
         }
         if self.rewrite is not None:
@@ -49,7 +52,8 @@ class Retriever:
         query = Query.of(query)
         hits = self.backend.search(query, self.embed_terms(query), options)
         warnings = (*query.warnings, *getattr(hits, "warnings", ()))
-        return SearchResult(query, list(hits), warnings)
+        exact = getattr(hits, "exact", None)
+        return SearchResult(query, list(hits), warnings, exact=exact)
 
     def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""

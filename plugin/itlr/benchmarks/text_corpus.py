@@ -64,10 +64,14 @@ def recall_corpus(passages: int | None = None) -> tuple[list[Document], list[str
             vocabulary.append(topic["name"])
             for number, sentence in enumerate(topic["sentences"]):
                 documents.append(Document(f"{topic['name']}-{number}", sentence, {}))
-    rng = random.Random(11)
     base = len(documents)
-    for number in range(max(0, (passages or 0) - base)):
-        first, second = rng.sample(range(base), 2)
+    for number, (first, second) in enumerate(grown_pairs(base, passages)):
         text = f"{documents[first].text} {documents[second].text}"
         documents.append(Document(f"joined-{number}", text, {}))
     return documents, vocabulary
+
+
+def grown_pairs(base: int, passages: int | None) -> list[tuple[int, int]]:
+    """The (seeded) pairs of base passages that grow a corpus of `base` to `passages`."""
+    rng = random.Random(11)
+    return [tuple(rng.sample(range(base), 2)) for _ in range(max(0, (passages or 0) - base))]  # type: ignore[misc]

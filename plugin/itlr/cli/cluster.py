@@ -10,7 +10,9 @@ from itlr.cli.app import app, engine_command, out, run_guarded
 @app.command()
 @engine_command
 def install(spec: Any = None) -> None:
-    """Register itlr's stored Painless scripts in a cluster (idempotent; search does it too)."""
+    """Register itlr's stored Painless scripts in a cluster (idempotent; search does it too).
+
+    A stored script under an itlr id whose source is not the packaged file is overwritten."""
     from itlr.engines.factory import remote_backend
 
     def action() -> None:

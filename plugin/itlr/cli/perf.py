@@ -78,6 +78,23 @@ def shards(
 
 
 @bench_app.command()
+def certificate(
+    queries: Annotated[int, typer.Option(help="Random logical queries.")] = 300,
+    passages: Annotated[
+        int | None,
+        typer.Option(help="Grow the corpus to this many documents (sums of seeded pairs)."),
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Timed runs per query (the fastest counts).")] = 3,
+    out_file: OutFile = None,
+) -> None:
+    """knn mode with and without the certificate against exact mode, per query shape: top-10
+    score agreement, p50 latency, and how the certificate ended."""
+    from itlr.benchmarks.certificate import certificate_report
+
+    run_guarded(lambda: emit(certificate_report(passages, queries, repeats), out_file))
+
+
+@bench_app.command()
 def recall(
     budgets: Annotated[
         str, typer.Option(help="Candidate budgets, comma-separated.")

@@ -27,9 +27,45 @@ from itlr.cli.options import (
     TruthOpt,
     search_options,
 )
+from itlr.errors import ConfigurationError
 from itlr.scoring import DEFAULT_NOT_STRENGTH
 
 CONNECTION_KEYS = ("user", "password", "api_key", "ca_file", "verify_certs")
+# Time-outs and the script-write switch: how the proxy serves, not how it searches.
+SERVING_KEYS = ("upstream_timeout", "header_timeout", "body_timeout", "allow_script_writes")
+DEFAULT_UPSTREAM_TIMEOUT = 120.0
+
+UpstreamTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        envvar="ITLR_UPSTREAM_TIMEOUT",
+        help="Seconds the upstream may take to answer a request (HTTP 504 beyond).",
+    ),
+]
+HeaderTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="ITLR_HEADER_TIMEOUT",
+        help="Seconds a client has to send a request's headers (connection closed beyond; "
+        "default 10).",
+        show_default=False,
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="ITLR_BODY_TIMEOUT",
+        help="Seconds a client has to send a request's body after its headers (default 30).",
+        show_default=False,
+    ),
+]
+AllowScriptWritesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-script-writes",
+        help="Pass PUT / POST / DELETE on itlr's stored script ids through (refused otherwise).",
+    ),
+]
 
 
 def serve_proxy(
@@ -52,6 +88,7 @@ def serve_proxy(
 
     given = dict(connection_and_search_options)
     connection_values = {key: given.pop(key) for key in CONNECTION_KEYS if key in given}
+    serving = {key: given.pop(key) for key in SERVING_KEYS if key in given}
     model = given.pop("model", None)
     unknown = set(given) - {
         "mode", "candidates", "hard_filter", "and_", "or_", "not_", "not_strength", "truth",
@@ -61,7 +98,17 @@ def serve_proxy(
         raise TypeError(f"serve_proxy got unknown options: {', '.join(sorted(unknown))}")
 
     def start() -> None:
+        from itlr.proxy.upstream import check_scripts_at_start
+        from itlr.service.timeouts import ReadTimeouts
+
         check_exposure(host, token)
+        timeouts = ReadTimeouts.from_env(serving.get("header_timeout"), serving.get("body_timeout"))
+        upstream_timeout = serving.get("upstream_timeout", DEFAULT_UPSTREAM_TIMEOUT)
+        if not upstream_timeout > 0:
+            raise ConfigurationError(
+                "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT) must be a "
+                f"positive number of seconds, not {upstream_timeout}"
+            )
         defaults = search_options(
             k=10,
             mode=Mode(given.get("mode", Mode.knn)),
@@ -80,17 +127,27 @@ def serve_proxy(
             model=model,
         )
         connection = Connection.from_env(url, **connection_values)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        # Before the model loads: a foreign script under itlr's id stops the proxy at once.
+        unchecked = check_scripts_at_start(connection, min(upstream_timeout, 10.0))
+        if unchecked:
+            logging.getLogger("itlr.proxy").warning(unchecked)
         from itlr.embed import get_embedder
 
         # Loaded before the first request, so that no UI request waits for it.
         embedder = get_embedder(model)
         app = create_proxy_app(
-            connection, field=field, embedder=embedder, defaults=defaults, token=token
+            connection,
+            field=field,
+            embedder=embedder,
+            defaults=defaults,
+            token=token,
+            timeout=upstream_timeout,
+            allow_script_writes=serving.get("allow_script_writes", False),
         )
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        run_proxy(app, host, port)
+        run_proxy(app, host, port, timeouts)
 
     run_guarded(start)
 
@@ -129,6 +186,10 @@ def main(
     lam: LamOpt = 10.0,
     filter: FilterOpt = None,
     exclude_lexical: ExcludeLexicalOpt = False,
+    upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
+    header_timeout: HeaderTimeoutOpt = None,
+    body_timeout: BodyTimeoutOpt = None,
+    allow_script_writes: AllowScriptWritesOpt = False,
 ) -> None:
     """Serve the query-bar proxy: point Kibana / Dashboards at it and type itlr:(...) queries."""
     serve_proxy(
@@ -154,6 +215,10 @@ def main(
         lam=lam,
         filter=filter,
         exclude_lexical=exclude_lexical,
+        upstream_timeout=upstream_timeout,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        allow_script_writes=allow_script_writes,
     )
 
 

@@ -7,6 +7,13 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.proxy import (
+    DEFAULT_UPSTREAM_TIMEOUT,
+    AllowScriptWritesOpt,
+    BodyTimeoutOpt,
+    HeaderTimeoutOpt,
+    UpstreamTimeoutOpt,
+)
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
 from itlr.service.security import TOKEN_ENV
@@ -62,13 +69,23 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    header_timeout: HeaderTimeoutOpt = None,
+    body_timeout: BodyTimeoutOpt = None,
+    upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
+    allow_script_writes: AllowScriptWritesOpt = False,
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
 
     With --proxy: serve the query-bar proxy in front of the cluster at --url instead.
     """
     if proxy:
-        _serve_proxy(spec, field, host, port, token, model)
+        serving = {
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            "upstream_timeout": upstream_timeout,
+            "allow_script_writes": allow_script_writes,
+        }
+        _serve_proxy(spec, field, host, port, token, model, serving)
         return
     if index is None:
         run_guarded(_missing_index)
@@ -78,6 +95,7 @@ def serve(
         from itlr.index import Index
         from itlr.service import create_app
         from itlr.service.security import check_exposure, client_token
+        from itlr.service.timeouts import ReadTimeouts
 
         client = client_token(token)
         check_exposure(host, client)  # before the model loads
@@ -86,9 +104,11 @@ def serve(
         for warning in opened.warnings:
             warn(warning)
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
-        return create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config), opened
+        timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
+        app = create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config)
+        return app, opened, timeouts
 
-    service, opened = run_guarded(action)
+    service, opened, timeouts = run_guarded(action)
     import uvicorn
 
     err.print(
@@ -97,7 +117,7 @@ def serve(
         highlight=False,
         markup=False,
     )
-    uvicorn.run(service, host=host, port=port, log_level=log_level)
+    uvicorn.run(service, host=host, port=port, log_level=log_level, **timeouts.uvicorn_options())
 
 
 def _missing_index() -> None:
@@ -105,7 +125,13 @@ def _missing_index() -> None:
 
 
 def _serve_proxy(
-    spec: Any, field: str, host: str, port: int, token: str | None, model: str | None
+    spec: Any,
+    field: str,
+    host: str,
+    port: int,
+    token: str | None,
+    model: str | None,
+    serving: dict[str, Any],
 ) -> None:
     from itlr.cli.proxy import serve_proxy
     from itlr.service.security import client_token
@@ -127,6 +153,7 @@ def _serve_proxy(
         ca_file=connection.ca_file,
         verify_certs=connection.verify_certs,
         model=model,
+        **serving,
     )
 
 

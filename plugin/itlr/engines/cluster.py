@@ -12,14 +12,25 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 
+from itlr.certificate import (
+    SearchBound,
+    certifiable,
+    not_proved,
+    round_plan,
+    search_bound,
+    unseen_cannot_beat,
+)
+from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, bulk_actions
-from itlr.errors import IndexStateError
+from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.errors import EngineError, IndexStateError
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
@@ -81,6 +92,10 @@ class ClusterBackend:
     def _mget(self, ids: list[str]) -> Any:
         raise NotImplementedError
 
+    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
+        """`_msearch` of header/body line pairs."""
+        raise NotImplementedError
+
     # -- index ---------------------------------------------------------------------------
 
     def ensure_index(self, knn_engine: str | None = None) -> bool:
@@ -134,17 +149,27 @@ class ClusterBackend:
 
     # -- scripts -------------------------------------------------------------------------
 
-    def install_scripts(self) -> list[str]:
-        """Register the stored scripts (idempotent); returns the ids newly installed."""
+    def install_scripts(self, repair: bool = True) -> list[str]:
+        """Register the stored scripts (idempotent); returns the ids newly (re)installed. A
+        stored script whose source is not the packaged file is overwritten when `repair`
+        (what `itlr install` asks for), else refused with the command that repairs it."""
         not_found = self._not_found_error()
         installed = []
         with self._errors():
             for script in (self.dialect.score_script, self.dialect.exclude_script):
                 try:
-                    self.client.get_script(id=script.id)
+                    found = self.client.get_script(id=script.id)
                 except not_found:
-                    self._put_script(script)
-                    installed.append(script.id)
+                    found = None
+                if found is not None:
+                    try:
+                        check_stored(script, found, self.url)
+                        continue
+                    except ScriptMismatch:
+                        if not repair:
+                            raise
+                self._put_script(script)
+                installed.append(script.id)
         self._scripts_ready = True
         return installed
 
@@ -218,10 +243,70 @@ class ClusterBackend:
         options: SearchOptions,
     ) -> Hits:
         """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
-        body, notes = self.dialect.search_request(query, term_vectors, options)
         if not self._scripts_ready:
-            self.install_scripts()
-        return Hits(self._hits(body, query, term_vectors, options), notes)
+            self.install_scripts(repair=False)
+        try:
+            return self._search_once(query, term_vectors, options)
+        except EngineError as failed:
+            if self.inline_script or not is_script_error(str(failed)):
+                raise
+            # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
+            if not self.install_scripts(repair=False):
+                raise
+        return self._search_once(query, term_vectors, options)
+
+    def _search_once(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+        certify = options.mode == "knn" and certifiable(query, options.ops)
+        if not certify:
+            request = self.dialect.search_request(query, term_vectors, options)
+            exact = True if options.mode == "exact" or not query.has_positive_term else None
+            hits = self._hits(request.body, query, term_vectors, options)
+            return Hits(hits, request.warnings, exact=exact)
+        return self._certified(query, term_vectors, options)
+
+    def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+        """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
+        query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
+        only when the bound does not prove the top k."""
+        dialect = self.dialect
+        unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
+        bounds: list[SearchBound] = []
+        rounds = options.candidate_rounds(limit=dialect.max_k)
+        hits: list[Hit] = []
+        for budget in rounds:
+            round_options = replace(
+                options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
+            )
+            request = dialect.search_request(query, term_vectors, round_options)
+            searches = request.searches
+            probes = [dialect.probe_body(search, options.filter) for search in searches]
+            responses = self._multi_search([request.body, *probes])
+            hits = dialect.hits(responses[0], query, term_vectors, options)
+            for search, probe in zip(searches, responses[1:], strict=True):
+                last = probe["hits"]["hits"]
+                if last:
+                    bounds.append(search_bound(search.terms, unit, dialect.cosine(last[0])))
+                else:  # fewer documents than the budget: the search returned them all
+                    bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
+            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+                return Hits(hits, request.warnings, exact=True)
+        return Hits(hits, [*request.warnings, not_proved(options.k, rounds[-1])], exact=False)
+
+    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
+        ranking from the shards that answered is refused too)."""
+        header = {"index": self.index, "allow_partial_search_results": False}
+        lines = [line for body in bodies for line in (header, body)]
+        with self._errors():
+            responses = self._msearch(lines)["responses"]
+        for response in responses:
+            if "error" in response:
+                raise EngineError(
+                    f"{self.url} refused a search of {self.index!r}: "
+                    f"{error_reason(response, response)}"
+                )
+        return [dict(r) for r in responses]
 
     def _hits(
         self,

@@ -184,6 +184,16 @@ def _score(raw: dict[str, Any]) -> float:
     return float(sort[0]) if isinstance(sort[0], int | float) else 0.0
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """One logical search: its body, the kNN searches in it (none when every document is
+    scored), and what it quietly changes (a capped budget)."""
+
+    body: dict[str, Any]
+    searches: tuple[CandidateSearch, ...]
+    warnings: tuple[str, ...]
+
+
 class Dialect:
     """The requests of one engine for one index layout; subclasses give the kNN clause."""
 
@@ -218,6 +228,22 @@ class Dialect:
     def check_knn_mode(self) -> None:
         """Refuse knn mode where the engine cannot gather candidates inside a query."""
 
+    def probe_body(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+        """The farthest of the neighbours one kNN search returns: its score bounds every
+        document the search did not return (itlr.certificate). With k per shard the search
+        returns up to shards x k documents, and the k-th best of them is at least every shard's
+        own k-th: still a bound."""
+        return {
+            "size": 1,
+            "from": search.budget - 1,
+            "query": self.knn_clause(search, filter),
+            "_source": False,
+        }
+
+    def cosine(self, hit: dict[str, Any]) -> float:
+        """A kNN hit's cosine from its score: both engines score cosine as (1 + cos) / 2."""
+        return 2.0 * float(hit["_score"]) - 1.0
+
     # -- requests --------------------------------------------------------------------------
 
     def candidate_searches(
@@ -241,13 +267,14 @@ class Dialect:
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> dict[str, Any]:
         """The logical query: script_score over kNN candidates (or every document)."""
-        return self.search_request(query, term_vectors, options)[0]
+        return self.search_request(query, term_vectors, options).body
 
     def search_request(
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """The search body and the warnings of this one search, from one candidate plan."""
+    ) -> SearchRequest:
+        """The search body, its kNN searches and this search's warnings, from one plan."""
         warnings: tuple[str, ...] = ()
+        searches: tuple[CandidateSearch, ...] = ()
         field = self.layout.vector_field
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         user_filter = [options.filter] if options.filter else []
@@ -293,7 +320,7 @@ class Dialect:
             # With explain the hits' vectors come back so truths can be shown; never otherwise.
             "_source": self.explained_source() if options.explain else {"excludes": [field]},
         }
-        return body, warnings
+        return SearchRequest(body, searches, warnings)
 
     def script_installs(self) -> list[tuple[str, dict[str, Any]]]:
         """(path, body) of the PUT requests registering the stored scripts."""

@@ -172,6 +172,9 @@ class ElasticsearchBackend(ClusterBackend):
     def _mget(self, ids: list[str]) -> Any:
         return self.client.mget(index=self.index, ids=ids, source=False)
 
+    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
+        return self.client.msearch(searches=lines)
+
 
 # -- dialect -------------------------------------------------------------------------------
 

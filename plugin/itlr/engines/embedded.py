@@ -22,11 +22,19 @@ from typing import Any
 import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.certificate import (
+    SearchBound,
+    certifiable,
+    not_proved,
+    round_plan,
+    search_bound,
+    unseen_cannot_beat,
+)
 from itlr.composition import compose
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
-from itlr.options import Hit, SearchOptions
+from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
 
@@ -201,8 +209,8 @@ class EmbeddedIndex:
     def _uses_ann(self) -> bool:
         return self.count() >= self.ann_min_rows
 
-    def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
-        """Live rows among each query's `budget` graph neighbours, unioned, in row order.
+    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
+        """Live rows among each query's `budget` graph neighbours.
 
         Dead rows stay in the graph, so each search asks for more neighbours in proportion to
         them."""
@@ -210,8 +218,14 @@ class EmbeddedIndex:
         live = self._live_rows()
         share = len(live) / max(1, self.committed_rows)
         counts = [int(np.ceil(budget / share)) for budget in budgets]
-        found = np.unique(np.concatenate(self._ann.search(queries, counts, self.committed_rows)))
-        return found[self._live_mask()[found]]
+        mask = self._live_mask()
+        return [
+            found[mask[found]] for found in self._ann.search(queries, counts, self.committed_rows)
+        ]
+
+    def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
+        """Live rows among each query's `budget` graph neighbours, unioned, in row order."""
+        return np.unique(np.concatenate(self._ann_lists(queries, budgets)))
 
     def _live_mask(self) -> np.ndarray:
         if self._live_mask_cache is None or len(self._live_mask_cache) != self.committed_rows:
@@ -257,29 +271,85 @@ class EmbeddedIndex:
 
     # -- search ----------------------------------------------------------------------------
 
-    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> list[Hit]:
+    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
         """Run a logical query whose terms (query.terms order) are embedded as term_vectors."""
         term_vectors = self._check_query_vectors(term_vectors, len(query.terms))
-        rows = self._filtered_rows(options.filter)
-        if rows.size == 0:
-            return []
-        terms = query.terms
-        searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
-        if options.mode == "knn" and searches:
-            if options.filter is None and self._uses_ann():
-                queries = np.stack([s.vector for s in searches])
-                rows = self._ann_rows(queries, [s.budget for s in searches])
-            else:
-                rows = self._knn_candidates(rows, searches)
         if options.exclude_lexical:
             raise ConfigurationError(
                 "`exclude_lexical` needs a text index: search an OpenSearch or Elasticsearch index"
             )
+        rows = self._filtered_rows(options.filter)
+        if rows.size == 0:
+            return Hits(exact=True)
+        if options.mode == "exact" or not query.has_positive_term:
+            return self._scored(query, term_vectors, rows, options, exact=True)
+        return self._knn_rounds(query, term_vectors, rows, options)
+
+    def _knn_rounds(
+        self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
+    ) -> Hits:
+        """knn mode: score the candidates; for a query the certificate applies to, deepen the
+        kNN searches until it proves that no other row can beat the k-th hit, or the cap."""
+        if not certifiable(query, options.ops):
+            searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
+            found = self._candidate_lists(rows, searches, options.filter)
+            return self._scored(
+                query, term_vectors, np.unique(np.concatenate(found)), options, None
+            )
+        unit = dict(zip(query.terms, term_vectors, strict=True))
+        seen = np.zeros(0, dtype=np.int64)
+        bounds: list[SearchBound] = []
+        rounds = options.candidate_rounds()
+        for budget in rounds:
+            searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
+            found = self._candidate_lists(rows, searches, options.filter)
+            seen = np.union1d(seen, np.concatenate(found))
+            bounds += [
+                search_bound(s.terms, unit, self._last_cosine(s, hits))
+                if len(hits) < len(rows)
+                else SearchBound(s.terms, 0.0, exhausted=True)
+                for s, hits in zip(searches, found, strict=True)
+            ]
+            hits = self._scored(query, term_vectors, seen, options, exact=True)
+            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+                return hits
+        return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
+
+    def _scored(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        rows: np.ndarray,
+        options: SearchOptions,
+        exact: bool | None,
+    ) -> Hits:
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter)
         kept = scored.kept
-        return self._hits(rows[kept], scored.scores[kept], scored.truths[kept], terms, options.k)
+        hits = self._hits(
+            rows[kept], scored.scores[kept], scored.truths[kept], query.terms, options.k
+        )
+        return Hits(hits, exact=exact)
+
+    def _candidate_lists(
+        self, rows: np.ndarray, searches: Sequence[CandidateSearch], filter: dict | None
+    ) -> list[np.ndarray]:
+        """Each search's `budget` nearest rows among `rows`: from the graph when it is in use,
+        else by an exact scan."""
+        if filter is None and self._uses_ann():
+            return self._ann_lists(
+                np.stack([s.vector for s in searches]), [s.budget for s in searches]
+            )
+        return self._knn_lists(rows, searches)
+
+    def _last_cosine(self, search: CandidateSearch, rows: np.ndarray) -> float:
+        """The cosine of the search's farthest returned row: every row it did not return is
+        at most this close (for a graph search: as far as the graph's recall goes)."""
+        if not len(rows):
+            return 1.0
+        return float(cosine_matrix(self._matrix(rows), search.vector[np.newaxis]).min())
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
@@ -303,18 +373,17 @@ class EmbeddedIndex:
             return self._vectors
         return self._vectors[rows]
 
-    def _knn_candidates(self, rows: np.ndarray, searches: Sequence[CandidateSearch]) -> np.ndarray:
-        """The union of each search's `budget` nearest rows (exact cosines)."""
+    def _knn_lists(self, rows: np.ndarray, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
+        """Each search's `budget` nearest rows (exact cosines)."""
         if all(s.budget >= len(rows) for s in searches):
-            return rows
+            return [rows for _ in searches]
         cosines = cosine_matrix(self._matrix(rows), np.stack([s.vector for s in searches]))
-        chosen = [
-            np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]
+        return [
+            rows[np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]]
             if s.budget < len(rows)
-            else np.arange(len(rows))
+            else rows
             for j, s in enumerate(searches)
         ]
-        return rows[np.unique(np.concatenate(chosen))]
 
     def _hits(
         self,

@@ -83,3 +83,6 @@ class OpenSearchBackend(ClusterBackend):
 
     def _mget(self, ids: list[str]) -> Any:
         return self.client.mget(index=self.index, body={"ids": ids}, _source=False)
+
+    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
+        return self.client.msearch(body=lines)

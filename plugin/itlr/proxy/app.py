@@ -22,17 +22,23 @@ import numpy as np
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.connection import Connection
+from itlr.engines.integrity import (
+    SCRIPT_ID_PREFIX,
+    ScriptMismatch,
+    is_script_error,
+    reinstall_command,
+)
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
 from itlr.options import SearchOptions
-from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search
+from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
-from itlr.proxy.upstream import Upstream, auth_headers
+from itlr.proxy.upstream import Upstream, UpstreamTimeout, auth_headers, timeout_seconds
 from itlr.service.security import TOKEN_HEADER, token_matches
 
 log = logging.getLogger("itlr.proxy")
@@ -53,7 +59,13 @@ HOP_BY_HOP = {
     TOKEN_HEADER,
 }
 SEARCH_PATH = re.compile(
-    r"^/(?:(?P<target>[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
+    r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
+)
+# APIs that take a query but cannot rank by the logical score: a clause there would pass
+# through verbatim and match nothing, so it is refused instead.
+QUERY_API_PATH = re.compile(
+    r"^/(?:[^/]+/)?(?P<api>_count|_search/template|_msearch/template|_render/template"
+    r"|_validate/query|_explain|_delete_by_query|_update_by_query)(?:/[^/_][^/]*)?/?$"
 )
 
 
@@ -79,6 +91,18 @@ def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
         reason,
         **({"position": bad.position, "query": bad.text} if bad.position is not None else {}),
     )
+
+
+SCRIPT_WRITE_PATH = re.compile(rf"^/_scripts/{SCRIPT_ID_PREFIX}[^/]*(?:/[^/]*)?/?$")
+
+
+def script_mismatch(foreign: ScriptMismatch) -> JSONResponse:
+    return error_response(502, "itlr_script_mismatch", f"itlr proxy: {foreign}")
+
+
+def upstream_timeout(slow: UpstreamTimeout) -> JSONResponse:
+    extra = {"timeout_seconds": slow.seconds} if slow.seconds is not None else {}
+    return error_response(504, "itlr_upstream_timeout", f"itlr proxy: {slow}", **extra)
 
 
 def _raw_target(request: Request) -> str:
@@ -113,8 +137,10 @@ class QueryBarProxy:
         defaults: SearchOptions,
         token: str | None,
         timeout: float,
+        allow_script_writes: bool = False,
     ) -> None:
         self.connection = connection
+        self.allow_script_writes = allow_script_writes
         self.field = field
         self.defaults = defaults
         self.token = token
@@ -230,11 +256,15 @@ class QueryBarProxy:
             raise _Refused(self._too_large())
         chunks = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_SEARCH_BODY:
-                raise _Refused(self._too_large())
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_SEARCH_BODY:
+                    raise _Refused(self._too_large())
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # Gone, or cut off by the body read time-out (which answered it): no one to answer.
+            raise _Refused(Response(status_code=408)) from None
         return b"".join(chunks)
 
     @staticmethod
@@ -245,14 +275,56 @@ class QueryBarProxy:
             f"the search body exceeds the proxy's limit of {MAX_SEARCH_BODY} bytes",
         )
 
+    async def _script_failure(self, request: Request, upstream: httpx.Response) -> Response | None:
+        """A logical search the upstream refused on a script error: the refusal to send when
+        the stored script is not ours any more, else None (the upstream's answer, buffered)."""
+        await upstream.aread()
+        await upstream.aclose()
+        if not is_script_error(upstream.text):
+            return None
+        try:
+            await self.upstream.recheck_scripts(auth_headers(request.headers))
+        except ScriptMismatch as foreign:
+            return script_mismatch(foreign)
+        except EngineError as failed:
+            log.warning("cannot recheck itlr's stored scripts: %s", failed)
+        return None
+
     async def handle(self, request: Request) -> Response:
         if not self._authorized(request):
             return error_response(
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
             )
+        if (
+            not self.allow_script_writes
+            and request.method not in ("GET", "HEAD")
+            and SCRIPT_WRITE_PATH.match(request.url.path)
+        ):
+            return error_response(
+                403,
+                "itlr_script_write_refused",
+                "itlr proxy: writes to itlr's stored scripts are refused (start the proxy with "
+                f"--allow-script-writes to permit them); `{reinstall_command(self.connection.url)}`"
+                " installs the packaged ones",
+            )
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
-        if SEARCH_PATH.match(request.url.path):
+        rewritten = False
+        query_api = QUERY_API_PATH.match(request.url.path)
+        if query_api:
+            try:
+                raw = await self._read_search_body(request)
+            except _Refused as refused:
+                return refused.response
+            if mentions_clause(raw, self.field):
+                return error_response(
+                    400,
+                    "itlr_query_error",
+                    f"itlr: {query_api.group('api')} cannot rank by a "
+                    f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
+                )
+            content = raw if raw or "content-length" in request.headers else None
+        elif SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
                 replaced = await self._body_to_send(request, raw)
@@ -260,11 +332,16 @@ class QueryBarProxy:
                 return refused.response
             except (ClauseError, QuerySyntaxError) as bad:
                 return clause_error(bad)
+            except UpstreamTimeout as slow:
+                return upstream_timeout(slow)
+            except ScriptMismatch as foreign:
+                return script_mismatch(foreign)
             except EngineError as failed:
                 return error_response(502, "itlr_upstream_error", f"itlr: {failed}")
             except ItlrError as failed:
                 return error_response(400, "itlr_error", f"itlr: {failed}")
             if replaced is not None:
+                rewritten = True
                 raw = replaced
                 headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
                 headers.append(("content-length", str(len(raw))))
@@ -281,6 +358,10 @@ class QueryBarProxy:
         )
         try:
             upstream = await self.client.send(upstream_request, stream=True)
+        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            slow = UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
+            log.warning("upstream %s timed out", self.connection.url)
+            return upstream_timeout(slow)
         except httpx.TransportError as down:
             log.warning("upstream %s unreachable: %s", self.connection.url, type(down).__name__)
             return error_response(
@@ -290,9 +371,18 @@ class QueryBarProxy:
                 f"({type(down).__name__}): is it running?",
             )
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
+        if rewritten and upstream.status_code >= 400:
+            failed = await self._script_failure(request, upstream)
+            if failed is not None:
+                return failed
         response_headers = {
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
         }
+        if upstream.is_stream_consumed:
+            # Buffered (a failed logical search): the bytes as the upstream sent them.
+            response_headers.pop("content-encoding", None)
+            response_headers.pop("content-length", None)
+            return Response(upstream.content, upstream.status_code, response_headers)
         return StreamingResponse(
             upstream.aiter_raw(),
             status_code=upstream.status_code,
@@ -309,9 +399,20 @@ def create_proxy_app(
     defaults: SearchOptions | None = None,
     token: str | None = None,
     timeout: float = 120.0,
+    allow_script_writes: bool = False,
 ) -> Starlette:
-    """The proxy as an ASGI app. `embedder` None loads the index's own model on first use."""
-    proxy = QueryBarProxy(connection, field, embedder, defaults or SearchOptions(), token, timeout)
+    """The proxy as an ASGI app. `embedder` None loads the index's own model on first use;
+    `timeout`: seconds the upstream may take to answer (504 beyond); `allow_script_writes`:
+    pass PUT / POST / DELETE on itlr's stored script ids through (refused by default)."""
+    proxy = QueryBarProxy(
+        connection,
+        field,
+        embedder,
+        defaults or SearchOptions(),
+        token,
+        timeout,
+        allow_script_writes,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -17,7 +17,9 @@ an OR or a NOT of other conditions has no logical score to rank by, and is refus
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -273,6 +275,51 @@ def _lookup(root: Any, path: tuple[Any, ...]) -> Any:
     return root
 
 
+# Where a clause may sit: places whose matches are ANDed with the rest of the query, so the
+# rest can become the filter and the logical query the ranking.
+ANDED_PLACES = {
+    ("bool", "must"),
+    ("bool", "filter"),
+    ("bool", "should"),
+    ("constant_score", "filter"),
+}
+SUPPORTED_PLACES = (
+    "at the top of the query, under bool.must or bool.filter, or as the only bool.should clause"
+)
+
+
+def _check_place(query: Any, path: tuple[Any, ...], field: str) -> None:
+    """Refuse a clause under a NOT or an OR of other conditions: rewriting it there would
+    answer something else (a must_not of everything, a should whose siblings are dropped).
+
+    `path` alternates query type, parameter and (for lists) index down to the query_string."""
+    node = query
+    position = 0
+    while position < len(path) - 1:
+        kind, parameter = path[position], path[position + 1]
+        siblings = node[kind][parameter] if isinstance(node.get(kind), dict) else None
+        if (kind, parameter) == ("bool", "must_not"):
+            raise ClauseError(
+                f"{field}:(...) cannot sit under bool.must_not (a NOT of the logical ranking "
+                f"matches nothing): write the NOT inside the brackets; it works {SUPPORTED_PLACES}"
+            )
+        if (kind, parameter) == ("bool", "should") and len(_as_list(siblings)) > 1:
+            raise ClauseError(
+                f"{field}:(...) cannot be one of several bool.should clauses (an OR with other "
+                f"conditions has no logical score to rank by): write the OR inside the brackets; "
+                f"it works {SUPPORTED_PLACES}"
+            )
+        if (kind, parameter) not in ANDED_PLACES:
+            raise ClauseError(
+                f"{field}:(...) cannot sit inside {kind}.{parameter}: it works {SUPPORTED_PLACES}"
+            )
+        node = siblings
+        position += 2
+        if position < len(path) and isinstance(path[position], int):
+            node = node[path[position]]
+            position += 1
+
+
 def find_logical_search(query: Any, field: str) -> LogicalSearch | None:
     """The logical search a request's `query` asks for, or None when it has no itlr clause."""
     if query is None:
@@ -285,6 +332,7 @@ def find_logical_search(query: Any, field: str) -> LogicalSearch | None:
         found = find_in_lucene(text, field)
         if found is None:
             continue
+        _check_place(query, path, field)
         logical, rest_text = found
         if rest_text is not None:
             rest = copy.deepcopy(query)
@@ -300,3 +348,34 @@ def find_logical_search(query: Any, field: str) -> LogicalSearch | None:
     if found_tree is None:
         return None
     return LogicalSearch(found_tree[0], found_tree[1])
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def mentions_clause(raw: bytes, field: str) -> bool:
+    """Whether a request body (JSON or NDJSON) holds a clause on the field anywhere: as Lucene
+    text, as a KQL/DQL match, or inside a search template's source string."""
+    lucene = _clause_pattern(field)
+    # A template's source is JSON text with mustache holes: a key naming the field is enough.
+    keyed = re.compile(rf'"{re.escape(field)}"\s*:')
+    try:
+        bodies = [json.loads(raw)]
+    except ValueError:  # NDJSON (a template _msearch), or not ours to judge
+        bodies = []
+        for line in raw.splitlines():
+            with contextlib.suppress(ValueError):
+                bodies.append(json.loads(line))
+    for body in bodies:
+        if _mentions(body, field):
+            return True
+        if any(lucene.search(text) or keyed.search(text) for text in _strings(body)):
+            return True
+    return False

@@ -17,7 +17,26 @@ import httpx
 from itlr.engines.connection import Connection, engine_from_root
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.engines.factory import dialect_for
+from itlr.engines.integrity import check_stored
 from itlr.errors import EngineError, IndexStateError
+
+UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
+
+
+class UpstreamTimeout(EngineError):
+    """The upstream took longer than the proxy's read time-out: it is running, but slow."""
+
+    def __init__(self, url: str, seconds: float | None) -> None:
+        self.seconds = seconds
+        super().__init__(
+            f"the upstream {url} did not answer within {seconds:g} s (the proxy's upstream "
+            f"time-out: raise it with --upstream-timeout or {UPSTREAM_TIMEOUT_ENV})"
+        )
+
+
+def timeout_seconds(client: httpx.AsyncClient) -> float | None:
+    return client.timeout.read
+
 
 # Headers that carry the caller's identity to the cluster.
 AUTH_HEADERS = ("authorization", "es-secondary-authorization", "cookie")
@@ -39,9 +58,11 @@ class IndexVectors:
 def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
     """The common `_meta.itlr` of the indexes a target resolves to; refuse mixed ones."""
     found: dict[IndexVectors, list[str]] = {}
+    without: list[str] = []
     for name, body in mappings.items():
         meta = body.get("mappings", {}).get("_meta", {}).get("itlr")
         if not isinstance(meta, dict):
+            without.append(name)
             continue
         layout = IndexLayout(
             vector_field=str(meta.get("vector_field", "embedding")),
@@ -53,6 +74,14 @@ def index_vectors(target: str, mappings: dict[str, Any]) -> IndexVectors:
         raise IndexStateError(
             f"{target!r} holds no itlr index (no _meta.itlr in its mapping): load documents "
             "with `itlr ingest` or search an index that has them"
+        )
+    if without:
+        # The kNN clauses would fail on those indexes' shards: a silently partial answer.
+        shown = ", ".join(sorted(without)[:5]) + (", ..." if len(without) > 5 else "")
+        raise IndexStateError(
+            f"{target!r} also matches indexes without itlr vectors ({shown}): a logical search "
+            "needs every index it searches to hold them; name the itlr indexes, or a pattern "
+            "that matches only them"
         )
     if len(found) > 1:
         groups = "; ".join(
@@ -86,6 +115,8 @@ class Upstream:
     async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
         try:
             return await self.client.get(path, headers=headers)
+        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            raise UpstreamTimeout(self.connection.url, timeout_seconds(self.client)) from None
         except httpx.TransportError as down:
             raise EngineError(
                 f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
@@ -155,9 +186,48 @@ class Upstream:
                             f"cannot check itlr's stored script {script.id}: the upstream "
                             f"answered {found.status_code}"
                         )
+                    else:
+                        check_stored(script, found.json(), self.connection.url)
+                except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+                    raise UpstreamTimeout(
+                        self.connection.url, timeout_seconds(self.client)
+                    ) from None
                 except httpx.TransportError as down:
                     raise EngineError(
                         f"cannot reach the upstream {self.connection.url} "
                         f"({type(down).__name__}): is it running? check `url`"
                     ) from None
                 self._scripts_ready.add(script.id)
+
+    async def recheck_scripts(self, headers: dict[str, str]) -> None:
+        """After a search failed on a script error: compare the stored scripts again (raises
+        ScriptMismatch), and store a deleted one again."""
+        engine, version = await self.engine(headers)
+        self._scripts_ready.clear()
+        await self.ensure_scripts(
+            dialect_for(engine, IndexLayout(), server_version=version or None), headers
+        )
+
+
+def check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
+    """Refuse to start in front of a cluster whose stored itlr scripts are not ours; a warning
+    (returned) when the cluster cannot be asked yet: the first search checks again."""
+    headers = connection.auth_headers()
+    verify: Any = connection.ca_file or connection.verify_certs
+    try:
+        with httpx.Client(base_url=connection.url, verify=verify, timeout=timeout) as client:
+            root = client.get("/", headers=headers)
+            if root.status_code != 200:
+                return f"the upstream answered {root.status_code} to GET /: scripts not checked"
+            engine, version = engine_from_root(connection.url, root.json())
+            dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
+            for script in (dialect.score_script, dialect.exclude_script):
+                found = client.get(f"/_scripts/{script.id}", headers=headers)
+                if found.status_code == 200:
+                    check_stored(script, found.json(), connection.url)
+    except (httpx.HTTPError, ValueError) as down:
+        return (
+            f"cannot check itlr's stored scripts on {connection.url} yet "
+            f"({type(down).__name__}): the first logical search will"
+        )
+    return None

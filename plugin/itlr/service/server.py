@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from itlr.service.timeouts import ReadTimeouts
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -23,10 +25,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(app: Any, timeout: float = 30.0) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 until the block ends; yields the base URL."""
+def serving(
+    app: Any, timeout: float = 30.0, read_timeouts: ReadTimeouts | None = None
+) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 until the block ends; yields the base URL. The read time-outs
+    are those of `itlr serve` (defaults unless given)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    guard = (read_timeouts or ReadTimeouts()).uvicorn_options()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **guard)
+    )
     thread = threading.Thread(target=server.run, name="itlr-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -1,0 +1,208 @@
+"""A certificate that knn mode's top k is exact: no document outside the candidates can beat it.
+
+knn mode scores exactly the union of a few kNN searches' neighbours. A document that no search
+returned is not scored, but the searches still say something about it: a search with unit
+vector v that returned its `budget` nearest neighbours, the last at cosine c, proves that every
+document it did not return has cosine at most c with v. For a search over terms G (one term, or
+the normalised sum of a conjunction's vectors, see itlr.candidates) that is a linear bound on
+the document's cosines with those terms:
+
+    sum over t in G of cos(d, t)  <=  c * |sum over t in G of t|
+
+The composed score is monotone in every term's truth value: non-decreasing in a term reached
+through an even number of NOTs, non-increasing in a negated one (every operator and truth map
+itlr has is monotone so). So the best an unseen document can do is the maximum of the composed
+score over the cosines allowed by all the searches' bounds, negated terms at their best (-1).
+If that maximum is at most the k-th best candidate's score, the top k is exact (this is the
+threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of one per list).
+
+The maximum is not computed, only compared with the k-th score, by branch and bound over boxes
+of positive-term cosines: a box whose upper corner composes to at most the threshold holds no
+better document (monotonicity), a box that violates a bound at its lower corner holds no
+document at all, and the others are split. A box whose lower corner (a point the bounds allow)
+composes above the threshold ends the proof at once: some unseen document might score that much,
+so the searches must go deeper; so does a box smaller than `RESOLUTION`.
+
+The proof is as exact as the kNN searches are: exact scans (the embedded engine below its graph
+threshold) give a proof; HNSW searches give one up to the graph's own recall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from itlr.candidates import Plan
+from itlr.composition import compose
+from itlr.query import And, Node, Not, Query, Term
+from itlr.scoring import Operators, TruthMap
+
+# Boxes narrower than this (in cosine) are not split further: the bound is not proved.
+RESOLUTION = 1e-3
+# Boxes examined per proof at most; past it the bound counts as not proved.
+MAX_BOXES = 20_000
+
+
+@dataclass(frozen=True)
+class SearchBound:
+    """What one kNN search proves about every document it did not return: the sum of the
+    document's cosines with `terms` is at most `limit`. `exhausted`: it returned every
+    document, so nothing is unseen."""
+
+    terms: tuple[str, ...]
+    limit: float
+    exhausted: bool = False
+
+
+def search_bound(
+    terms: Sequence[str], term_vectors: dict[str, np.ndarray], last: float
+) -> SearchBound:
+    """The bound of a search over `terms` (unit vectors; several: their normalised sum) whose
+    last returned neighbour had cosine `last` with the search vector."""
+    units = [np.asarray(term_vectors[t], dtype=np.float64) for t in terms]
+    summed = np.sum([u / (np.linalg.norm(u) or 1.0) for u in units], axis=0)
+    return SearchBound(tuple(terms), float(last) * float(np.linalg.norm(summed)))
+
+
+def not_proved(k: int, depth: int) -> str:
+    """The warning of a result whose rounds reached the cap before the proof."""
+    return (
+        f"the top {k} is not proved exact: a document outside the candidates of {depth} "
+        "neighbours per term may score higher; raise `max_candidates` or use exact mode"
+    )
+
+
+def round_plan(plan: Plan) -> Plan:
+    """The candidate plan of a certified query's rounds: `auto` becomes per-branch, since a
+    search per OR branch (one per conjunction) bounds each branch tightly, where one combined
+    search over every positive term bounds only their sum (loose for an OR). A query without
+    an OR has one branch, so both are the same single search."""
+    return "per-branch" if plan == "auto" else plan
+
+
+def certifiable(query: Query, ops: Operators) -> bool:
+    """Whether knn mode can prove this query's top k: anchored, and monotone in its terms."""
+    return query.has_positive_term and query.anchored and uncertifiable(query, ops) is None
+
+
+def uncertifiable(query: Query, ops: Operators) -> str | None:
+    """Why the composed score is not monotone in every term's truth (so no bound holds), or
+    None when it is."""
+    positive, negative = polarities(query.root)
+    if positive & negative:
+        return "a term is both wanted and excluded"
+    if ops.not_ == "reciprocal" and negative:
+        return "the reciprocal NOT has no best case (1/x of a truth that may be 0)"
+    if ops.and_ == "product" and _heavy_and_weight(query.root):
+        # 1 + w * (x - 1) turns negative for w > 1, and a product of negatives is not monotone.
+        return "a term under an AND weighs more than 1"
+    return None
+
+
+def _heavy_and_weight(node: Node, parent_is_and: bool = False) -> bool:
+    if isinstance(node, Term):
+        return parent_is_and and node.weight > 1
+    if isinstance(node, Not):
+        return _heavy_and_weight(node.operand, False)
+    return any(_heavy_and_weight(child, isinstance(node, And)) for child in node.operands)
+
+
+def polarities(root: Node) -> tuple[set[str], set[str]]:
+    """(terms reached through an even number of NOTs, terms reached through an odd number)."""
+    positive: set[str] = set()
+    negative: set[str] = set()
+
+    def visit(node: Node, negated: bool) -> None:
+        if isinstance(node, Term):
+            (negative if negated else positive).add(node.text)
+        elif isinstance(node, Not):
+            visit(node.operand, not negated)
+        else:
+            for child in node.operands:
+                visit(child, negated)
+
+    visit(root, False)
+    return positive, negative
+
+
+def unseen_cannot_beat(
+    query: Query,
+    bounds: Sequence[SearchBound],
+    threshold: float,
+    ops: Operators,
+    truth: TruthMap,
+) -> bool:
+    """True when no document that none of the searches returned can score above `threshold`.
+    Only for queries that `uncertifiable` accepts."""
+    if any(b.exhausted for b in bounds):
+        return True
+    if uncertifiable(query, ops) is not None:
+        return False
+    positive, _ = polarities(query.root)
+    terms = query.terms
+    free = [i for i, t in enumerate(terms) if t in positive]
+    if not free:
+        return False
+    column = {terms[i]: j for j, i in enumerate(free)}
+    groups = [([column[t] for t in b.terms if t in column], b.limit) for b in bounds]
+    groups = [(cols, limit) for cols, limit in groups if cols]
+    base = np.full(len(terms), -1.0)  # negated terms at their best: as far as can be
+
+    def scores(corners: np.ndarray) -> np.ndarray:
+        cosines = np.repeat(base[np.newaxis], len(corners), axis=0)
+        cosines[:, free] = corners
+        return compose(query, cosines, ops, truth).scores
+
+    lower = np.full((1, len(free)), -1.0)
+    upper = np.full((1, len(free)), 1.0)
+    examined = 0
+    while len(lower):
+        upper = _tightened(lower, upper, groups)
+        feasible = np.all(upper >= lower, axis=1)
+        for cols, limit in groups:
+            feasible &= lower[:, cols].sum(axis=1) <= limit + 1e-9
+        lower, upper = lower[feasible], upper[feasible]
+        if not len(lower):
+            return True
+        open_ = scores(upper) > threshold
+        lower, upper = lower[open_], upper[open_]
+        examined += len(lower)
+        if not len(lower):
+            return True
+        if np.any(scores(lower) > threshold):
+            return False  # a box's lower corner is a possible unseen document that beats it
+        widths = upper - lower
+        if examined > MAX_BOXES or np.any(widths.max(axis=1) < RESOLUTION):
+            return False
+        lower, upper = _split(lower, upper, widths)
+    return True
+
+
+def _tightened(
+    lower: np.ndarray, upper: np.ndarray, groups: list[tuple[list[int], float]]
+) -> np.ndarray:
+    """Each cosine's upper end cut to what its searches' bounds leave once the other terms of
+    the search are at their lower ends."""
+    upper = upper.copy()
+    for cols, limit in groups:
+        total = lower[:, cols].sum(axis=1)
+        for col in cols:
+            room = limit - (total - lower[:, col])
+            upper[:, col] = np.minimum(upper[:, col], room)
+    return upper
+
+
+def _split(
+    lower: np.ndarray, upper: np.ndarray, widths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every box halved along its widest side."""
+    rows = np.arange(len(lower))
+    axis = widths.argmax(axis=1)
+    middle = (lower[rows, axis] + upper[rows, axis]) / 2
+    low_half_upper = upper.copy()
+    low_half_upper[rows, axis] = middle
+    high_half_lower = lower.copy()
+    high_half_lower[rows, axis] = middle
+    return np.concatenate([lower, high_half_lower]), np.concatenate([low_half_upper, upper])

@@ -1,0 +1,192 @@
+"""knn mode's certificate: a bound on what any document outside the candidates can score, and
+the rounds that deepen the kNN searches until it proves the top k exact, or the cap stops them
+and the result says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import itlr
+from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
+from itlr.engines.embedded import EmbeddedIndex
+from itlr.errors import ConfigurationError
+from itlr.options import SearchOptions
+from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
+
+CLAMP = TruthMap()
+
+
+@pytest.mark.parametrize(
+    ("query", "bounds", "best_unseen"),
+    [
+        # per-term bounds: the product of the terms' limits
+        ('"a" AND "b"', [SearchBound(("a",), 0.5), SearchBound(("b",), 0.5)], 0.25),
+        # one combined search bounds the sum: the product is best at an even split
+        ('"a" AND "b"', [SearchBound(("a", "b"), 1.0)], 0.25),
+        # a negated term at its best: 1 - 0.5 * 0
+        ('"a" AND NOT "c"', [SearchBound(("a",), 0.6)], 0.6),
+        # an OR of a conjunction and a term, each with its own search
+        ('("a" AND "b") OR "c"', [SearchBound(("a", "b"), 1.0), SearchBound(("c",), 0.4)], 0.65),
+        ('"a" AND "b" AND "c" AND NOT "d"', [SearchBound(("a", "b", "c"), 1.5)], 0.125),
+    ],
+)
+def test_the_bound_is_the_best_score_an_unseen_document_can_reach(
+    query: str, bounds: list[SearchBound], best_unseen: float
+) -> None:
+    parsed = itlr.parse(query)
+    assert unseen_cannot_beat(parsed, bounds, best_unseen + 0.005, SEARCH_OPERATORS, CLAMP)
+    assert not unseen_cannot_beat(parsed, bounds, best_unseen - 0.005, SEARCH_OPERATORS, CLAMP)
+
+
+def test_a_search_that_returned_every_document_leaves_nothing_unseen() -> None:
+    bounds = [SearchBound(("a",), 0.0, exhausted=True)]
+    assert unseen_cannot_beat(itlr.parse('"a"'), bounds, 0.0, SEARCH_OPERATORS, CLAMP)
+
+
+def test_a_term_both_wanted_and_excluded_is_never_certified() -> None:
+    query = itlr.parse('"a" AND NOT ("a" AND "b")')
+    bounds = [SearchBound(("a",), 0.1)]
+    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+
+
+def test_a_heavy_weight_under_a_product_and_is_never_certified() -> None:
+    # 1 + 2 * (x - 1) is negative for x < 0.5: two such factors multiply to a positive score.
+    query = itlr.parse('"a"^2 AND "b"^2')
+    bounds = [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)]
+    assert uncertifiable(query, SEARCH_OPERATORS) is not None
+    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+
+
+def test_a_reciprocal_not_cannot_be_bounded_by_the_searches() -> None:
+    # 1/x of a truth that may be 0 has no useful best case: the proof fails, it never lies.
+    query = itlr.parse('"a" AND NOT "c"')
+    ops = Operators(not_="reciprocal", not_strength=1.0)
+    assert not unseen_cannot_beat(query, [SearchBound(("a",), 0.3)], 0.9, ops, CLAMP)
+
+
+def test_a_combined_search_bounds_the_sum_of_its_unit_vectors() -> None:
+    a, b = np.eye(4)[0], np.eye(4)[1]
+    bound = search_bound(("a", "b"), {"a": a, "b": 3 * b}, last=0.5)
+    assert bound.limit == pytest.approx(0.5 * np.sqrt(2))
+
+
+# -- the rounds, on an embedded index built so that the first round misses the best document ---
+
+DIMS = 32
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+@pytest.fixture()
+def crowded(tmp_path: Path) -> EmbeddedIndex:
+    """300 documents very near "a" and a little near "b" (sum of cosines 1.21, product 0.23)
+    rank above the one document near both (sum 1.20, product 0.36) in a search for a + b."""
+    rng = np.random.default_rng(0)
+    a, b = np.eye(DIMS)[0], np.eye(DIMS)[1]
+
+    def near(x: float, y: float, count: int) -> np.ndarray:
+        noise = rng.normal(size=(count, DIMS))
+        noise[:, :2] = 0
+        noise = unit_rows(noise) * np.sqrt(1 - x * x - y * y)
+        return x * a + y * b + noise
+
+    vectors = np.vstack(
+        [near(0.97, 0.24, 300), near(0.6, 0.6, 1), unit_rows(rng.normal(size=(700, DIMS)))]
+    )
+    ids = [f"crowd{i}" for i in range(300)] + ["best"] + [f"other{i}" for i in range(700)]
+    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index.add(ids, [""] * len(ids), unit_rows(vectors).astype(np.float32))
+    return index
+
+
+def test_a_second_round_finds_the_document_the_first_missed(crowded: EmbeddedIndex) -> None:
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    assert exact[0].id == "best"
+    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50))
+    assert [h.id for h in hits] == [h.id for h in exact]
+    assert hits.exact is True and not hits.warnings
+
+
+def test_the_cap_stops_the_rounds_and_the_result_says_so(crowded: EmbeddedIndex) -> None:
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    assert "best" not in {h.id for h in hits}
+    assert hits.exact is False
+    assert any("not proved exact" in w for w in hits.warnings)
+
+
+def test_an_easy_query_is_proved_in_the_first_round(crowded: EmbeddedIndex) -> None:
+    query = itlr.parse('"a"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    assert hits.exact is True
+
+
+def test_exact_mode_is_exact_and_a_query_that_is_not_anchored_is_not_certified(
+    crowded: EmbeddedIndex,
+) -> None:
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    assert crowded.search(itlr.parse('"a" AND "b"'), terms, SearchOptions(mode="exact")).exact
+    loose = crowded.search(itlr.parse('"a" OR NOT "b"'), terms, SearchOptions(candidates=50))
+    assert loose.exact is None
+
+
+def test_the_search_result_carries_the_certificate(crowded: EmbeddedIndex) -> None:
+    from itlr.retriever import SearchResult
+
+    assert SearchResult(itlr.parse('"a"'), [], exact=True).to_dict()["exact"] is True
+
+
+def test_a_cap_below_the_first_round_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="max_candidates"):
+        SearchOptions(candidates=100, max_candidates=50)
+
+
+# -- the same rounds on a real OpenSearch: a second request only when the bound needs it ------
+
+
+@pytest.fixture()
+def crowded_opensearch(opensearch_url: str, crowded: EmbeddedIndex):
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.opensearch import OpenSearchBackend
+
+    backend = OpenSearchBackend(
+        Connection(opensearch_url).opensearch(),
+        f"itlr-certificate-{uuid.uuid4().hex[:8]}",
+        "test-model",
+        DIMS,
+        url=opensearch_url,
+    )
+    backend.ensure_index()
+    ids = crowded.ids()
+    assert backend.add(ids, [""] * len(ids), np.stack([crowded.vector(i) for i in ids])) == {}
+    backend.refresh()
+    yield backend
+    backend.client.indices.delete(index=backend.index)
+
+
+@pytest.mark.opensearch
+def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowded) -> None:
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    hits = crowded_opensearch.search(query, terms, SearchOptions(k=10, candidates=50))
+    # The 300 crowding documents tie: ranks agree on scores, and the best one leads.
+    assert hits[0].id == "best"
+    for mine, theirs in zip(hits, exact, strict=True):
+        assert mine.score == pytest.approx(theirs.score, abs=1e-4)
+    assert hits.exact is True
+    capped = crowded_opensearch.search(
+        query, terms, SearchOptions(k=10, candidates=50, max_candidates=50)
+    )
+    assert capped.exact is False and "best" not in {h.id for h in capped}
