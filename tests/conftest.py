@@ -62,3 +62,49 @@ def embedded(tmp_path_factory, corpus, corpus_vectors, embedder):
         [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
     )
     return index
+
+
+@pytest.fixture(scope="session")
+def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
+    """The demo corpus in one OpenSearch index for the whole run: read-only, shared by the
+    OpenSearch, proxy, Elasticsearch-script and warning tests (one ingest, not one per file)."""
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.opensearch import OpenSearchBackend
+
+    backend = OpenSearchBackend(
+        Connection(opensearch_url).opensearch(),
+        f"itlr-demo-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=opensearch_url,
+    )
+    backend.ensure_index()
+    ids, texts = [d.id for d in corpus], [d.text for d in corpus]
+    assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
+    backend.refresh()
+    yield backend
+    backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_demo(elasticsearch_url, corpus, corpus_vectors, embedder):
+    """The demo corpus in one Elasticsearch index for the whole run (read-only)."""
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.elasticsearch import ElasticsearchBackend
+
+    backend = ElasticsearchBackend(
+        Connection(elasticsearch_url).elasticsearch(),
+        f"itlr-demo-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=elasticsearch_url,
+    )
+    assert backend.ensure_index()
+    ids, texts = [d.id for d in corpus], [d.text for d in corpus]
+    assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
+    backend.refresh()
+    return backend

@@ -44,11 +44,6 @@ from itlr.resources import data_file
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
-    check_exact_scores_match_the_embedded_engine,
-    check_index_recording_another_model_warns,
-    check_index_with_other_dimensions_is_refused,
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
-    check_refused_documents_are_reported_and_ingestion_resumes,
     random_cases,
     term_vectors,
 )
@@ -166,10 +161,12 @@ def test_versions_decide_the_knn_features() -> None:
 def test_a_budget_beyond_the_num_candidates_limit_is_capped_with_a_warning() -> None:
     backend = offline()
     query = itlr.parse('"vitamin D"')
-    body = backend.build_request(query, unit_vectors(1), SearchOptions(candidates=50_000))
+    options = SearchOptions(candidates=50_000)
+    body, notes = backend.dialect.search_request(query, unit_vectors(1), options)
     (knn,) = knn_clauses(body)
     assert knn["k"] == knn["num_candidates"] == MAX_NUM_CANDIDATES
-    assert any("num_candidates" in w for w in backend.warnings)
+    assert any("num_candidates" in w for w in notes)
+    assert backend.warnings == []  # a search's warning travels with it, never on the backend
 
 
 def test_hard_filter_is_a_script_score_with_min_score_in_must_not_per_root_not_term() -> None:
@@ -250,32 +247,6 @@ def on_opensearch_painless(source: str) -> str:
     """The Elasticsearch script for OpenSearch's k-NN doc values: `.vectorValue` is `.value`."""
     assert source.count("field.vectorValue") == 1
     return source.replace("field.vectorValue", "field.value")
-
-
-@pytest.fixture(scope="module")
-def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
-    from itlr.engines.connection import Connection
-    from itlr.engines.opensearch import OpenSearchBackend
-
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-es-script-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    assert (
-        backend.add(
-            [d.id for d in corpus],
-            [d.text for d in corpus],
-            corpus_vectors,
-            [d.fields for d in corpus],
-        )
-        == {}
-    )
-    backend.refresh()
-    return backend
 
 
 def run_es_script_on_opensearch(backend, body: dict) -> list:
@@ -368,24 +339,6 @@ def test_two_terms_get_two_different_similarities_on_the_same_document_painless(
 # -- a real Elasticsearch, with or without Painless ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def es_demo(elasticsearch_url, corpus, corpus_vectors, embedder) -> ElasticsearchBackend:
-    backend = ElasticsearchBackend(
-        Connection(elasticsearch_url).elasticsearch(),
-        f"itlr-parity-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=elasticsearch_url,
-    )
-    assert backend.ensure_index()
-    failures = backend.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    assert failures == {}
-    backend.refresh()
-    return backend
-
-
 def server_version(url: str) -> str:
     with urllib.request.urlopen(f"{url}/_nodes/_local?filter_path=nodes.*.version") as answer:
         (node,) = json.load(answer)["nodes"].values()
@@ -394,16 +347,18 @@ def server_version(url: str) -> str:
 
 @pytest.mark.elasticsearch
 def test_the_backend_learns_the_server_version_even_where_get_root_is_refused(
-    es_demo, elasticsearch_url
+    elasticsearch_demo, elasticsearch_url
 ) -> None:
     # The integ-test-zip node answers GET / with 405: the version comes from the local node.
-    assert es_demo.capabilities.version == server_version(elasticsearch_url)
-    assert es_demo.count() == 338
+    assert elasticsearch_demo.capabilities.version == server_version(elasticsearch_url)
+    assert elasticsearch_demo.count() == 338
 
 
 @pytest.mark.elasticsearch
-def test_index_is_created_from_the_elasticsearch_mapping(es_demo, embedder) -> None:
-    mapping = es_demo.client.indices.get_mapping(index=es_demo.index)[es_demo.index]["mappings"]
+def test_index_is_created_from_the_elasticsearch_mapping(elasticsearch_demo, embedder) -> None:
+    mapping = elasticsearch_demo.client.indices.get_mapping(index=elasticsearch_demo.index)[
+        elasticsearch_demo.index
+    ]["mappings"]
     vector = mapping["properties"]["embedding"]
     assert (vector["type"], vector["dims"], vector["similarity"]) == (
         "dense_vector",
@@ -417,15 +372,17 @@ def test_index_is_created_from_the_elasticsearch_mapping(es_demo, embedder) -> N
 
 @pytest.mark.elasticsearch
 def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
-    es_demo, corpus, corpus_vectors, vocabulary_vectors
+    elasticsearch_demo, corpus, corpus_vectors, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" AND "coffee and sleep" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
     budget = 25
-    body = es_demo.build_request(query, vectors, SearchOptions(candidates=budget, plan="per-term"))
+    body = elasticsearch_demo.build_request(
+        query, vectors, SearchOptions(candidates=budget, plan="per-term")
+    )
     candidate_query = body["query"]["script_score"]["query"]
-    response = es_demo.client.search(
-        index=es_demo.index, query=candidate_query, size=500, source=False
+    response = elasticsearch_demo.client.search(
+        index=elasticsearch_demo.index, query=candidate_query, size=500, source=False
     )
     found = {h["_id"] for h in response["hits"]["hits"]}
     units = corpus_vectors / np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
@@ -439,14 +396,16 @@ def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
 
 @pytest.mark.elasticsearch
 def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
-    es_demo, vocabulary_vectors
+    elasticsearch_demo, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" OR "coffee and sleep"')
     vectors = term_vectors(query, vocabulary_vectors)
     topic = {"term": {"metadata.topic": "coffee"}}
-    body = es_demo.build_request(query, vectors, SearchOptions(candidates=30, filter=topic))
-    response = es_demo.client.search(
-        index=es_demo.index, query=body["query"]["script_score"]["query"], size=100
+    body = elasticsearch_demo.build_request(
+        query, vectors, SearchOptions(candidates=30, filter=topic)
+    )
+    response = elasticsearch_demo.client.search(
+        index=elasticsearch_demo.index, query=body["query"]["script_score"]["query"], size=100
     )
     hits = response["hits"]["hits"]
     assert hits and all(h["_source"]["metadata"]["topic"] == "coffee" for h in hits)
@@ -454,33 +413,14 @@ def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
 
 @pytest.mark.elasticsearch
 def test_dense_baseline_returns_the_exact_nearest_neighbours(
-    es_demo, corpus, corpus_vectors, embedder
+    elasticsearch_demo, corpus, corpus_vectors, embedder
 ) -> None:
     vector = embedder.encode(["vitamin D and the immune system"])[0]
-    hits = es_demo.search_vector(vector, 10)
+    hits = elasticsearch_demo.search_vector(vector, 10)
     units = corpus_vectors / np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
     exact = [corpus[i].id for i in np.argsort(-(units @ vector))[:10]]
     assert len({h.id for h in hits} & set(exact)) >= 9
     assert all(h.text and not h.truths for h in hits)
-
-
-@pytest.mark.elasticsearch
-def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
-    elasticsearch_url, corpus, embedder
-) -> None:
-    check_refused_documents_are_reported_and_ingestion_resumes(
-        "elasticsearch", elasticsearch_url, corpus, embedder
-    )
-
-
-@pytest.mark.elasticsearch
-def test_index_with_other_dimensions_is_refused(elasticsearch_url, embedder) -> None:
-    check_index_with_other_dimensions_is_refused("elasticsearch", elasticsearch_url, embedder)
-
-
-@pytest.mark.elasticsearch
-def test_index_recording_another_model_warns(elasticsearch_url, embedder) -> None:
-    check_index_recording_another_model_warns("elasticsearch", elasticsearch_url, embedder)
 
 
 @pytest.mark.elasticsearch
@@ -497,14 +437,14 @@ def test_unreachable_elasticsearch_is_one_actionable_line(embedder) -> None:
 
 
 @pytest.mark.elasticsearch
-def test_a_node_without_painless_says_so_in_one_line(es_demo, elasticsearch_url) -> None:
+def test_a_node_without_painless_says_so_in_one_line(elasticsearch_demo, elasticsearch_url) -> None:
     from opensearch_fixture import has_painless
 
     if has_painless(elasticsearch_url):
         pytest.skip("this Elasticsearch has Painless")
     query = itlr.parse('"vitamin D"')
     with pytest.raises(EngineError, match="no lang-painless module") as refused:
-        es_demo.search(query, np.ones((1, DIMS), dtype=np.float32), SearchOptions())
+        elasticsearch_demo.search(query, np.ones((1, DIMS), dtype=np.float32), SearchOptions())
     assert "\n" not in str(refused.value)
 
 
@@ -527,29 +467,8 @@ def test_cli_ingests_into_elasticsearch_and_resumes(elasticsearch_url) -> None:
 
 
 @pytest.fixture(scope="module")
-def painless_demo(elasticsearch_painless_url, es_demo) -> ElasticsearchBackend:
-    return es_demo
-
-
-PARITY_CASES = random_cases(60, trees_first=False)
-
-
-@pytest.mark.elasticsearch
-def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
-    painless_demo, embedded, vocabulary_vectors
-) -> None:
-    check_exact_scores_match_the_embedded_engine(
-        painless_demo, embedded, vocabulary_vectors, PARITY_CASES
-    )
-
-
-@pytest.mark.elasticsearch
-def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-    painless_demo, embedded, vocabulary_vectors, corpus
-) -> None:
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-        painless_demo, embedded, vocabulary_vectors, corpus, PARITY_CASES[:20]
-    )
+def painless_demo(elasticsearch_painless_url, elasticsearch_demo) -> ElasticsearchBackend:
+    return elasticsearch_demo
 
 
 @pytest.mark.elasticsearch

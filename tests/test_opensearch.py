@@ -19,12 +19,6 @@ from itlr.resources import data_file
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
-    check_exact_scores_match_the_embedded_engine,
-    check_index_recording_another_model_warns,
-    check_index_with_other_dimensions_is_refused,
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
-    check_refused_documents_are_reported_and_ingestion_resumes,
-    random_cases,
     term_vectors,
 )
 
@@ -36,106 +30,75 @@ def client(opensearch_url: str):
     return Connection(opensearch_url).opensearch()
 
 
-@pytest.fixture(scope="session")
-def demo_backend(client, opensearch_url, corpus, corpus_vectors, embedder) -> OpenSearchBackend:
-    backend = OpenSearchBackend(
-        client,
-        f"itlr-parity-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    failures = backend.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    assert failures == {}
-    backend.refresh()
-    return backend
-
-
-PARITY_CASES = random_cases(60)
-
-
-def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
-    demo_backend, embedded, vocabulary_vectors
+def test_hard_filter_drops_the_same_documents(
+    opensearch_demo, embedded, vocabulary_vectors
 ) -> None:
-    check_exact_scores_match_the_embedded_engine(
-        demo_backend, embedded, vocabulary_vectors, PARITY_CASES
-    )
-
-
-def test_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-    demo_backend, embedded, vocabulary_vectors, corpus
-) -> None:
-    check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
-        demo_backend, embedded, vocabulary_vectors, corpus, PARITY_CASES[:20]
-    )
-
-
-def test_hard_filter_drops_the_same_documents(demo_backend, embedded, vocabulary_vectors) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
         options = SearchOptions(k=50, mode="exact", hard_filter=theta, explain=True)
-        remote = demo_backend.search(query, vectors, options)
+        remote = opensearch_demo.search(query, vectors, options)
         local = embedded.search(query, vectors, options)
         assert [h.id for h in remote] == [h.id for h in local]
         assert all(h.truths["bone health"] < theta for h in remote)
 
 
 def test_user_filters_apply_inside_knn_and_outside(
-    demo_backend, embedded, vocabulary_vectors
+    opensearch_demo, embedded, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" OR "coffee and sleep"')
     vectors = term_vectors(query, vocabulary_vectors)
     topic_filter = {"term": {"metadata.topic": "coffee"}}
     for mode in ("knn", "exact"):
         options = SearchOptions(k=10, mode=mode, filter=topic_filter)
-        remote = demo_backend.search(query, vectors, options)
+        remote = opensearch_demo.search(query, vectors, options)
         assert remote and all(h.fields["topic"] == "coffee" for h in remote)
         assert_same_ranking(remote, embedded.search(query, vectors, options))
 
 
 def test_lexical_exclusion_drops_documents_containing_the_phrase(
-    demo_backend, vocabulary_vectors
+    opensearch_demo, vocabulary_vectors
 ) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     options = SearchOptions(k=30, exclude_lexical=True)
-    hits = demo_backend.search(query, term_vectors(query, vocabulary_vectors), options)
+    hits = opensearch_demo.search(query, term_vectors(query, vocabulary_vectors), options)
     assert hits and not any("bone health" in h.text.lower() for h in hits)
 
 
-def test_hits_come_without_vectors_unless_explained(demo_backend, vocabulary_vectors) -> None:
+def test_hits_come_without_vectors_unless_explained(opensearch_demo, vocabulary_vectors) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
-    body = demo_backend.build_request(query, vectors, SearchOptions())
+    body = opensearch_demo.build_request(query, vectors, SearchOptions())
     assert body["_source"] == {"excludes": ["embedding"]}
-    plain = demo_backend.search(query, vectors, SearchOptions(k=3))
+    plain = opensearch_demo.search(query, vectors, SearchOptions(k=3))
     assert all(h.truths == {} for h in plain)
-    explained = demo_backend.search(query, vectors, SearchOptions(k=3, explain=True))
+    explained = opensearch_demo.search(query, vectors, SearchOptions(k=3, explain=True))
     assert set(explained[0].truths) == {"vitamin D", "bone health"}
 
 
-def test_hostile_terms_change_nothing_but_their_vectors(demo_backend, embedder) -> None:
+def test_hostile_terms_change_nothing_but_their_vectors(opensearch_demo, embedder) -> None:
     text = " AND ".join(
         '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in HOSTILE_TERMS
     )
     query = itlr.parse(text)
     assert query.terms == tuple(HOSTILE_TERMS)
     vectors = embedder.encode(list(query.terms))
-    body = demo_backend.build_request(query, vectors, SearchOptions(hard_filter=0.5))
+    body = opensearch_demo.build_request(query, vectors, SearchOptions(hard_filter=0.5))
     script = body["query"]["script_score"]["script"]
     assert set(script) == {"id", "params"} and script["id"] == SCORE_SCRIPT.id
     serialized = json.dumps(body)
     assert not any(t in serialized or json.dumps(t)[1:-1] in serialized for t in HOSTILE_TERMS)
-    hits = demo_backend.search(query, vectors, SearchOptions(k=5))
+    hits = opensearch_demo.search(query, vectors, SearchOptions(k=5))
     assert len(hits) == 5
 
 
-def test_inline_mode_sends_the_fixed_source(demo_backend, embedder) -> None:
+def test_inline_mode_sends_the_fixed_source(opensearch_demo, embedder) -> None:
     inline = OpenSearchBackend(
-        demo_backend.client, demo_backend.index, embedder.name, embedder.dims, inline_script=True
+        opensearch_demo.client,
+        opensearch_demo.index,
+        embedder.name,
+        embedder.dims,
+        inline_script=True,
     )
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = embedder.encode(list(query.terms))
@@ -143,32 +106,16 @@ def test_inline_mode_sends_the_fixed_source(demo_backend, embedder) -> None:
     assert body["query"]["script_score"]["script"]["source"] == SCORE_SCRIPT.source
     exclusion = body["query"]["script_score"]["query"]["bool"]["must_not"][0]["script_score"]
     assert exclusion["script"]["source"] == EXCLUDE_SCRIPT.source
-    stored = demo_backend.search(query, vectors, SearchOptions(k=5))
+    stored = opensearch_demo.search(query, vectors, SearchOptions(k=5))
     assert [h.id for h in inline.search(query, vectors, SearchOptions(k=5))] == [
         h.id for h in stored
     ]
 
 
-def test_install_is_idempotent(demo_backend) -> None:
-    demo_backend.install_scripts()
-    assert demo_backend.install_scripts() == []
-    assert demo_backend.client.get_script(id=SCORE_SCRIPT.id)["found"]
-
-
-def test_ingestion_reports_refused_documents_and_resumes_without_duplicates(
-    opensearch_url, corpus, embedder
-) -> None:
-    check_refused_documents_are_reported_and_ingestion_resumes(
-        "opensearch", opensearch_url, corpus, embedder
-    )
-
-
-def test_index_with_other_dimensions_is_refused(opensearch_url, embedder) -> None:
-    check_index_with_other_dimensions_is_refused("opensearch", opensearch_url, embedder)
-
-
-def test_index_recording_another_model_warns(opensearch_url, embedder) -> None:
-    check_index_recording_another_model_warns("opensearch", opensearch_url, embedder)
+def test_install_is_idempotent(opensearch_demo) -> None:
+    opensearch_demo.install_scripts()
+    assert opensearch_demo.install_scripts() == []
+    assert opensearch_demo.client.get_script(id=SCORE_SCRIPT.id)["found"]
 
 
 def test_unreachable_engine_is_one_actionable_line(embedder) -> None:

@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.options import SearchOptions
 from itlr.proxy import create_proxy_app, serving
 from itlr.retriever import Retriever
@@ -27,25 +26,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "query_bar"
 LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
 # The demo corpus has no time field: the UI's time range becomes a filter on a field it has.
 TOPIC_FILTER = {"terms": {"metadata.topic": ["vitamin_d", "sleep", "exercise", "diet"]}}
-
-
-@pytest.fixture(scope="module")
-def demo_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[OpenSearchBackend]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-proxy-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    failures = backend.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    assert failures == {}
-    backend.refresh()
-    yield backend
-    backend.client.indices.delete(index=backend.index)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +65,7 @@ def without_took(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_lucene_query_bar_search_returns_the_hits_of_itlr_search(
-    proxy_url, demo_index, embedder
+    proxy_url, opensearch_demo, embedder
 ) -> None:
     body = {
         "size": 10,
@@ -100,24 +80,24 @@ def test_a_lucene_query_bar_search_returns_the_hits_of_itlr_search(
             }
         },
     }
-    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search", json=body, timeout=60)
+    response = httpx.post(f"{proxy_url}/{opensearch_demo.index}/_search", json=body, timeout=60)
     assert response.status_code == 200, response.text
-    expected = reference_ids(demo_index, embedder, SearchOptions(k=10, filter=None))
+    expected = reference_ids(opensearch_demo, embedder, SearchOptions(k=10, filter=None))
     assert ids_scores(response.json()) == expected
 
 
 def test_a_dql_query_bar_search_from_dashboards_returns_the_hits_of_itlr_search(
-    proxy_url, demo_index, embedder
+    proxy_url, opensearch_demo, embedder
 ) -> None:
     fixture = with_index(
-        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), demo_index.index
+        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), opensearch_demo.index
     )
     response = httpx.post(
         f"{proxy_url}{fixture['path']}", params=fixture["params"], json=fixture["body"], timeout=60
     )
     assert response.status_code == 200, response.text
     rest = {"bool": {"must": [], "filter": [TOPIC_FILTER], "should": [], "must_not": []}}
-    expected = reference_ids(demo_index, embedder, SearchOptions(k=500, filter=rest))
+    expected = reference_ids(opensearch_demo, embedder, SearchOptions(k=500, filter=rest))
     got = response.json()
     assert ids_scores(got) == expected
     assert 0 < len(expected) < 338  # the filter took effect, and something matched
@@ -125,17 +105,17 @@ def test_a_dql_query_bar_search_from_dashboards_returns_the_hits_of_itlr_search(
 
 
 def test_a_search_without_the_virtual_field_returns_exactly_what_the_upstream_returns(
-    proxy_url, opensearch_url, demo_index
+    proxy_url, opensearch_url, opensearch_demo
 ) -> None:
     body = {"size": 5, "query": {"match": {"text": "vitamin D"}}, "_source": ["doc_id"]}
-    path = f"/{demo_index.index}/_search"
+    path = f"/{opensearch_demo.index}/_search"
     through = httpx.post(proxy_url + path, json=body, params={"track_total_hits": "true"})
     direct = httpx.post(opensearch_url + path, json=body, params={"track_total_hits": "true"})
     assert through.status_code == direct.status_code == 200
     assert without_took(through.json()) == without_took(direct.json())
     # Any other API passes through too: a mapping, a cat table, an upstream error.
     for path in (
-        f"/{demo_index.index}/_mapping",
+        f"/{opensearch_demo.index}/_mapping",
         "/_cat/indices/itlr-proxy-*?h=index",
         "/nope-index/_doc/1",
     ):
@@ -151,10 +131,10 @@ def test_an_async_search_poll_passes_through_to_the_upstream(proxy_url, opensear
 
 
 def test_msearch_with_one_logical_and_one_plain_search(
-    proxy_url, opensearch_url, demo_index, embedder
+    proxy_url, opensearch_url, opensearch_demo, embedder
 ) -> None:
     fixture = with_index(
-        json.loads((FIXTURES / "dashboards_lucene_msearch.json").read_text()), demo_index.index
+        json.loads((FIXTURES / "dashboards_lucene_msearch.json").read_text()), opensearch_demo.index
     )
     ndjson = "".join(json.dumps(line) + "\n" for line in fixture["lines"])
     headers = {"content-type": "application/x-ndjson"}
@@ -176,7 +156,7 @@ def test_msearch_with_one_logical_and_one_plain_search(
         }
     }
     assert ids_scores(logical) == reference_ids(
-        demo_index, embedder, SearchOptions(k=500, filter=rest)
+        opensearch_demo, embedder, SearchOptions(k=500, filter=rest)
     )
     plain_only = "".join(json.dumps(line) + "\n" for line in fixture["lines"][2:])
     direct = httpx.post(
@@ -189,11 +169,11 @@ def test_msearch_with_one_logical_and_one_plain_search(
 
 
 def test_bad_logical_syntax_in_the_query_bar_is_an_error_the_ui_can_show(
-    proxy_url, demo_index
+    proxy_url, opensearch_demo
 ) -> None:
     text = 'itlr:("vitamin D" AND OR "bone")'
     body = {"query": {"query_string": {"query": text}}}
-    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search", json=body)
+    response = httpx.post(f"{proxy_url}/{opensearch_demo.index}/_search", json=body)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "itlr_query_error"

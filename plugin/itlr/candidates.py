@@ -38,11 +38,14 @@ from typing import Literal
 
 import numpy as np
 
-from itlr.query import And, Node, Not, Query, Term
+from itlr.query import Query
+from itlr.tree import Term, fold_nnf
 
 Plan = Literal["auto", "per-term", "per-branch", "combined"]
 PLANS: tuple[Plan, ...] = ("auto", "per-term", "per-branch", "combined")
 DEFAULT_PLAN: Plan = "auto"
+# Conjunctions of positive terms, or None when the query cannot be written as few of them.
+Branches = list[frozenset[str]] | None
 # Past this many conjunctions the expansion costs more searches than per-term would.
 MAX_BRANCHES = 8
 
@@ -61,28 +64,24 @@ def branches(query: Query) -> list[tuple[str, ...]] | None:
     """The query as an OR of conjunctions of positive terms, or None when some way of scoring
     well needs no positive term (the query is not anchored) or the expansion is too large.
 
-    Negations are pushed inward (De Morgan) as in `Query.anchored`; a negated term contributes
+    Negations are pushed inward (itlr.tree.fold_nnf); a negated term contributes
     no requirement, and a term weighted 0 under an AND none either.
     """
 
-    def expand(node: Node, negated: bool) -> list[frozenset[str]] | None:
-        if isinstance(node, Term):
-            return [frozenset() if negated or node.weight == 0 else frozenset([node.text])]
-        if isinstance(node, Not):
-            return expand(node.operand, not negated)
-        parts = [expand(child, negated) for child in node.operands]
-        if any(part is None for part in parts):
-            return None
-        conjunction = isinstance(node, And) != negated
-        if conjunction:
-            combos = [frozenset().union(*choice) for choice in product(*parts)]  # type: ignore[misc]
-        else:
-            combos = [branch for part in parts for branch in part]  # type: ignore[union-attr]
-        if len(combos) > MAX_BRANCHES:
-            return None
-        return combos
+    def literal(term: Term, negated: bool) -> Branches:
+        return [frozenset() if negated or term.weight == 0 else frozenset([term.text])]
 
-    expanded = expand(query.root, False)
+    def junction(conjunction: bool, parts: list[Branches]) -> Branches:
+        present = [part for part in parts if part is not None]
+        if len(present) < len(parts):
+            return None
+        if conjunction:
+            combos = [frozenset[str]().union(*choice) for choice in product(*present)]
+        else:
+            combos = [branch for part in present for branch in part]
+        return combos if len(combos) <= MAX_BRANCHES else None
+
+    expanded = fold_nnf(query.root, literal, junction)
     if expanded is None or any(not branch for branch in expanded):
         return None
     order = {term: i for i, term in enumerate(query.terms)}

@@ -24,7 +24,6 @@ from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
-from itlr.parser import parse
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
 from itlr.translation import Request, translate_requests
@@ -38,7 +37,7 @@ QueryLike = str | Query | Node
 
 def as_query(query: QueryLike) -> Query:
     """A query from text (parsed), a built tree (`Term("a") & ~Term("b")`) or a query."""
-    return parse(query) if isinstance(query, str) else Query.of(query)
+    return Query.of(query)
 
 
 class Index:

@@ -46,7 +46,8 @@ def _quoted(mark: str) -> pp.ParserElement:
 
 @cache
 def _grammar() -> pp.ParserElement:
-    pp.ParserElement.enable_packrat()
+    # No packrat: this grammar barely backtracks, and pyparsing's cache is process-wide (it would
+    # switch on for every pyparsing user) and made our parses 1.6-3x slower (README, Parsing).
     and_op = pp.Suppress(pp.CaselessKeyword("AND") | pp.Literal("&&"))
     or_op = pp.Suppress(pp.CaselessKeyword("OR") | pp.Literal("||"))
     not_word = pp.CaselessKeyword("NOT")
@@ -64,10 +65,12 @@ def _grammar() -> pp.ParserElement:
     term = (_located(quoted | bare) + pp.Optional(weight)).set_name("a term")
     term.set_parse_action(_make_term)
 
-    disj = pp.Forward().set_name("a term")
+    disj = pp.Forward()
+    disj.set_name("a term")
     group = pp.Suppress("(") - disj - pp.Suppress(")")
     atom = (term | group).set_name("a term")
-    negation = pp.Forward().set_name("a term")
+    negation = pp.Forward()
+    negation.set_name("a term")
     negation <<= (_located(not_op - negation).set_parse_action(_make_not) | atom).set_name("a term")
     implicit_not = pp.FollowedBy(prefix_not) + negation
     conj = _located(negation + pp.ZeroOrMore((and_op - negation) | implicit_not))
@@ -75,7 +78,8 @@ def _grammar() -> pp.ParserElement:
     disj <<= _located(conj + pp.ZeroOrMore(or_op - conj)).set_parse_action(
         lambda t: _make_nary(Or, t)
     )
-    return disj.parse_with_tabs()
+    disj.parse_with_tabs()
+    return disj
 
 
 def _make_term(text: str, loc: int, tokens: pp.ParseResults) -> Term:
@@ -102,7 +106,7 @@ def _make_not(tokens: pp.ParseResults) -> Not:
 
 
 def _make_nary(kind: type[And] | type[Or], tokens: pp.ParseResults) -> Node:
-    operands = tuple(tokens[1])
+    operands: tuple[Node, ...] = tuple(tokens[1])
     if len(operands) == 1:
         return operands[0]
     return kind(operands, _span(tokens))
@@ -139,9 +143,9 @@ def _explain_failure(text: str, position: int) -> str:
         return "a weight needs a number after '^', e.g. \"bone health\"^0.5"
     if not rest.strip():
         return "query ends after an operator: expected a term"
-    if _BINARY_OPERATOR.match(rest):
-        operator = _BINARY_OPERATOR.match(rest).group(0)
-        return f"expected a term before {operator!r}"
+    operator = _BINARY_OPERATOR.match(rest)
+    if operator:
+        return f"expected a term before {operator.group(0)!r}"
     if rest.startswith(")"):
         return "expected a term before ')'"
     return "expected AND, OR or NOT between terms (quote text that contains operators)"

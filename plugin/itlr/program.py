@@ -27,6 +27,9 @@ import numpy as np
 from itlr.scoring import Operators
 from itlr.tree import And, Node, Not, Term
 
+# One truth value per document (an array), or of one document (a float).
+Truth = float | np.ndarray
+
 
 class Op(IntEnum):
     PUSH = 0
@@ -64,8 +67,8 @@ class Program:
         """Score every row of a (documents x terms) truth matrix."""
         return np.asarray(self.run(list(truth_matrix.T), ops))
 
-    def run(self, columns: list, ops: Operators) -> float | np.ndarray:
-        stack: list = []
+    def run(self, columns: list[Truth], ops: Operators) -> Truth:
+        stack: list[Truth] = []
         for op, arg in self.instructions:
             if op is Op.PUSH:
                 stack.append(columns[arg])

@@ -19,9 +19,10 @@ from itlr.tree import (
     Or,
     Span,
     Term,
-    _flatten,
-    _node,
-    _node_to_dict,
+    fold_nnf,
+    is_node,
+    literals,
+    node_to_dict,
     walk,
 )
 
@@ -43,18 +44,33 @@ class Query:
         return str(self.root)
 
     @classmethod
-    def of(cls, value: Query | Node) -> Query:
-        """A query from a built tree (`Term("a") & ~Term("b")`); a query stays itself."""
+    def of(cls, value: Query | Node | str) -> Query:
+        """The one coercion: query text is parsed, a built tree (`Term("a") & ~Term("b")`)
+        wrapped, and a query stays itself."""
         if isinstance(value, Query):
             return value
-        root = _node(value)
-        return cls(root, str(root))
+        if isinstance(value, str):
+            from itlr.parser import parse  # the parser builds queries: imported on use
 
-    def __and__(self, other: Query | Node) -> Query:
-        return Query.of(And(_flatten(And, self, other)))
+            return parse(value)
+        if is_node(value):
+            return cls(value, str(value))
+        raise TypeError(
+            f"expected query text, a query or a tree node, not {type(value).__name__}: "
+            "use itlr.Term(...) or itlr.parse(...)"
+        )
 
-    def __or__(self, other: Query | Node) -> Query:
-        return Query.of(Or(_flatten(Or, self, other)))
+    def __and__(self, other: Query | Node | str) -> Query:
+        return Query.of(And((self.root, Query.of(other).root)))
+
+    def __rand__(self, other: Query | Node | str) -> Query:
+        return Query.of(And((Query.of(other).root, self.root)))
+
+    def __or__(self, other: Query | Node | str) -> Query:
+        return Query.of(Or((self.root, Query.of(other).root)))
+
+    def __ror__(self, other: Query | Node | str) -> Query:
+        return Query.of(Or((Query.of(other).root, self.root)))
 
     def __invert__(self) -> Query:
         return Query.of(Not(self.root))
@@ -71,20 +87,7 @@ class Query:
     @cached_property
     def positive_terms(self) -> tuple[str, ...]:
         """Terms reached through an even number of NOTs: the ones that gather candidates."""
-        found: dict[str, None] = {}
-
-        def visit(node: Node, negated: bool) -> None:
-            if isinstance(node, Term):
-                if not negated:
-                    found.setdefault(node.text)
-            elif isinstance(node, Not):
-                visit(node.operand, not negated)
-            else:
-                for child in node.operands:
-                    visit(child, negated)
-
-        visit(self.root, False)
-        return tuple(found)
+        return tuple(dict.fromkeys(t.text for t, negated in literals(self.root) if not negated))
 
     @cached_property
     def excluded_terms(self) -> tuple[str, ...]:
@@ -114,18 +117,12 @@ class Query:
         `NOT ("a" OR "b")` is not anchored and `NOT (NOT "a" AND NOT "b")` is.
         """
 
-        def needs_positive(node: Node, negated: bool) -> bool:
-            if isinstance(node, Term):
-                return not negated
-            if isinstance(node, Not):
-                return needs_positive(node.operand, not negated)
-            parts = [needs_positive(child, negated) for child in node.operands]
-            # A conjunction is high only when every part is, so one anchored part suffices;
-            # under a NOT, AND and OR trade places.
-            conjunction = isinstance(node, And) != negated
-            return any(parts) if conjunction else all(parts)
-
-        return needs_positive(self.root, False)
+        # A conjunction is high only when every part is, so one anchored part suffices.
+        return fold_nnf(
+            self.root,
+            lambda _term, negated: not negated,
+            lambda conjunction, parts: any(parts) if conjunction else all(parts),
+        )
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -154,5 +151,5 @@ class Query:
         """Compose per-term truth values (floats or arrays over documents) into one score."""
         return self.program.compose(truths, ops or Operators())
 
-    def to_dict(self) -> dict:
-        return {"query": str(self), "tree": _node_to_dict(self.root), "terms": list(self.terms)}
+    def to_dict(self) -> dict[str, object]:
+        return {"query": str(self), "tree": node_to_dict(self.root), "terms": list(self.terms)}

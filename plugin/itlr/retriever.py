@@ -10,7 +10,6 @@ import numpy as np
 from itlr.embed import Embedder
 from itlr.engines import Backend
 from itlr.options import Hit, SearchOptions
-from itlr.parser import parse
 from itlr.query import Query
 
 if TYPE_CHECKING:
@@ -50,8 +49,7 @@ class Retriever:
 
     def search(self, query: str | Query, options: SearchOptions | None = None) -> SearchResult:
         options = options or SearchOptions()
-        if isinstance(query, str):
-            query = parse(query)
+        query = Query.of(query)
         hits = self.backend.search(query, self.embed_terms(query), options)
         warnings = (*query.warnings, *getattr(hits, "warnings", ()))
         exact = getattr(hits, "exact", None)

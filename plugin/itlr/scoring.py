@@ -187,16 +187,19 @@ class TruthMap:
         """Map a (documents x terms) cosine matrix to truth values, column j being terms[j].
         Hybrid truths also need the lexical truths (same shape) and `lexical_weights`."""
         cosines = np.asarray(cosines, dtype=np.float64)
+        truths: np.ndarray
         if self.kind == "hybrid":
             if lexical is None or weights is None:
                 raise ConfigurationError("hybrid truth values need the lexical evidence")
-            return (1.0 - weights) * np.clip(cosines, 0.0, 1.0) + weights * lexical
-        if self.kind == "clamp":
-            return np.clip(cosines, 0.0, 1.0)
-        if self.kind == "shift":
-            return np.clip((1.0 + cosines) / 2.0, 0.0, 1.0)
-        taus, lams = self.parameters(terms)
-        return 1.0 / (1.0 + np.exp(-(cosines - taus) * lams))
+            truths = (1.0 - weights) * np.clip(cosines, 0.0, 1.0) + weights * lexical
+        elif self.kind == "clamp":
+            truths = np.clip(cosines, 0.0, 1.0)
+        elif self.kind == "shift":
+            truths = np.clip((1.0 + cosines) / 2.0, 0.0, 1.0)
+        else:
+            taus, lams = self.parameters(terms)
+            truths = 1.0 / (1.0 + np.exp(-(cosines - taus) * lams))
+        return truths
 
     def to_params(self, terms: Sequence[str]) -> dict[str, object]:
         taus, lams = self.parameters(terms)
@@ -214,9 +217,9 @@ class TruthMap:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> TruthMap:
-        per_term = {
-            str(k): (float(v[0]), float(v[1])) for k, v in dict(data.get("per_term") or {}).items()
-        }
+        raw = data.get("per_term")
+        pairs = raw.items() if isinstance(raw, Mapping) else ()
+        per_term = {str(k): (float(v[0]), float(v[1])) for k, v in pairs}
         return cls(
             kind=str(data.get("kind", "clamp")),  # type: ignore[arg-type]
             tau=float(data.get("tau", 0.5)),  # type: ignore[arg-type]

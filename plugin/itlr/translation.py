@@ -16,7 +16,6 @@ from itlr.engines.factory import CLUSTER_ENGINES as ENGINES
 from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
-from itlr.parser import parse
 from itlr.query import Query
 
 FORMATS = ("console", "json", "curl")
@@ -87,7 +86,7 @@ def translate_requests(
     """The requests, in order: the stored scripts (with_install), then the search."""
     if engine not in ENGINES:
         raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
-    query = parse(query_text) if isinstance(query_text, str) else query_text
+    query = Query.of(query_text)
     dialect = dialect_for(
         engine, IndexLayout(vector_field, text_field), inline_script, server_version
     )

@@ -13,6 +13,7 @@ import contextlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cached_property
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -69,6 +70,8 @@ class ClusterBackend:
         self.layout = layout or IndexLayout()
         self.inline_script = inline_script
         self.url = url or "the cluster"
+        # What opening the index noticed (about the index, never about one search: those travel
+        # with their hits), each once, so the list is as long as the index has problems.
         self.warnings: list[str] = []
         self._scripts_ready = inline_script
         # The mapping's field paths, once check_index has read them.
@@ -152,6 +155,8 @@ class ClusterBackend:
         if self.layout.tiebreak == "doc_id" and "doc_id" not in properties:
             tiebreak = type(self.dialect).fallback_tiebreak
             self.layout = replace(self.layout, tiebreak=tiebreak)
+            # The cached dialect was built for the layout before the mapping was read.
+            vars(self).pop("dialect", None)
 
     def filter_warnings(self, options: SearchOptions) -> list[str]:
         """A filter on a field the mapping lacks matches nothing: say so."""
@@ -164,8 +169,9 @@ class ClusterBackend:
         ]
 
     def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        warnings.warn(message, stacklevel=3)
+        if message not in self.warnings:
+            self.warnings.append(message)
+            warnings.warn(message, stacklevel=3)
 
     def count(self) -> int:
         with self._errors():
@@ -285,9 +291,13 @@ class ClusterBackend:
 
     # -- search --------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def dialect(self) -> Dialect:
-        """The engine's requests for this index (pure; no client)."""
+        """The engine's requests for this index (pure; no client), built on first use: the
+        layout and the engine version do not change while the backend lives."""
+        return self._make_dialect()
+
+    def _make_dialect(self) -> Dialect:
         raise NotImplementedError
 
     def build_request(
@@ -299,11 +309,9 @@ class ClusterBackend:
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document). Hybrid
         truths need the index's statistics: given, or counted here (one request)."""
-        dialect = self.dialect
-        self.warnings.extend(dialect.warnings(query, term_vectors, options))
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_stats(query)
-        return dialect.search_body(query, term_vectors, options, lexical)
+        return self.dialect.search_body(query, term_vectors, options, lexical)
 
     def lexical_stats(self, query: Query) -> CorpusStats:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
@@ -320,6 +328,7 @@ class ClusterBackend:
         term_vectors: np.ndarray,
         options: SearchOptions,
     ) -> Hits:
+        """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
         if not self._scripts_ready:
             self.install_scripts(repair=False)
         lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
@@ -342,10 +351,14 @@ class ClusterBackend:
     ) -> Hits:
         certify = options.mode == "knn" and certifiable(query, options.ops, options.truth)
         if not certify:
-            body = self.build_request(query, term_vectors, options, lexical)
+            request = self.dialect.search_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
-            found = self._hits(body, query, term_vectors, options, lexical)
-            warnings = (*getattr(found, "warnings", ()), *self.filter_warnings(options))
+            found = self._hits(request.body, query, term_vectors, options, lexical)
+            warnings = (
+                *request.warnings,
+                *getattr(found, "warnings", ()),
+                *self.filter_warnings(options),
+            )
             return Hits(found, warnings, exact=exact)
         certified = self._certified(query, term_vectors, options)
         warnings = (*certified.warnings, *self.filter_warnings(options))
@@ -364,10 +377,10 @@ class ClusterBackend:
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
             )
-            body = self.build_request(query, term_vectors, round_options)
-            searches = dialect.candidate_searches(query, term_vectors, round_options)
+            request = dialect.search_request(query, term_vectors, round_options)
+            searches = request.searches
             probes = [dialect.probe_body(search, options.filter) for search in searches]
-            responses = self._multi_search([body, *probes])
+            responses = self._multi_search([request.body, *probes])
             hits = dialect.hits(responses[0], query, term_vectors, options)
             for search, probe in zip(searches, responses[1:], strict=True):
                 last = probe["hits"]["hits"]
@@ -377,8 +390,12 @@ class ClusterBackend:
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
-                return Hits(hits, getattr(hits, "warnings", ()), exact=True)
-        warned = [*getattr(hits, "warnings", ()), not_proved(options.k, rounds[-1])]
+                return Hits(hits, (*request.warnings, *getattr(hits, "warnings", ())), exact=True)
+        warned = [
+            *request.warnings,
+            *getattr(hits, "warnings", ()),
+            not_proved(options.k, rounds[-1]),
+        ]
         return Hits(hits, warned, exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:

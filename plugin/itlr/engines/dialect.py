@@ -360,6 +360,16 @@ def _score(raw: dict[str, Any]) -> float:
     return float(sort[0]) if isinstance(sort[0], int | float) else 0.0
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """One logical search: its body, the kNN searches in it (none when every document is
+    scored), and what it quietly changes (a capped budget)."""
+
+    body: dict[str, Any]
+    searches: tuple[CandidateSearch, ...]
+    warnings: tuple[str, ...]
+
+
 class Dialect:
     """The requests of one engine for one index layout; subclasses give the kNN clause."""
 
@@ -421,20 +431,15 @@ class Dialect:
             query, term_vectors, options.candidate_budget, options.plan, limit=self.max_k
         )
 
-    def warnings(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> list[str]:
-        """What the body built for these arguments quietly changes (a capped budget)."""
-        if options.mode != "knn":
-            return []
-        largest = max(
-            (s.budget for s in self.candidate_searches(query, term_vectors, options)), default=0
-        )
+    def _capped(self, searches: tuple[CandidateSearch, ...]) -> tuple[str, ...]:
+        """What the planned searches quietly change: a budget above the engine's largest k."""
+        largest = max((s.budget for s in searches), default=0)
         if largest <= self.max_k:
-            return []
-        return [
+            return ()
+        return (
             f"a candidate search of {largest} neighbours exceeds {self.title}'s "
-            f"{self.limit_name} limit; "
-            f"using {self.max_k}"
-        ]
+            f"{self.limit_name} limit; using {self.max_k}",
+        )
 
     def search_body(
         self,
@@ -445,6 +450,18 @@ class Dialect:
     ) -> dict[str, Any]:
         """The logical query: script_score over kNN candidates (or every document); `lexical`:
         the index's statistics, for hybrid truths."""
+        return self.search_request(query, term_vectors, options, lexical).body
+
+    def search_request(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None = None,
+    ) -> SearchRequest:
+        """The search body, its kNN searches and this search's warnings, from one plan."""
+        warnings: tuple[str, ...] = ()
+        searches: tuple[CandidateSearch, ...] = ()
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         user_filter = [options.filter] if options.filter else []
         must_not: list[dict[str, Any]] = []
@@ -469,6 +486,7 @@ class Dialect:
         if options.mode == "knn" and query.has_positive_term:
             self.check_knn_mode()
             searches = self.candidate_searches(query, term_vectors, options)
+            warnings = self._capped(searches)
             inner["should"] = [self.knn_clause(s, options.filter) for s in searches]
             inner["minimum_should_match"] = 1
         else:
@@ -494,7 +512,7 @@ class Dialect:
             body["search_after"] = list(options.search_after)
         if options.highlight and query.positive_terms:
             body["highlight"] = self.highlight(query.positive_terms)
-        return body
+        return SearchRequest(body, searches, warnings)
 
     def sort(self) -> list[dict[str, Any]]:
         tiebreak = self.layout.tiebreak

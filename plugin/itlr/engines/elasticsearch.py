@@ -1,5 +1,6 @@
-"""Elasticsearch backend (8.x, 9.x): knn candidates per positive term, one stored Painless script
-composing the terms' similarities, optional hard filter, bulk ingestion.
+"""Elasticsearch backend (8.x, 9.x): kNN candidates as the query's candidate plan gathers them
+(itlr.candidates), one stored Painless script composing the terms' similarities, optional hard
+filter, bulk ingestion.
 
 Everything that is not engine-specific is shared with OpenSearch: params, mapping layout, bulk
 actions and hits through itlr.engines.dialect; index checks, scripts, ingestion and the
@@ -131,8 +132,7 @@ class ElasticsearchBackend(ClusterBackend):
                 raise EngineError(problem)
         return Capabilities(self._version)
 
-    @property
-    def dialect(self) -> ElasticsearchDialect:
+    def _make_dialect(self) -> ElasticsearchDialect:
         return ElasticsearchDialect(self.layout, self.inline_script, self.capabilities)
 
     # -- index ---------------------------------------------------------------------------

@@ -30,7 +30,8 @@ class OpenSearchDialect(Dialect):
     def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
         knn: dict[str, Any] = {
             "vector": np.asarray(search.vector, dtype=np.float32).tolist(),
-            "k": search.budget,
+            # The plugin refuses the whole search above max_k; the capped-budget warning says so.
+            "k": min(search.budget, self.max_k),
         }
         if filter:
             knn["filter"] = filter
@@ -56,8 +57,7 @@ class OpenSearchBackend(ClusterBackend):
     engine = "opensearch"
     vector_type = "knn_vector"
 
-    @property
-    def dialect(self) -> OpenSearchDialect:
+    def _make_dialect(self) -> OpenSearchDialect:
         return OpenSearchDialect(self.layout, self.inline_script)
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:

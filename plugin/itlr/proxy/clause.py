@@ -24,14 +24,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from itlr.errors import QuerySyntaxError
+from itlr.errors import ItlrError, QuerySyntaxError
 from itlr.parser import parse
 from itlr.query import And, Node, Not, Or, Query, Term
 
 MATCH_KINDS = ("match_phrase", "match")
 
 
-class ClauseError(ValueError):
+class ClauseError(ItlrError):
     """A request whose itlr clause cannot be turned into a logical search; the UI shows it."""
 
     def __init__(self, message: str, position: int | None = None, text: str = "") -> None:
@@ -54,9 +54,6 @@ class LogicalSearch:
 
     query: Query
     rest: dict[str, Any] | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"query": str(self.query), "rest": self.rest}
 
 
 # -- Lucene mode ---------------------------------------------------------------------------
@@ -250,7 +247,8 @@ def find_in_tree(query: Any, field: str) -> tuple[Query, Any] | None:
             "the logical query ranks); put or and not inside the brackets"
         )
     root = nodes[0] if len(nodes) == 1 else And(tuple(nodes))
-    # Through the parser: one canonical tree (nested ANDs flattened) and the usual checks.
+    # The clauses' texts are raw request values: through the parser they get the checks typed
+    # query text gets, and the query's source is its canonical text.
     return parse(str(Query(root))), rest
 
 

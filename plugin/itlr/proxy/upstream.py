@@ -58,14 +58,6 @@ class IndexVectors:
     dims: int
     layout: IndexLayout
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "dims": self.dims,
-            "vector_field": self.layout.vector_field,
-            "text_field": self.layout.text_field,
-        }
-
 
 @dataclass(frozen=True)
 class IndexConfig:

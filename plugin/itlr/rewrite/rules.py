@@ -56,10 +56,6 @@ class RuleRewrite:
     query: Query
     marks: tuple[Mark, ...] = field(default=())
 
-    @property
-    def detected_logic(self) -> bool:
-        return any(mark.kind == "cue" for mark in self.marks)
-
     def explain(self) -> list[str]:
         return explain_marks(self.marks)
 
