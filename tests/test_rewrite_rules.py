@@ -185,7 +185,7 @@ def test_the_bundled_devset_is_canonical_and_covers_every_category() -> None:
     items = load_devset()
     assert len(items) >= 90
     assert {i.category for i in items} == {"and", "or", "not", "nested", "none"}
-    assert {i.split for i in items} == {"dev", "heldout"}
+    assert {i.split for i in items} == {"dev", "heldout", "blind"}
 
 
 def test_rules_meet_the_papers_llm_bar_on_in_scope_questions() -> None:
