@@ -119,3 +119,36 @@ def test_the_proxy_without_config_says_how_to_name_the_fields(
         response = httpx.post(f"{url}/{foreign}/_search", json=body, timeout=60)
     assert 400 <= response.status_code < 500
     assert "--index-config" in response.text
+
+
+def test_the_request_of_a_foreign_index_sorts_on_what_its_mapping_offers(index) -> None:
+    # No doc_id in this mapping: OpenSearch's fallback tie-break, learnt when the index opened.
+    assert index.request(QUERY)["sort"] == [{"_score": "desc"}, {"_id": "asc"}]
+
+
+def test_translate_for_a_foreign_index_runs_on_it_as_the_library_does(
+    opensearch_url, foreign, index
+) -> None:
+    args = ["translate", QUERY, "--index", foreign, "--format", "json", "--k", "5"]
+    args += ["--vector-field", "vec", "--text-field", "body", "--tiebreak", "_id"]
+    printed = CliRunner().invoke(app, args)
+    assert printed.exit_code == 0, printed.output
+    expected = [(h.id, round(h.score, 4)) for h in index.search(QUERY, k=5).hits]  # scripts in
+    answer = httpx.post(
+        f"{opensearch_url}/{foreign}/_search", json=json.loads(printed.stdout), timeout=60
+    )
+    assert answer.status_code == 200, answer.text
+    got = [(h["_id"], round(h["_score"], 4)) for h in answer.json()["hits"]["hits"]]
+    assert got == expected
+
+
+def test_the_json_service_searches_a_foreign_index(index) -> None:
+    from fastapi.testclient import TestClient
+
+    from itlr.service.app import create_app
+
+    with TestClient(create_app(index)) as client:
+        answer = client.post("/search", json={"query": QUERY, "k": 3})
+    assert answer.status_code == 200, answer.text
+    hits = answer.json()["hits"]
+    assert hits and set(hits[0]["fields"]) == {"year", "topic"}

@@ -314,4 +314,6 @@ class Index:
             vector_field=self.spec.layout.vector_field,
             text_field=self.spec.layout.text_field,
             server_version=version,
+            # A cluster index's own tie-break, learnt from its mapping (no doc_id: _id / _doc).
+            tiebreak=getattr(self.backend, "layout", self.spec.layout).tiebreak,
         )

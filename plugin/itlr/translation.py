@@ -82,13 +82,19 @@ def translate_requests(
     vector_field: str = "embedding",
     text_field: str = "text",
     server_version: str | None = None,
+    tiebreak: str | None = "doc_id",
 ) -> list[Request]:
-    """The requests, in order: the stored scripts (with_install), then the search."""
+    """The requests, in order: the stored scripts (with_install), then the search. `tiebreak`:
+    the sort key after the score (itlr's `doc_id`; `_id` on OpenSearch or `_doc` on
+    Elasticsearch for an index without it; None for none)."""
     if engine not in ENGINES:
         raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
     query = Query.of(query_text)
     dialect = dialect_for(
-        engine, IndexLayout(vector_field, text_field), inline_script, server_version
+        engine,
+        IndexLayout(vector_field, text_field, tiebreak=tiebreak),
+        inline_script,
+        server_version,
     )
     vectors = embedder.encode_terms(list(query.terms))
     # A pasted request explains with the engine's own `explain`: the score script then describes

@@ -61,6 +61,13 @@ def translate(
     ] = False,
     vector_field: Annotated[str, typer.Option(help="Vector field of the index.")] = "embedding",
     text_field: Annotated[str, typer.Option(help="Text field of the index.")] = "text",
+    tiebreak: Annotated[
+        str,
+        typer.Option(
+            help="Sort key after the score: doc_id (itlr's indexes); for an index without it, "
+            "_id (OpenSearch) or _doc (Elasticsearch); none for none."
+        ),
+    ] = "doc_id",
     model: ModelOpt = None,
     option_values: Any = None,
 ) -> None:
@@ -82,6 +89,7 @@ def translate(
             vector_field=vector_field,
             text_field=text_field,
             server_version=server_version,
+            tiebreak=None if tiebreak == "none" else tiebreak,
         )
         print(translation.render(requests, output.value, url))
 
