@@ -162,7 +162,8 @@ def test_a_budget_beyond_the_num_candidates_limit_is_capped_with_a_warning() -> 
     backend = offline()
     query = itlr.parse('"vitamin D"')
     options = SearchOptions(candidates=50_000)
-    body, notes = backend.dialect.search_request(query, unit_vectors(1), options)
+    request = backend.dialect.search_request(query, unit_vectors(1), options)
+    body, notes = request.body, request.warnings
     (knn,) = knn_clauses(body)
     assert knn["k"] == knn["num_candidates"] == MAX_NUM_CANDIDATES
     assert any("num_candidates" in w for w in notes)

@@ -316,6 +316,7 @@ class EmbeddedAsCluster:
 
     def __init__(self, inner: EmbeddedIndex, refuse: set[str] | None = None) -> None:
         self.inner = inner
+        self.model = inner.model
         self.index = "eval-index"
         self.refuse = refuse or set()
 
