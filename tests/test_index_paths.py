@@ -31,8 +31,11 @@ def in_folder_with_notes(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_the_probes_ingest_into_notes_goes_to_the_index_home_not_the_folder(
-    in_folder_with_notes: Path, itlr_home: Path
+    in_folder_with_notes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A home of its own: other tests of the session may have an index called notes.
+    itlr_home = tmp_path / "home"
+    monkeypatch.setenv("ITLR_HOME", str(itlr_home))
     result = runner.invoke(cli, ["ingest", "docs.jsonl", "--index", "notes"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in in_folder_with_notes.iterdir()) == ["todo.txt"]

@@ -103,8 +103,16 @@ def test_merging_keeps_the_scores_of_truths_in_the_unit_interval(and_: str, or_:
 
 
 def test_parsing_leaves_pyparsing_packrat_off_for_the_process() -> None:
-    itlr.parse('"packrat" AND ("stays" OR NOT "off")')
-    assert not pp.ParserElement._packratEnabled
+    # Other pyparsing users in the process (matplotlib's mathtext) may switch it on themselves:
+    # start from off, and put back what was there.
+    was_on = pp.ParserElement._packratEnabled
+    pp.ParserElement.disable_memoization()
+    try:
+        itlr.parse('"packrat" AND ("stays" OR NOT "off")')
+        assert not pp.ParserElement._packratEnabled
+    finally:
+        if was_on:
+            pp.ParserElement.enable_packrat()
 
 
 def test_errors_of_the_proxy_clause_and_the_engine_factory_are_itlr_errors() -> None:
