@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv (Python >= 3.11) and installs itlr with its dev extras. Idempotent: a second
+# Creates .venv (Python >= 3.11) and installs itlr with its dev and onnx extras. Idempotent: a second
 # run only checks that everything is there. Sourced by demo.sh and test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +16,7 @@ fi
 STAMP="$VENV/.itlr-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev,onnx]"
     touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

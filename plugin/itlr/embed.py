@@ -12,10 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from itlr.errors import EmbeddingError
+from itlr.errors import ConfigurationError, EmbeddingError
 from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# What runs the model: torch (sentence-transformers), or its ONNX export run by onnxruntime
+# (itlr.onnx_encoder), fp32 or int8. docs/benchmarks.md "Term encoding" says why torch stays the
+# default.
+ENCODERS = ("torch", "onnx", "onnx-int8")
+DEFAULT_ENCODER = "torch"
+ENCODER_ENV = "ITLR_ENCODER"
 
 
 class FairSlots:
@@ -72,16 +78,58 @@ def resolve_model(name: str | None) -> tuple[str, str]:
     return str(name), str(name)
 
 
-class Embedder:
-    """Wraps a sentence-transformers model; `encode` returns float32 unit vectors."""
+_default_encoder: str | None = None
 
-    def __init__(self, model: str | None = None, device: str = "cpu", batch_size: int = 64):
+
+def set_default_encoder(encoder: str | None) -> None:
+    """The encoder of every embedder this process loads without naming one (None: back to
+    $ITLR_ENCODER, else torch). Embedders already loaded keep theirs."""
+    global _default_encoder
+    _default_encoder = resolve_encoder(encoder) if encoder else None
+
+
+def resolve_encoder(encoder: str | None) -> str:
+    """The encoder to use: the one given, else set_default_encoder's, else $ITLR_ENCODER, else
+    torch."""
+    chosen = encoder or _default_encoder or os.environ.get(ENCODER_ENV, "").strip()
+    chosen = (chosen or DEFAULT_ENCODER).lower()
+    if chosen not in ENCODERS:
+        source = "" if encoder or _default_encoder else f" (from {ENCODER_ENV})"
+        raise ConfigurationError(
+            f"unknown encoder {chosen!r}{source}: choose one of {', '.join(ENCODERS)}"
+        )
+    return chosen
+
+
+class Embedder:
+    """Wraps a sentence-transformers model; `encode` returns float32 unit vectors.
+
+    `encoder` picks what runs it (ENCODERS); the vectors are the model's either way, so an index
+    built with one encoder is searched with another (within 1e-3 for int8, 1e-6 for onnx)."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        device: str = "cpu",
+        batch_size: int = 64,
+        encoder: str | None = None,
+    ):
         self.name, location = resolve_model(model)
+        self.encoder = resolve_encoder(encoder)
         # Nothing may come from a hub at run time unless the user asked for it explicitly.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        self.batch_size = batch_size
+        if self.encoder != "torch":
+            from itlr.onnx_encoder import OnnxEncoder
+
+            variant = "int8" if self.encoder == "onnx-int8" else "fp32"
+            self._onnx: OnnxEncoder | None = OnnxEncoder(self.name, location, variant)
+            self.dims = self._onnx.dims
+            return
+        self._onnx = None
         try:
             from sentence_transformers import SentenceTransformer
 
@@ -90,7 +138,6 @@ class Embedder:
             raise EmbeddingError(
                 f"cannot load embedding model {self.name!r} from {location}: {failure}"
             ) from failure
-        self.batch_size = batch_size
         dimension_of = (
             getattr(self._model, "get_embedding_dimension", None)
             or self._model.get_sentence_embedding_dimension
@@ -109,6 +156,9 @@ class Embedder:
         parts = []
         for start in range(0, len(texts), batch):
             with ENCODE_SLOTS.slot():
+                if self._onnx is not None:
+                    parts.append(self._onnx.encode(texts[start : start + batch]))
+                    continue
                 parts.append(
                     self._model.encode(
                         list(texts[start : start + batch]),
@@ -124,19 +174,25 @@ class Embedder:
     def encode_terms(self, terms: Sequence[str]) -> np.ndarray:
         """Query terms' vectors through the process's term cache for this model
         (itlr.term_cache): a term seen before does not reach the encoder."""
-        return cache_for(self.name).encode(terms, self.encode, self.dims)
+        return cache_for(self.cache_name).encode(terms, self.encode, self.dims)
+
+    @property
+    def cache_name(self) -> str:
+        """The term cache's key: torch's vectors under the model's name (as before encoders
+        could be chosen), another encoder's beside them, never mixed."""
+        return self.name if self.encoder == "torch" else f"{self.name} ({self.encoder})"
 
 
-def get_embedder(model: str | None = None) -> Embedder:
-    """A process-wide embedder per model: loading takes seconds, encoding is the cheap part.
-    Every spelling of a model (None, its name, `sentence-transformers/<name>`) is one entry:
-    keyed by the argument as given, each would load another copy."""
-    return _embedder_named(resolve_model(model)[0])
+def get_embedder(model: str | None = None, encoder: str | None = None) -> Embedder:
+    """A process-wide embedder per model and encoder: loading takes seconds, encoding is the
+    cheap part. Every spelling of a model (None, its name, `sentence-transformers/<name>`) is one
+    entry: keyed by the argument as given, each would load another copy."""
+    return _embedder_named(resolve_model(model)[0], resolve_encoder(encoder))
 
 
 @lru_cache(maxsize=4)
-def _embedder_named(name: str) -> Embedder:
-    return Embedder(name)
+def _embedder_named(name: str, encoder: str) -> Embedder:
+    return Embedder(name, encoder=encoder)
 
 
 def set_torch_threads(count: int | None) -> None:

@@ -71,6 +71,7 @@ class Index:
         inline_script: bool = False,
         create: bool | None = None,
         knn_engine: str | None = None,
+        encoder: str | None = None,
     ) -> Index:
         """Open an index by name.
 
@@ -79,7 +80,8 @@ class Index:
         index is created for the model (the bundled all-MiniLM-L6-v2 by default).
         With `url` the engine is asked what it is (OpenSearch or Elasticsearch) unless `engine`
         says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
-        cluster index is created only with `create=True`.
+        cluster index is created only with `create=True`. `encoder` runs the model with torch
+        (the default) or its ONNX export (`"onnx"`, `"onnx-int8"`; itlr.embed.ENCODERS).
         """
         engine = engine_name(engine) if engine else ("auto" if url else "embedded")
         connection = None
@@ -104,14 +106,19 @@ class Index:
         )
         if create is None:
             create = engine == "embedded"
-        return cls.from_spec(spec, model=model, create=create)
+        return cls.from_spec(spec, model=model, create=create, encoder=encoder)
 
     @classmethod
     def from_spec(
-        cls, spec: EngineSpec, *, model: str | None = None, create: bool = False
+        cls,
+        spec: EngineSpec,
+        *,
+        model: str | None = None,
+        create: bool = False,
+        encoder: str | None = None,
     ) -> Index:
         """Open the index an EngineSpec describes (what the CLI's engine flags build)."""
-        embedder = get_embedder(model)
+        embedder = get_embedder(model, encoder)
         return cls(spec, open_backend(spec, embedder, create=create), embedder)
 
     @classmethod

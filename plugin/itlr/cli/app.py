@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
+from itlr.embed import ENCODER_ENV, ENCODERS
 from itlr.engines.factory import ENGINE_ALIASES, ENGINES
 from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
 from itlr.options import Mode as ModeName
@@ -65,6 +66,7 @@ OrOp = _choices("OrOp", get_args(OrName))
 NotOp = _choices("NotOp", get_args(NotName))
 Truth = _choices("Truth", (*get_args(TruthName), "calibrated"))
 Rewrite = _choices("Rewrite", ("none", *REWRITE_METHODS))
+Encoder = _choices("Encoder", ENCODERS)
 
 
 # The library names options as Python does, in backticks: `hard_filter`, `mode="exact"`.
@@ -91,6 +93,7 @@ def _python_option_names() -> frozenset[str]:
             "llm_base_url",
             "host",
             "torch_threads",
+            "encoder",
         }
     )
 
@@ -152,6 +155,15 @@ ModelOpt = Annotated[
     str | None,
     typer.Option(
         help="Embedding model: a sentence-transformers path or name (default: bundled all-MiniLM-L6-v2)."
+    ),
+]
+EncoderOpt = Annotated[
+    Encoder | None,
+    typer.Option(
+        envvar=ENCODER_ENV,
+        help="What runs the model: torch, or its ONNX export (exported once into $ITLR_HOME; "
+        "needs itlr[onnx]); onnx-int8 is faster and less exact. Default torch.",
+        show_default=False,
     ),
 ]
 

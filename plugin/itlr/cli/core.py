@@ -13,6 +13,7 @@ from rich.text import Text
 
 from itlr import strict_json
 from itlr.cli.app import (
+    EncoderOpt,
     IndexOpt,
     ModelOpt,
     Rewrite,
@@ -60,10 +61,10 @@ def parse_command(
     run_guarded(action)
 
 
-def _open(spec, model: str | None, create: bool):
+def _open(spec, model: str | None, create: bool, encoder: str | None = None):
     from itlr.index import Index
 
-    index = Index.from_spec(spec, model=model, create=create)
+    index = Index.from_spec(spec, model=model, create=create, encoder=encoder)
     for warning in index.warnings:
         warn(warning)
     return index
@@ -204,6 +205,7 @@ def search(
     llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
     llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
+    encoder: EncoderOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
     """Search an index with a logical query; prints hits with each term's truth value."""
@@ -218,7 +220,8 @@ def search(
         else:
             parse(text)  # a syntax error shows before the model loads
         options = search_options(**option_values, model=model)
-        result = _open(spec, model, create=False).search(
+        chosen = encoder.value if encoder else None
+        result = _open(spec, model, create=False, encoder=chosen).search(
             text, options=options, rewrite=rewrite.value, llm=config
         )
         if result.rewrite is not None:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.app import EncoderOpt, ModelOpt, app, engine_command, err, run_guarded, warn
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
 from itlr.cli.proxy import (
     DEFAULT_UPSTREAM_TIMEOUT,
@@ -65,6 +65,7 @@ def serve(
     llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
     llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
+    encoder: EncoderOpt = None,
     torch_threads: Annotated[
         int | None,
         typer.Option(
@@ -84,6 +85,10 @@ def serve(
     With --proxy: serve the query-bar proxy in front of the cluster at --url instead; the
     search options set its defaults (the JSON API takes them in each request body).
     """
+    from itlr.embed import set_default_encoder
+
+    # Process-wide: the service's Index and the proxy's embedder both load through get_embedder.
+    run_guarded(lambda: set_default_encoder(encoder.value if encoder else None))
     if proxy:
         serving = {
             "header_timeout": header_timeout,

@@ -185,7 +185,7 @@ class QueryBarProxy:
                 return embedder.encode(missing)
 
         # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
-        return cache_for(embedder.name).encode(terms, encode, embedder.dims)
+        return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
 
     # -- rewriting -------------------------------------------------------------------------
 
