@@ -1,0 +1,180 @@
+"""The encoder backends: the bundled model run by torch, or its ONNX export run by onnxruntime.
+
+Real parts only: the ONNX model is exported from the bundled safetensors in the test run's
+ITLR_HOME (once per session), and compared with the torch vectors of the same model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from itlr import onnx_encoder
+from itlr.cli import app
+from itlr.embed import Embedder, get_embedder, resolve_encoder, resolve_model
+from itlr.errors import ConfigurationError, EmbeddingError, ItlrError
+from itlr.term_cache import cache_for
+
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install itlr[onnx]")
+
+TERMS = ["vitamin D", "bone health", "  immune system  ", "Ünïcödé café", "COVID-19 vaccines"]
+PASSAGES = [
+    "Vitamin D supports the immune system against infections.",
+    "Roman aqueducts carried water into the city over long stone arches.",
+    "A long passage that the tokenizer must cut at the model's 256 tokens. " * 40,
+    "",
+]
+
+
+@pytest.fixture(scope="session")
+def onnx_embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    # Session fixtures run before conftest's per-test ITLR_HOME: point at the same folder, so
+    # the export lands in the run's home (never the user's) and later tests find it there.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ITLR_HOME", str(tmp_path_factory.getbasetemp() / "itlr-home"))
+        return get_embedder(encoder="onnx")
+
+
+def _bundled() -> Path:
+    return Path(resolve_model(None)[1])
+
+
+def test_onnx_vectors_match_torch_for_terms_and_passages(embedder, onnx_embedder) -> None:
+    texts = TERMS + PASSAGES
+    reference = embedder.encode(texts)
+    vectors = onnx_embedder.encode(texts)
+    assert vectors.shape == reference.shape and vectors.dtype == np.float32
+    cosines = (vectors * reference).sum(axis=1)
+    assert cosines.min() >= 0.9999, dict(zip(texts, cosines.round(6), strict=True))
+    assert np.abs(vectors - reference).max() <= 1e-3
+
+
+def test_onnx_term_vectors_are_cached_apart_from_torch_ones(embedder, onnx_embedder) -> None:
+    term = "a term only this test encodes"
+    onnx_embedder.encode_terms([term])
+    assert onnx_embedder.cache_name != embedder.cache_name
+    assert cache_for(onnx_embedder.cache_name).stats().misses >= 1
+    before = cache_for(embedder.cache_name).stats()
+    embedder.encode_terms([term])  # torch's vector for it is not the onnx one already cached
+    assert cache_for(embedder.cache_name).stats().misses == before.misses + 1
+
+
+def test_a_second_load_reuses_the_export(onnx_embedder, monkeypatch) -> None:
+    folder = onnx_embedder._onnx.folder
+    before = (folder / "model.onnx").stat()
+
+    def no_export(*_: object) -> None:
+        raise AssertionError("exported again although a complete export was there")
+
+    monkeypatch.setattr(onnx_encoder, "_export_fp32", no_export)
+    again = Embedder(encoder="onnx")
+    assert again._onnx.folder == folder
+    assert (folder / "model.onnx").stat().st_mtime_ns == before.st_mtime_ns
+    np.testing.assert_allclose(again.encode(TERMS), onnx_embedder.encode(TERMS), rtol=0, atol=1e-6)
+
+
+def test_a_torn_export_is_rebuilt_once_by_concurrent_first_uses(
+    onnx_embedder, tmp_path, monkeypatch
+) -> None:
+    complete = onnx_embedder._onnx.folder
+    monkeypatch.setenv("ITLR_HOME", str(tmp_path / "home"))
+    torn = onnx_encoder.export_folder(_bundled(), "all-MiniLM-L6-v2", "fp32")
+    shutil.copytree(complete, torn)
+    with open(torn / "model.onnx", "r+b") as model:  # a crash or a full disk mid-write
+        model.truncate(1000)
+
+    real_export = onnx_encoder._export_fp32
+    exports: list[Path] = []
+
+    def counted(folder: Path, staging: Path) -> None:
+        exports.append(staging)
+        real_export(folder, staging)
+
+    monkeypatch.setattr(onnx_encoder, "_export_fp32", counted)
+    built: list[Path] = []
+    users = [
+        threading.Thread(
+            target=lambda: built.append(
+                onnx_encoder.ensure_export(_bundled(), "all-MiniLM-L6-v2", "fp32")
+            )
+        )
+        for _ in range(2)
+    ]
+    for user in users:
+        user.start()
+    for user in users:
+        user.join()
+    assert built == [torn, torn]
+    assert len(exports) == 1
+    assert (torn / "model.onnx").stat().st_size == (complete / "model.onnx").stat().st_size
+    assert not [p for p in torn.parent.iterdir() if p.name.startswith(".")]  # no staging left
+    rebuilt = onnx_encoder.OnnxEncoder("all-MiniLM-L6-v2", str(_bundled()))
+    np.testing.assert_allclose(
+        rebuilt.encode(TERMS), onnx_embedder.encode(TERMS), rtol=0, atol=1e-5
+    )
+
+
+def test_int8_is_a_separate_export_with_unit_vectors_near_torchs(embedder) -> None:
+    int8 = get_embedder(encoder="onnx-int8")
+    assert int8._onnx.folder.name.endswith("-int8")
+    vectors = int8.encode(TERMS)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Quantised weights move the vectors (docs/benchmarks.md): close, not within 1e-3.
+    assert (vectors * embedder.encode(TERMS)).sum(axis=1).min() >= 0.85
+
+
+def test_search_takes_the_encoder_flag_on_the_embedded_engine(tmp_path, embedder) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    rows = [
+        {"id": "imm", "text": "Vitamin D supports the immune system against infections."},
+        {"id": "bone", "text": "Vitamin D helps calcium absorption for strong bones."},
+        {"id": "rome", "text": "Roman aqueducts carried water into the city."},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(corpus), "--index", "enc"]).exit_code == 0
+    query = '"vitamin D benefits" AND NOT "bone health"'
+    misses = cache_for("all-MiniLM-L6-v2 (onnx)").stats().misses
+
+    def hits(*extra: str) -> list[tuple[str, float]]:
+        result = runner.invoke(app, ["search", query, "--index", "enc", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return [(hit["id"], hit["score"]) for hit in json.loads(result.stdout)["hits"]]
+
+    by_torch = hits("--encoder", "torch")
+    by_onnx = hits("--encoder", "onnx")
+    assert cache_for("all-MiniLM-L6-v2 (onnx)").stats().misses == misses + 2  # its two terms
+    assert [i for i, _ in by_onnx] == [i for i, _ in by_torch] and by_torch[0][0] == "imm"
+    assert max(abs(a - b) for (_, a), (_, b) in zip(by_onnx, by_torch, strict=True)) <= 1e-3
+
+
+def test_an_unknown_encoder_is_one_line_and_exit_2(monkeypatch) -> None:
+    result = CliRunner().invoke(app, ["search", "x", "--index", "enc", "--encoder", "tpu"])
+    assert result.exit_code == 2 and "tpu" in result.output
+    monkeypatch.setenv("ITLR_ENCODER", "tpu")
+    with pytest.raises(ConfigurationError, match=r"ITLR_ENCODER.*torch, onnx, onnx-int8"):
+        resolve_encoder(None)
+    monkeypatch.setenv("ITLR_ENCODER", "ONNX")
+    assert resolve_encoder(None) == "onnx"
+
+
+def test_without_onnxruntime_the_error_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import now raises ImportError
+    with pytest.raises(EmbeddingError, match=r"pip install 'itlr\[onnx\]'") as raised:
+        Embedder(encoder="onnx")
+    assert isinstance(raised.value, ItlrError) and "\n" not in str(raised.value)
+
+
+def test_a_model_the_onnx_encoder_cannot_run_is_refused_clearly(tmp_path) -> None:
+    (tmp_path / "modules.json").write_text(
+        json.dumps([{"idx": 0, "name": "0", "path": "", "type": "x.Transformer"}])
+    )
+    with pytest.raises(EmbeddingError, match="--encoder torch"):
+        onnx_encoder.OnnxEncoder("odd", str(tmp_path))
