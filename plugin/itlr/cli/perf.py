@@ -1,4 +1,4 @@
-"""`itlr bench latency|recall|ingest|store|encode`: flags in, the report of
+"""`itlr bench latency|recall|ingest|store|encode|encoders`: flags in, the report of
 itlr.benchmarks.reports out (printed, and appended to --out)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from itlr.candidates import PLANS
-from itlr.cli.app import out, run_guarded
+from itlr.cli.app import err, out, run_guarded
 from itlr.cli.bench import bench_app
 from itlr.engines.ann import ANN_MIN_ROWS
+from itlr.errors import ConfigurationError
 
 OutFile = Annotated[
     Path | None, typer.Option("--out", help="Append the markdown report to this file.")
@@ -159,3 +160,53 @@ def encode(
     from itlr.benchmarks.reports import encode_report
 
     run_guarded(lambda: emit(encode_report(), out_file))
+
+
+@bench_app.command()
+def encoders(
+    encoders: Annotated[
+        str, typer.Option(help="Encoders to compare, comma-separated (torch is the reference).")
+    ] = "torch,onnx,onnx-int8",
+    repeats: Annotated[int, typer.Option(help="Timed calls per measurement (median).")] = 20,
+    synthetic_per_template: Annotated[
+        int, typer.Option(help="Synthetic template queries per template (32 templates); 0: none.")
+    ] = 25,
+    beir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Also check the judged queries of this BEIR folder, rewritten by the rule "
+            "rewriter (e.g. NegConstraint's dev half); repeatable.",
+        ),
+    ] = None,
+    split: Annotated[str, typer.Option(help="The qrels split of --beir folders.")] = "dev",
+    out_file: OutFile = None,
+) -> None:
+    """Encoder backends side by side: encode time, and whether each keeps torch's top 10."""
+
+    def action() -> None:
+        from itlr.benchmarks import encoders as bench
+        from itlr.benchmarks.reports import machine
+        from itlr.embed import resolve_encoder
+
+        chosen = [resolve_encoder(name.strip()) for name in encoders.split(",") if name.strip()]
+        if repeats < 1:
+            raise ConfigurationError(f"--repeats must be at least 1, got {repeats}")
+        corpora = [bench.demo_corpus()]
+        if synthetic_per_template > 0:
+            corpora.append(bench.synthetic_corpus(synthetic_per_template))
+        corpora += [bench.beir_corpus(folder, split) for folder in beir or ()]
+        speeds, agreements = bench.run(
+            chosen, corpora, repeats, on_stage=lambda stage: err.print(stage, highlight=False)
+        )
+        emit(
+            [
+                "### Encoder backends (`itlr bench encoders`)",
+                "",
+                f"Machine: {machine()}. Median of {repeats} calls.",
+                "",
+                *bench.markdown(speeds, agreements),
+            ],
+            out_file,
+        )
+
+    run_guarded(action)

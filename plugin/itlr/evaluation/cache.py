@@ -43,7 +43,9 @@ class EmbeddingCache:
 
     def __init__(self, encoder: Encoder, root: Path | None = None) -> None:
         self.encoder = encoder
-        self.root = (root or itlr_home() / "cache" / "embeddings") / model_slug(encoder.name)
+        # An ONNX encoder's vectors are kept apart from torch's (itlr.embed.Embedder.cache_name).
+        self.model = getattr(encoder, "cache_name", encoder.name)
+        self.root = (root or itlr_home() / "cache" / "embeddings") / model_slug(self.model)
         self._vectors: dict[str, np.ndarray] = {}
         self._loaded = False
 
@@ -69,7 +71,7 @@ class EmbeddingCache:
         self._load()
         seen: dict[str, None] = {}
         for text in texts:
-            if text_key(self.encoder.name, text) not in self._vectors:
+            if text_key(self.model, text) not in self._vectors:
                 seen.setdefault(text)
         return list(seen)
 
@@ -81,14 +83,14 @@ class EmbeddingCache:
         for start in range(0, len(todo), CHUNK):
             block = todo[start : start + CHUNK]
             vectors = np.asarray(self.encoder.encode(block), dtype=np.float32)
-            keys = [text_key(self.encoder.name, t) for t in block]
+            keys = [text_key(self.model, t) for t in block]
             self._save(keys, vectors)
             self._vectors.update(zip(keys, vectors, strict=True))
             if on_progress:
                 on_progress(len(block))
         if not texts:
             return np.zeros((0, self.encoder.dims), dtype=np.float32)
-        return np.stack([self._vectors[text_key(self.encoder.name, t)] for t in texts])
+        return np.stack([self._vectors[text_key(self.model, t)] for t in texts])
 
     def _save(self, keys: list[str], vectors: np.ndarray) -> None:
         try:
