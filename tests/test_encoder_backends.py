@@ -178,3 +178,22 @@ def test_a_model_the_onnx_encoder_cannot_run_is_refused_clearly(tmp_path) -> Non
     )
     with pytest.raises(EmbeddingError, match="--encoder torch"):
         onnx_encoder.OnnxEncoder("odd", str(tmp_path))
+
+
+def test_the_default_rule_counts_reordered_top_10s_and_the_largest_score_gap() -> None:
+    from itlr.benchmarks.encoders import Corpus, compare
+
+    corpus = Corpus("c", ("a", "b", "c"), ("x", "y", "z"), ("q1", "q2"))
+    reference = [[("a", 0.9), ("b", 0.5)], [("c", 0.7), ("a", 0.6)]]
+    same = compare(
+        corpus, "onnx", reference, [[("a", 0.9004), ("b", 0.5)], [("c", 0.7), ("a", 0.6)]]
+    )
+    assert (same.identical, same.holds) == (2, True) and abs(same.max_score_diff - 4e-4) < 1e-9
+    swapped = compare(
+        corpus, "onnx", reference, [[("a", 0.9), ("b", 0.5)], [("a", 0.7), ("c", 0.6)]]
+    )
+    assert (swapped.identical, swapped.holds) == (1, False)
+    drifted = compare(
+        corpus, "onnx", reference, [[("a", 0.902), ("b", 0.5)], [("c", 0.7), ("a", 0.6)]]
+    )
+    assert drifted.identical == 2 and not drifted.holds
