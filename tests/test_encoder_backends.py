@@ -126,8 +126,9 @@ def test_int8_is_a_separate_export_with_unit_vectors_near_torchs(embedder) -> No
     assert int8._onnx.folder.name.endswith("-int8")
     vectors = int8.encode(TERMS)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    # Quantised weights move the vectors (docs/benchmarks.md): close, not within 1e-3.
-    assert (vectors * embedder.encode(TERMS)).sum(axis=1).min() >= 0.85
+    # Quantised weights move the vectors (docs/benchmarks.md): close, not within 1e-3. Per-tensor
+    # quantisation of every weight would fall below this (about 0.94).
+    assert (vectors * embedder.encode(TERMS)).sum(axis=1).min() >= 0.98
 
 
 def test_search_takes_the_encoder_flag_on_the_embedded_engine(tmp_path, embedder) -> None:
