@@ -56,14 +56,18 @@ def test_onnx_vectors_match_torch_for_terms_and_passages(embedder, onnx_embedder
     assert np.abs(vectors - reference).max() <= 1e-3
 
 
-def test_onnx_term_vectors_are_cached_apart_from_torch_ones(embedder, onnx_embedder) -> None:
+def test_int8_term_vectors_are_cached_apart_and_onnx_ones_with_torchs(
+    embedder, onnx_embedder
+) -> None:
+    int8 = get_embedder(encoder="onnx-int8")
+    assert onnx_embedder.cache_name == embedder.cache_name == embedder.name
+    assert int8.cache_name != embedder.cache_name
     term = "a term only this test encodes"
-    onnx_embedder.encode_terms([term])
-    assert onnx_embedder.cache_name != embedder.cache_name
-    assert cache_for(onnx_embedder.cache_name).stats().misses >= 1
-    before = cache_for(embedder.cache_name).stats()
-    embedder.encode_terms([term])  # torch's vector for it is not the onnx one already cached
-    assert cache_for(embedder.cache_name).stats().misses == before.misses + 1
+    embedder.encode_terms([term])
+    before = cache_for(int8.cache_name).stats()
+    vector = int8.encode_terms([term])  # not torch's vector, already cached under the model
+    assert cache_for(int8.cache_name).stats().misses == before.misses + 1
+    np.testing.assert_array_equal(vector, int8.encode([term]))
 
 
 def test_a_second_load_reuses_the_export(onnx_embedder, monkeypatch) -> None:
@@ -142,18 +146,24 @@ def test_search_takes_the_encoder_flag_on_the_embedded_engine(tmp_path, embedder
     runner = CliRunner()
     assert runner.invoke(app, ["ingest", str(corpus), "--index", "enc"]).exit_code == 0
     query = '"vitamin D benefits" AND NOT "bone health"'
-    misses = cache_for("all-MiniLM-L6-v2 (onnx)").stats().misses
 
     def hits(*extra: str) -> list[tuple[str, float]]:
         result = runner.invoke(app, ["search", query, "--index", "enc", "--json", *extra])
         assert result.exit_code == 0, result.output
         return [(hit["id"], hit["score"]) for hit in json.loads(result.stdout)["hits"]]
 
+    def gap(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> float:
+        assert [i for i, _ in a] == [i for i, _ in b]
+        return max(abs(x - y) for (_, x), (_, y) in zip(a, b, strict=True))
+
     by_torch = hits("--encoder", "torch")
-    by_onnx = hits("--encoder", "onnx")
-    assert cache_for("all-MiniLM-L6-v2 (onnx)").stats().misses == misses + 2  # its two terms
-    assert [i for i, _ in by_onnx] == [i for i, _ in by_torch] and by_torch[0][0] == "imm"
-    assert max(abs(a - b) for (_, a), (_, b) in zip(by_onnx, by_torch, strict=True)) <= 1e-3
+    assert by_torch[0][0] == "imm"
+    assert gap(hits("--encoder", "onnx"), by_torch) <= 1e-3
+    int8_misses = cache_for(f"{embedder.name} (onnx-int8)").stats().misses
+    by_int8 = hits("--encoder", "onnx-int8")
+    # int8's own vectors for the query's two terms: the flag chose the encoder.
+    assert cache_for(f"{embedder.name} (onnx-int8)").stats().misses == int8_misses + 2
+    assert gap(by_int8, by_torch) > 1e-6
 
 
 def test_an_unknown_encoder_is_one_line_and_exit_2(monkeypatch) -> None:

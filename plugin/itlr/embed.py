@@ -178,9 +178,10 @@ class Embedder:
 
     @property
     def cache_name(self) -> str:
-        """The term cache's key: torch's vectors under the model's name (as before encoders
-        could be chosen), another encoder's beside them, never mixed."""
-        return self.name if self.encoder == "torch" else f"{self.name} ({self.encoder})"
+        """The key of this embedder's cached vectors (term cache, evaluation cache): the model's
+        name for torch and onnx, whose vectors agree to about 1e-7 (as torch's do across thread
+        counts); int8's differ by up to 1e-2 and are kept apart."""
+        return f"{self.name} ({self.encoder})" if self.encoder == "onnx-int8" else self.name
 
 
 def get_embedder(model: str | None = None, encoder: str | None = None) -> Embedder:

@@ -43,7 +43,7 @@ class EmbeddingCache:
 
     def __init__(self, encoder: Encoder, root: Path | None = None) -> None:
         self.encoder = encoder
-        # An ONNX encoder's vectors are kept apart from torch's (itlr.embed.Embedder.cache_name).
+        # int8 vectors are kept apart from the model's own (itlr.embed.Embedder.cache_name).
         self.model = getattr(encoder, "cache_name", encoder.name)
         self.root = (root or itlr_home() / "cache" / "embeddings") / model_slug(self.model)
         self._vectors: dict[str, np.ndarray] = {}
