@@ -208,3 +208,13 @@ def test_the_default_rule_counts_reordered_top_10s_and_the_largest_score_gap() -
         corpus, "onnx", reference, [[("a", 0.902), ("b", 0.5)], [("c", 0.7), ("a", 0.6)]]
     )
     assert drifted.identical == 2 and not drifted.holds
+
+
+def test_torch_threads_also_bound_the_onnx_sessions_loaded_after(monkeypatch) -> None:
+    from itlr import embed
+
+    monkeypatch.setattr(embed, "_threads", None)
+    monkeypatch.setattr("torch.set_num_threads", lambda count: None)
+    embed.set_torch_threads(1)
+    single = Embedder(encoder="onnx")
+    assert single._onnx.session.get_session_options().intra_op_num_threads == 1

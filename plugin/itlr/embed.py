@@ -79,6 +79,7 @@ def resolve_model(name: str | None) -> tuple[str, str]:
 
 
 _default_encoder: str | None = None
+_threads: int | None = None  # set_torch_threads' count, for the ONNX encoders
 
 
 def set_default_encoder(encoder: str | None) -> None:
@@ -126,7 +127,9 @@ class Embedder:
             from itlr.onnx_encoder import OnnxEncoder
 
             variant = "int8" if self.encoder == "onnx-int8" else "fp32"
-            self._onnx: OnnxEncoder | None = OnnxEncoder(self.name, location, variant)
+            self._onnx: OnnxEncoder | None = OnnxEncoder(
+                self.name, location, variant, threads=_threads
+            )
             self.dims = self._onnx.dims
             return
         self._onnx = None
@@ -201,14 +204,15 @@ def set_torch_threads(count: int | None) -> None:
 
     A service gets its parallelism from concurrent requests; on a small machine the intra-op
     threads of one request spin-wait on the cores the event loop needs (docs/benchmarks.md). The
-    vectors can differ from a multi-threaded encode in the last bits (about 1e-7).
+    vectors can differ from a multi-threaded encode in the last bits (about 1e-7). ONNX encoders
+    loaded afterwards run with as many onnxruntime intra-op threads.
     """
+    global _threads
     if count is None:
         return
     if count < 1:
-        from itlr.errors import ConfigurationError
-
         raise ConfigurationError(f"`torch_threads` must be at least 1, got {count}")
+    _threads = count  # the ONNX encoders loaded from now on use as many
     import torch
 
     torch.set_num_threads(count)

@@ -265,13 +265,17 @@ def ensure_export(folder: Path, name: str, variant: str) -> Path:
 class OnnxEncoder:
     """Unit vectors from the exported transformer: tokenizer, onnxruntime, mean pooling."""
 
-    def __init__(self, name: str, location: str, variant: str = "fp32") -> None:
+    def __init__(
+        self, name: str, location: str, variant: str = "fp32", threads: int | None = None
+    ) -> None:
         ort = _require_onnxruntime()
         folder = _model_folder(location)
         self.pipeline = _Pipeline(folder)
         self.folder = ensure_export(folder, name, variant)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about unused initialisers are not the user's
+        if threads:
+            options.intra_op_num_threads = threads
         try:
             self.session = ort.InferenceSession(
                 str(self.folder / _MODEL_FILE), options, providers=["CPUExecutionProvider"]
