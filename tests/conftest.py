@@ -20,11 +20,15 @@ def itlr_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 
 
 @pytest.fixture(scope="session")
-def embedder():
+def embedder(tmp_path_factory: pytest.TempPathFactory):
     """The real bundled model, loaded once for the whole run."""
     from itlr.embed import get_embedder
 
-    return get_embedder()
+    # Session fixtures run before the per-test ITLR_HOME: the default encoder's ONNX export
+    # (itlr.onnx_encoder) must land in the run's home, never the user's.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ITLR_HOME", str(tmp_path_factory.getbasetemp() / "itlr-home"))
+        return get_embedder()
 
 
 # -- the demo corpus, shared by the OpenSearch and Elasticsearch parity suites ----------------

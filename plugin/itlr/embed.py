@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,10 +18,11 @@ from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # What runs the model: torch (sentence-transformers), or its ONNX export run by onnxruntime
-# (itlr.onnx_encoder), fp32 or int8. docs/benchmarks.md "Term encoding" says why torch stays the
-# default.
+# (itlr.onnx_encoder), fp32 or int8. onnx is the default: it kept torch's top 10 on every demo,
+# synthetic and NegConstraint dev query with scores within 6e-7, and encodes faster
+# (docs/benchmarks.md, "Encoder backends"); int8 did not, so it is only an option.
 ENCODERS = ("torch", "onnx", "onnx-int8")
-DEFAULT_ENCODER = "torch"
+DEFAULT_ENCODER = "onnx"
 ENCODER_ENV = "ITLR_ENCODER"
 
 
@@ -84,14 +86,14 @@ _threads: int | None = None  # set_torch_threads' count, for the ONNX encoders
 
 def set_default_encoder(encoder: str | None) -> None:
     """The encoder of every embedder this process loads without naming one (None: back to
-    $ITLR_ENCODER, else torch). Embedders already loaded keep theirs."""
+    $ITLR_ENCODER, else DEFAULT_ENCODER). Embedders already loaded keep theirs."""
     global _default_encoder
     _default_encoder = resolve_encoder(encoder) if encoder else None
 
 
 def resolve_encoder(encoder: str | None) -> str:
     """The encoder to use: the one given, else set_default_encoder's, else $ITLR_ENCODER, else
-    torch."""
+    DEFAULT_ENCODER."""
     chosen = encoder or _default_encoder or os.environ.get(ENCODER_ENV, "").strip()
     chosen = (chosen or DEFAULT_ENCODER).lower()
     if chosen not in ENCODERS:
@@ -127,12 +129,10 @@ class Embedder:
             from itlr.onnx_encoder import OnnxEncoder
 
             variant = "int8" if self.encoder == "onnx-int8" else "fp32"
-            self._onnx: OnnxEncoder | None = OnnxEncoder(
-                self.name, location, variant, threads=_threads
-            )
-            self.dims = self._onnx.dims
+            # `_model` is what runs the model, whichever encoder: its `encode` takes the texts.
+            self._model: Any = OnnxEncoder(self.name, location, variant, threads=_threads)
+            self.dims = self._model.dims
             return
-        self._onnx = None
         try:
             from sentence_transformers import SentenceTransformer
 
@@ -159,8 +159,8 @@ class Embedder:
         parts = []
         for start in range(0, len(texts), batch):
             with ENCODE_SLOTS.slot():
-                if self._onnx is not None:
-                    parts.append(self._onnx.encode(texts[start : start + batch]))
+                if self.encoder != "torch":
+                    parts.append(self._model.encode(list(texts[start : start + batch])))
                     continue
                 parts.append(
                     self._model.encode(

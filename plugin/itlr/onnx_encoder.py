@@ -35,13 +35,14 @@ _META_FILE = "itlr-export.json"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 VARIANTS = ("fp32", "int8")
 _INSTALL_HINT = "pip install 'itlr[onnx]' (onnxruntime and onnx), or use --encoder torch"
+_RUNTIME_HINT = "pip install 'onnxruntime>=1.20,<2' (an itlr dependency), or use --encoder torch"
 
 
 def _require_onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError as missing:
-        raise EmbeddingError(f"the onnx encoder needs onnxruntime: {_INSTALL_HINT}") from missing
+        raise EmbeddingError(f"the onnx encoder needs onnxruntime: {_RUNTIME_HINT}") from missing
     return onnxruntime
 
 

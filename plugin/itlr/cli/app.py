@@ -161,8 +161,8 @@ EncoderOpt = Annotated[
     Encoder | None,
     typer.Option(
         envvar=ENCODER_ENV,
-        help="What runs the model: torch, or its ONNX export (exported once into $ITLR_HOME; "
-        "needs itlr[onnx]); onnx-int8 is faster and less exact. Default torch.",
+        help="What runs the model: its ONNX export (exported once into $ITLR_HOME) or torch; "
+        "onnx-int8 (needs itlr[onnx]) is smaller and less exact. Default onnx.",
         show_default=False,
     ),
 ]
