@@ -146,7 +146,7 @@ def search_options(
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
     HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
     `model`. `truth="hybrid"` mixes in lexical evidence: `lexical` is its share of a positive
-    term's truth, `not_evidence` what NOT terms use (lexical, cosine or mixed; itlr.scoring)."""
+    term's truth, `not_evidence` what NOT terms use (lexical, cosine, mixed or max; itlr.scoring)."""
     for name, value in (
         ("tau", tau),
         ("lam", lam),
@@ -322,8 +322,8 @@ OPTIONS: tuple[Option, ...] = (
     _option(
         "not_evidence",
         "choice",
-        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or mixed "
-        "(as positive terms).",
+        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, mixed "
+        "(as positive terms), or max (the larger of cosine and BM25).",
         field="truth",
         choices=get_args(NotEvidence),
     ),
