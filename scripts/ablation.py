@@ -109,9 +109,9 @@ class Lexical:
 
 @dataclass(frozen=True)
 class Variant:
-    """A pre-registered hybrid variant the engines do not compute (module docstring): NOT
-    evidence "lexical" or "max", and shares optionally scaled by the term's rarity. At
-    rarity=False with "lexical" it scores exactly as TruthMap("hybrid", share, "lexical")."""
+    """A pre-registered hybrid variant the engines do not compute (module docstring): shares
+    scaled by the term's rarity, with NOT evidence "lexical" or "max". At rarity=False it
+    scores exactly as TruthMap("hybrid", share, not_evidence)."""
 
     name: str = "variant"
     ops: Operators = SEARCH_OPERATORS
@@ -307,8 +307,14 @@ def main() -> None:
             ops=Operators(not_strength=0.3), truth=hybrid_truth(0.5, "lexical")
         ),
         # The pre-registered second round (module docstring), in its simplicity order.
-        "candidate: hybrid 0.5, max NOT, strength 0.5": Variant(share=0.5, not_evidence="max"),
-        "candidate: hybrid 0.3, max NOT, strength 0.5": Variant(share=0.3, not_evidence="max"),
+        # Max NOT evidence ships (TruthMap not_evidence="max"): these two rows score through
+        # the engines' path; as Variant(not_evidence="max") they scored identically.
+        "candidate: hybrid 0.5, max NOT, strength 0.5": Logical(
+            ops=half, truth=hybrid_truth(0.5, "max")
+        ),
+        "candidate: hybrid 0.3, max NOT, strength 0.5": Logical(
+            ops=half, truth=hybrid_truth(0.3, "max")
+        ),
         "candidate: hybrid 0.5 by rarity, BM25 NOT by rarity, strength 0.5": Variant(
             share=0.5, not_evidence="lexical", rarity=True
         ),
