@@ -208,3 +208,26 @@ def test_es_score_script_computes_the_same_max_not_scores_on_a_real_painless(
         )
         remote = three_shards.dialect.hits(dict(response))
         assert_same_ranking(remote, embedded.search(query, vectors, options))
+
+
+def test_the_cli_searches_with_max_not_evidence_and_refuses_an_unknown_one(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from itlr.cli import app
+
+    runner = CliRunner()
+    corpus = tmp_path / "docs.jsonl"
+    rows = [
+        {"id": "city", "text": "Aarhus has a large harbour and a university."},
+        {"id": "named", "text": "Aarhus is the second city of Denmark."},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert runner.invoke(app, ["ingest", str(corpus), "--index", "maxnot"]).exit_code == 0
+    args = ["search", '"Aarhus" AND NOT "Denmark"', "--index", "maxnot", "--truth", "hybrid"]
+    result = runner.invoke(app, [*args, "--not-evidence", "max", "--json"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)["hits"]
+    assert [h["id"] for h in hits] == ["city", "named"]
+    assert hits[1]["truths"]["Denmark"] > hits[0]["truths"]["Denmark"]
+    refused = runner.invoke(app, [*args, "--not-evidence", "most"])
+    assert refused.exit_code == 2 and "most" in refused.stderr
