@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from itlr.engines.integrity import (
 from itlr.errors import EngineError, ItlrError, QuerySyntaxError
 from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
+from itlr.proxy import stages
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
@@ -129,6 +131,14 @@ def encode_json(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
+async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream's bytes as they come, the time to pass them on recorded."""
+    started = time.perf_counter()
+    async for chunk in upstream.aiter_raw():
+        yield chunk
+    stages.add("relay response body", (time.perf_counter() - started) * 1000)
+
+
 class _Refused(Exception):
     """A response to send instead of forwarding."""
 
@@ -166,6 +176,8 @@ class QueryBarProxy:
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes)
+        # Set by `itlr bench proxy` only: where each request spends its time.
+        self.stages: stages.StageTimes | None = None
 
     # -- embedding -------------------------------------------------------------------------
 
@@ -185,7 +197,8 @@ class QueryBarProxy:
                 return embedder.encode(missing)
 
         # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
-        return cache_for(embedder.name).encode(terms, encode, embedder.dims)
+        with stages.span("encode (cache + model)"):
+            return cache_for(embedder.name).encode(terms, encode, embedder.dims)
 
     # -- rewriting -------------------------------------------------------------------------
 
@@ -193,33 +206,44 @@ class QueryBarProxy:
         self, body: dict[str, Any], target: str | None, headers: dict[str, str]
     ) -> dict[str, Any] | None:
         """The rewritten body, or None when it holds no itlr clause."""
-        found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
+        with stages.span("find + parse clause"):
+            found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
         if found is None:
             return None
         if not target:
             raise ClauseError(
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
             )
-        searched = await self.upstream.target(target, headers)
-        vectors = await anyio.to_thread.run_sync(
-            self._encode, searched.vectors.model, list(found.query.terms)
-        )
+        with stages.span("index lookup (cached)"):
+            searched = await self.upstream.target(target, headers)
+        encoded_before = stages.get("encode (cache + model)")
+        with stages.span("thread hand-off"):
+            vectors = await anyio.to_thread.run_sync(
+                self._encode, searched.vectors.model, list(found.query.terms)
+            )
+        # The span holds the encode too (timed in the worker thread): keep the hand-off alone.
+        stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
-        return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
+        with stages.span("build upstream body"):
+            return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
 
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]
     ) -> bytes | None:
-        LIMITS.check_json_depth(raw, "the search body")
-        try:
-            body = json.loads(raw) if raw.strip() else None
-        except ValueError:
-            return None  # not ours to judge: the upstream answers malformed JSON itself
+        with stages.span("parse JSON"):
+            LIMITS.check_json_depth(raw, "the search body")
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
         rewritten = await self._rewrite_one(body, target, headers)
-        return None if rewritten is None else encode_json(rewritten)
+        if rewritten is None:
+            return None
+        with stages.span("serialise upstream body"):
+            return encode_json(rewritten)
 
     async def _rewrite_msearch(
         self, raw: bytes, target: str | None, headers: dict[str, str]
@@ -276,11 +300,12 @@ class QueryBarProxy:
         chunks = []
         size = 0
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > MAX_SEARCH_BODY:
-                    raise _Refused(self._too_large())
-                chunks.append(chunk)
+            with stages.span("read body"):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_SEARCH_BODY:
+                        raise _Refused(self._too_large())
+                    chunks.append(chunk)
         except ClientDisconnect:
             # Gone, or cut off by the body read time-out (which answered it): no one to answer.
             raise _Refused(Response(status_code=408)) from None
@@ -311,6 +336,8 @@ class QueryBarProxy:
         return None
 
     async def handle(self, request: Request) -> Response:
+        if self.stages is not None:
+            self.stages.start_request()
         if not self._authorized(request):
             return error_response(
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
@@ -380,7 +407,8 @@ class QueryBarProxy:
             content=content,
         )
         try:
-            upstream = await self.client.send(upstream_request, stream=True)
+            with stages.span("upstream round trip (to headers)"):
+                upstream = await self.client.send(upstream_request, stream=True)
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             slow = UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
             log.warning("upstream %s timed out", self.connection.url)
@@ -407,7 +435,7 @@ class QueryBarProxy:
             response_headers.pop("content-length", None)
             return Response(upstream.content, upstream.status_code, response_headers)
         return StreamingResponse(
-            upstream.aiter_raw(),
+            _relayed(upstream) if stages.recording() else upstream.aiter_raw(),
             status_code=upstream.status_code,
             headers=response_headers,
             background=BackgroundTask(upstream.aclose),
