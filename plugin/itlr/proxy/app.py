@@ -35,7 +35,7 @@ from itlr.engines.integrity import (
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.errors import EngineError, IndexStateError, ItlrError, QuerySyntaxError
 from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
 from itlr.proxy import stages
@@ -43,6 +43,7 @@ from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, m
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
     IndexConfig,
+    SearchTarget,
     Upstream,
     UpstreamTimeout,
     auth_headers,
@@ -55,6 +56,9 @@ log = logging.getLogger("itlr.proxy")
 
 # A UI's search bodies are small; a _msearch of many panels stays far below this.
 MAX_SEARCH_BODY = LIMITS.max_body_bytes
+# An answer up to this size (a search page, a histogram) is read whole and sent in one piece:
+# a streamed response costs the server a second task per request; bigger ones stream.
+RELAY_IN_ONE_PIECE = 1 << 20
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, never forwarded.
 HOP_BY_HOP = {
     "connection",
@@ -68,6 +72,10 @@ HOP_BY_HOP = {
     "host",
     TOKEN_HEADER,
 }
+# Kept-alive connections to the upstream: a new one costs a TCP (and TLS) handshake. A UI
+# fires a dozen panel searches at once; httpx's default drops idle ones after 5 s, less than
+# the pause between two queries typed in a query bar; 30 s stays under load balancers' 60.
+UPSTREAM_POOL = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=30)
 SEARCH_PATH = re.compile(
     r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
 )
@@ -139,6 +147,15 @@ async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
     stages.add("relay response body", (time.perf_counter() - started) * 1000)
 
 
+def decode_json(raw: bytes) -> Any:
+    """orjson first (a tenth of the standard library's time); what it refuses and the standard
+    library takes (NaN, integers past 64 bits, UTF-16) still parses as before."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 class _Refused(Exception):
     """A response to send instead of forwarding."""
 
@@ -172,6 +189,7 @@ class QueryBarProxy:
             verify=verify,
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
+            limits=UPSTREAM_POOL,
         )
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
@@ -200,6 +218,34 @@ class QueryBarProxy:
         with stages.span("encode (cache + model)"):
             return cache_for(embedder.name).encode(terms, encode, embedder.dims)
 
+    def _cached(self, model: str, terms: list[str]) -> np.ndarray | None:
+        """The vectors when every term is in the term cache, else None. Microseconds, so it
+        runs on the event loop: a repeated query skips the hand-off to a worker thread."""
+        embedder = self._embedder  # a plain read: the lock may be held by a running encode
+        if embedder is None or embedder.name != model:
+            return None
+        with stages.span("encode (cache + model)"):
+            return cache_for(model).cached(terms)
+
+    async def _vectors(self, searched: SearchTarget, target: str, terms: list[str]) -> np.ndarray:
+        model = searched.vectors.model
+        vectors = self._cached(model, terms)
+        if vectors is None:
+            encoded_before = stages.get("encode (cache + model)")
+            with stages.span("thread hand-off"):
+                vectors = await anyio.to_thread.run_sync(self._encode, model, terms)
+            # The span holds the encode (timed in the worker thread): keep the hand-off alone.
+            stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
+        mapped = searched.vectors.dims
+        if mapped and vectors.shape[1] != mapped:
+            # The engine would refuse each kNN clause with a long error of its own.
+            raise IndexStateError(
+                f"index {target!r} field {searched.vectors.layout.vector_field!r} holds "
+                f"{mapped}-dim vectors but model {model!r} makes {vectors.shape[1]}-dim ones: "
+                "start the proxy with the matching --model (or the index config's `model`)"
+            )
+        return vectors
+
     # -- rewriting -------------------------------------------------------------------------
 
     async def _rewrite_one(
@@ -216,13 +262,7 @@ class QueryBarProxy:
             )
         with stages.span("index lookup (cached)"):
             searched = await self.upstream.target(target, headers)
-        encoded_before = stages.get("encode (cache + model)")
-        with stages.span("thread hand-off"):
-            vectors = await anyio.to_thread.run_sync(
-                self._encode, searched.vectors.model, list(found.query.terms)
-            )
-        # The span holds the encode too (timed in the worker thread): keep the hand-off alone.
-        stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
+        vectors = await self._vectors(searched, target, list(found.query.terms))
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
@@ -234,7 +274,7 @@ class QueryBarProxy:
         with stages.span("parse JSON"):
             LIMITS.check_json_depth(raw, "the search body")
             try:
-                body = json.loads(raw) if raw.strip() else None
+                body = decode_json(raw) if raw.strip() else None
             except ValueError:
                 return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
@@ -260,8 +300,8 @@ class QueryBarProxy:
                 position += 1
                 continue
             try:
-                header = json.loads(header_line)
-                body = json.loads(body_line)
+                header = decode_json(header_line)
+                body = decode_json(body_line)
             except ValueError:
                 return None
             if isinstance(header, dict) and isinstance(body, dict):
@@ -275,10 +315,11 @@ class QueryBarProxy:
             position += 2
         return b"\n".join(lines) if changed else None
 
-    async def _body_to_send(self, request: Request, raw: bytes) -> bytes | None:
+    async def _body_to_send(
+        self, request: Request, match: re.Match[str], raw: bytes
+    ) -> bytes | None:
         """The body to forward in place of `raw`, or None to forward `raw` itself."""
-        match = SEARCH_PATH.match(request.url.path)
-        if match is None or request.method not in ("GET", "POST"):
+        if request.method not in ("GET", "POST"):
             return None
         target, api = match.group("target"), match.group("api")
         headers = auth_headers(request.headers)
@@ -371,10 +412,10 @@ class QueryBarProxy:
                     f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
                 )
             content = raw if raw or "content-length" in request.headers else None
-        elif SEARCH_PATH.match(request.url.path):
+        elif search := SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
-                replaced = await self._body_to_send(request, raw)
+                replaced = await self._body_to_send(request, search, raw)
             except _Refused as refused:
                 return refused.response
             except LimitError as over:
@@ -434,6 +475,26 @@ class QueryBarProxy:
             response_headers.pop("content-encoding", None)
             response_headers.pop("content-length", None)
             return Response(upstream.content, upstream.status_code, response_headers)
+        declared = upstream.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) <= RELAY_IN_ONE_PIECE:
+            try:
+                with stages.span("relay response body"):
+                    content = b"".join([chunk async for chunk in upstream.aiter_raw()])
+            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+                return upstream_timeout(
+                    UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
+                )
+            except httpx.TransportError as cut:
+                return error_response(
+                    502,
+                    "itlr_upstream_unreachable",
+                    f"itlr proxy: the upstream {self.connection.url} broke off its answer "
+                    f"({type(cut).__name__})",
+                )
+            finally:
+                await upstream.aclose()
+            # The bytes as sent (still compressed if they were): its content-length holds.
+            return Response(content, upstream.status_code, response_headers)
         return StreamingResponse(
             _relayed(upstream) if stages.recording() else upstream.aiter_raw(),
             status_code=upstream.status_code,
