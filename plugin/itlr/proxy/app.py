@@ -184,13 +184,19 @@ class QueryBarProxy:
         # One encode at a time: the model is shared by every request of the process.
         self._encode_lock = threading.Lock()
         verify: Any = connection.ca_file or connection.verify_certs
+        # Forwarded requests go to the transport itself: the client's layers (cookie jar,
+        # auth, redirects, URL merging) cost CPU on every request, and a cookie one UI user's
+        # answer set must never ride along on another user's request.
+        self.transport = httpx.AsyncHTTPTransport(verify=verify, limits=UPSTREAM_POOL)
+        # The client, sharing the pool, asks the upstream the proxy's own questions (Upstream).
         self.client = httpx.AsyncClient(
             base_url=connection.url,
-            verify=verify,
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
-            limits=UPSTREAM_POOL,
+            transport=self.transport,
         )
+        self._base = connection.url.rstrip("/")
+        self._timeouts = self.client.timeout.as_dict()
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes)
@@ -441,15 +447,17 @@ class QueryBarProxy:
             content = request.stream()
         else:
             content = None  # no body came, none goes (not an empty chunked one)
-        upstream_request = self.client.build_request(
+        upstream_request = httpx.Request(
             request.method,
-            _raw_target(request),
+            self._base + _raw_target(request),
             headers=headers,
             content=content,
+            extensions={"timeout": self._timeouts},
         )
         try:
             with stages.span("upstream round trip (to headers)"):
-                upstream = await self.client.send(upstream_request, stream=True)
+                upstream = await self.transport.handle_async_request(upstream_request)
+                upstream.request = upstream_request
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             slow = UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
             log.warning("upstream %s timed out", self.connection.url)
