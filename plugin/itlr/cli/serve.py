@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import click
 import typer
-from click.core import ParameterSource
 
 from itlr.cli.app import ModelOpt, app, engine_command, err, run_guarded, warn
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
@@ -28,6 +26,7 @@ from itlr.service.security import TOKEN_ENV
 @engine_command
 @search_option_command(only=PROXY_OPTIONS)
 def serve(
+    context: typer.Context,
     index: Annotated[
         str | None,
         typer.Option(
@@ -97,8 +96,8 @@ def serve(
             "index_config": index_config,
             # --vector-field / --text-field: the layout of indexes itlr did not make, as for
             # `python -m itlr.cli.proxy`; their defaults name no such layout.
-            "vector_field": _given("vector_field", spec.layout.vector_field),
-            "text_field": _given("text_field", spec.layout.text_field),
+            "vector_field": _given(context, "vector_field", spec.layout.vector_field),
+            "text_field": _given(context, "text_field", spec.layout.text_field),
         }
         _serve_proxy(spec, field, host, port, token, model, {**serving, **option_values})
         return
@@ -157,10 +156,10 @@ def _no_search_options(given: dict[str, Any]) -> None:
         )
 
 
-def _given(name: str, value: str) -> str | None:
+def _given(context: typer.Context, name: str, value: str) -> str | None:
     """A flag's value when the user set it (command line or environment), else None."""
-    source = click.get_current_context().get_parameter_source(name)
-    return None if source in (None, ParameterSource.DEFAULT) else value
+    source = context.get_parameter_source(name)
+    return None if source is None or source.name == "DEFAULT" else value
 
 
 def _index_config_without_proxy() -> None:
