@@ -116,6 +116,18 @@ def test_a_small_answer_keeps_the_upstream_headers_and_bytes(
         assert proxied.headers.get(header) == direct.headers.get(header)
 
 
+def test_a_head_request_gets_the_upstream_status_and_headers_without_a_body(
+    opensearch_url, opensearch_demo
+) -> None:
+    with serving(create_proxy_app(Connection(opensearch_url))) as url:
+        for index in (opensearch_demo.index, "itlr-no-such-index"):
+            direct = httpx.head(f"{opensearch_url}/{index}", timeout=60)
+            proxied = httpx.head(f"{url}/{index}", timeout=60)
+            assert proxied.status_code == direct.status_code
+            assert proxied.headers.get("content-length") == direct.headers.get("content-length")
+            assert proxied.content == b""
+
+
 def test_json_orjson_refuses_still_parses_as_the_standard_library_does() -> None:
     assert decode_json(b'{"size": 5}') == {"size": 5}
     assert math.isnan(decode_json(b'{"boost": NaN}')["boost"])
