@@ -231,3 +231,29 @@ def test_the_cli_searches_with_max_not_evidence_and_refuses_an_unknown_one(tmp_p
     assert hits[1]["truths"]["Denmark"] > hits[0]["truths"]["Denmark"]
     refused = runner.invoke(app, [*args, "--not-evidence", "most"])
     assert refused.exit_code == 2 and "most" in refused.stderr
+
+
+def test_the_json_service_takes_max_not_evidence_and_refuses_an_unknown_one_with_a_422(
+    embedded, vocabulary_vectors
+) -> None:
+    import httpx
+
+    from itlr.service import create_app
+    from itlr.service.server import serving
+
+    index = itlr.Index.open(str(embedded.path), create=False)
+    body = {"query": '"vitamin D" AND NOT "bone health"', "truth": "hybrid", "k": 5}
+    with serving(create_app(index)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        answer = client.post("/search", json={**body, "not_evidence": "max", "lexical_share": 0.3})
+        refused = client.post("/search", json={**body, "not_evidence": "most"})
+    assert answer.status_code == 200, answer.text
+    query = itlr.parse(body["query"])
+    local = embedded.search(
+        query, term_vectors(query, vocabulary_vectors), SearchOptions(k=5, truth=MAX_NOT)
+    )
+    assert [h["id"] for h in answer.json()["hits"]] == [h.id for h in local]
+    assert [h["score"] for h in answer.json()["hits"]] == pytest.approx(
+        [h.score for h in local], abs=1e-6
+    )
+    message = refused.json()["error"]
+    assert refused.status_code == 422 and "not_evidence" in message and "\n" not in message
