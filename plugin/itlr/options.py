@@ -146,7 +146,7 @@ def search_options(
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
     HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
     `model`. `truth="hybrid"` mixes in lexical evidence: `lexical` is its share of a positive
-    term's truth, `not_evidence` what NOT terms use (lexical, cosine, mixed or max; itlr.scoring)."""
+    term's truth, `not_evidence` what NOT terms use (lexical, cosine, mixed, max: itlr.scoring)."""
     for name, value in (
         ("tau", tau),
         ("lam", lam),
