@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import itlr
-from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
+from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.composition import compose
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
@@ -31,6 +32,12 @@ CLAMP = TruthMap()
         # an OR of a conjunction and a term, each with its own search
         ('("a" AND "b") OR "c"', [SearchBound(("a", "b"), 1.0), SearchBound(("c",), 0.4)], 0.65),
         ('"a" AND "b" AND "c" AND NOT "d"', [SearchBound(("a", "b", "c"), 1.5)], 0.125),
+        # a term both wanted and excluded: "b" free, so the NOT can be 1 at best
+        ('"a" AND NOT ("a" AND "b")', [SearchBound(("a",), 0.1)], 0.1),
+        # a heavy weight under a product AND: 2x - 1 is negative for x < 0.5, and two such
+        # factors multiply to a positive score, best where both documents' cosines are lowest
+        ('"a"^2 AND "b"^2', [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)], 1.0),
+        ('"a"^2 AND "b"', [SearchBound(("a",), 0.9), SearchBound(("b",), 0.5)], 0.4),
     ],
 )
 def test_the_bound_is_the_best_score_an_unseen_document_can_reach(
@@ -46,18 +53,43 @@ def test_a_search_that_returned_every_document_leaves_nothing_unseen() -> None:
     assert unseen_cannot_beat(itlr.parse('"a"'), bounds, 0.0, SEARCH_OPERATORS, CLAMP)
 
 
-def test_a_term_both_wanted_and_excluded_is_never_certified() -> None:
-    query = itlr.parse('"a" AND NOT ("a" AND "b")')
-    bounds = [SearchBound(("a",), 0.1)]
-    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+SHAPES = [
+    '"a" AND "b"',
+    '"a"^2 AND "b"',
+    '"a"^1.5 AND "b"^0.5 AND NOT "c"',
+    '("a" AND "b"^3) OR "c"^0.5',
+    '"a" AND NOT ("b"^2 OR "c")',
+    '"a"^2 AND NOT "a"',
+]
+FAMILIES = [
+    SEARCH_OPERATORS,
+    Operators(and_="min", or_="max"),
+    Operators(and_="sum", or_="probsum"),
+    Operators(and_="lukasiewicz", not_strength=1.0),
+]
 
 
-def test_a_heavy_weight_under_a_product_and_is_never_certified() -> None:
-    # 1 + 2 * (x - 1) is negative for x < 0.5: two such factors multiply to a positive score.
-    query = itlr.parse('"a"^2 AND "b"^2')
-    bounds = [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)]
-    assert uncertifiable(query, SEARCH_OPERATORS) is not None
-    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+@pytest.mark.parametrize("query", SHAPES)
+@pytest.mark.parametrize("ops", FAMILIES, ids=lambda o: f"{o.and_}-{o.or_}")
+def test_a_proof_holds_against_every_document_the_bounds_allow(query: str, ops: Operators) -> None:
+    # Brute force: every point of a grid over the cosines the per-term bounds allow (terms
+    # without a search anywhere in [-1, 1]). A proof at a threshold below the grid's best
+    # would be a lie; no proof at a threshold well above it would be a useless bound.
+    parsed = itlr.parse(query)
+    rng = np.random.default_rng(7)
+    grid = np.linspace(-1.0, 1.0, 41)
+    for _ in range(5):
+        searched = [t for t in parsed.terms if t != "c"]
+        limits = dict(zip(searched, rng.uniform(-0.2, 0.9, len(searched)), strict=True))
+        bounds = [SearchBound((t,), float(limit)) for t, limit in limits.items()]
+        axes = [
+            np.append(grid[grid <= limits[t]], limits[t]) if t in limits else grid
+            for t in parsed.terms
+        ]
+        points = np.stack(np.meshgrid(*axes), axis=-1).reshape(-1, len(parsed.terms))
+        best = float(compose(parsed, points, ops, CLAMP).scores.max())
+        assert not unseen_cannot_beat(parsed, bounds, best - 1e-6, ops, CLAMP)
+        assert unseen_cannot_beat(parsed, bounds, best * 1.05 + 0.05, ops, CLAMP)
 
 
 def test_a_reciprocal_not_cannot_be_bounded_by_the_searches() -> None:

@@ -9,19 +9,20 @@ the document's cosines with those terms:
 
     sum over t in G of cos(d, t)  <=  c * |sum over t in G of t|
 
-The composed score is monotone in every term's truth value: non-decreasing in a term reached
-through an even number of NOTs, non-increasing in a negated one (every operator and truth map
-itlr has is monotone so). So the best an unseen document can do is the maximum of the composed
-score over the cosines allowed by all the searches' bounds, negated terms at their best (-1).
-If that maximum is at most the k-th best candidate's score, the top k is exact (this is the
-threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of one per list).
+So the best an unseen document can do is the maximum of the composed score over the cosines
+allowed by all the searches' bounds, terms that no search bounds (those only under a NOT)
+anywhere in [-1, 1]. If that maximum is at most the k-th best candidate's score, the top k is
+exact (this is the threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of
+one per list).
 
 The maximum is not computed, only compared with the k-th score, by branch and bound over boxes
-of positive-term cosines: a box whose upper corner composes to at most the threshold holds no
-better document (monotonicity), a box that violates a bound at its lower corner holds no
-document at all, and the others are split. A box whose lower corner (a point the bounds allow)
-composes above the threshold ends the proof at once: some unseen document might score that much,
-so the searches must go deeper; so does a box smaller than `RESOLUTION`.
+of the searched terms' cosines: a box whose score range (itlr.interval: interval arithmetic
+over the program, so no monotonicity is assumed, and weighted AND terms are covered) ends at
+most at the threshold holds no better document, a box that violates a bound at its lower corner
+holds no document at all, and the others are split. A box whose lower corner (a point the bounds
+allow; unsearched terms at -1) composes above the threshold ends the proof at once: some unseen
+document might score that much, so the searches must go deeper; so does a box smaller than
+`RESOLUTION`.
 
 The proof is as exact as the kNN searches are: exact scans (the embedded engine below its graph
 threshold) give a proof; HNSW searches give one up to the graph's own recall.
@@ -36,8 +37,10 @@ import numpy as np
 
 from itlr.candidates import Plan
 from itlr.composition import compose
-from itlr.query import And, Node, Not, Query, Term
+from itlr.interval import program_range
+from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
+from itlr.tree import literals
 
 # Boxes narrower than this (in cosine) are not split further: the bound is not proved.
 RESOLUTION = 1e-3
@@ -83,8 +86,8 @@ def round_plan(plan: Plan) -> Plan:
 
 
 def certifiable(query: Query, ops: Operators, truth: TruthMap) -> bool:
-    """Whether knn mode can prove this query's top k: anchored, monotone in its terms, and
-    scored from cosines alone (the kNN searches say nothing of an unseen document's words, so
+    """Whether knn mode can prove this query's top k: anchored, with bounded NOTs, and scored
+    from cosines alone (the kNN searches say nothing of an unseen document's words, so
     hybrid truth values are not bounded by them)."""
     return (
         query.has_positive_term
@@ -95,43 +98,11 @@ def certifiable(query: Query, ops: Operators, truth: TruthMap) -> bool:
 
 
 def uncertifiable(query: Query, ops: Operators) -> str | None:
-    """Why the composed score is not monotone in every term's truth (so no bound holds), or
-    None when it is."""
-    positive, negative = polarities(query.root)
-    if positive & negative:
-        return "a term is both wanted and excluded"
-    if ops.not_ == "reciprocal" and negative:
+    """Why no bound can prove this query's top k, or None."""
+    if ops.not_ == "reciprocal" and any(negated for _, negated in literals(query.root)):
+        # 1/x of a truth that may be 0: an unseen document's NOT is unbounded.
         return "the reciprocal NOT has no best case (1/x of a truth that may be 0)"
-    if ops.and_ == "product" and _heavy_and_weight(query.root):
-        # 1 + w * (x - 1) turns negative for w > 1, and a product of negatives is not monotone.
-        return "a term under an AND weighs more than 1"
     return None
-
-
-def _heavy_and_weight(node: Node, parent_is_and: bool = False) -> bool:
-    if isinstance(node, Term):
-        return parent_is_and and node.weight > 1
-    if isinstance(node, Not):
-        return _heavy_and_weight(node.operand, False)
-    return any(_heavy_and_weight(child, isinstance(node, And)) for child in node.operands)
-
-
-def polarities(root: Node) -> tuple[set[str], set[str]]:
-    """(terms reached through an even number of NOTs, terms reached through an odd number)."""
-    positive: set[str] = set()
-    negative: set[str] = set()
-
-    def visit(node: Node, negated: bool) -> None:
-        if isinstance(node, Term):
-            (negative if negated else positive).add(node.text)
-        elif isinstance(node, Not):
-            visit(node.operand, not negated)
-        else:
-            for child in node.operands:
-                visit(child, negated)
-
-    visit(root, False)
-    return positive, negative
 
 
 def unseen_cannot_beat(
@@ -147,20 +118,28 @@ def unseen_cannot_beat(
         return True
     if uncertifiable(query, ops) is not None:
         return False
-    positive, _ = polarities(query.root)
     terms = query.terms
-    free = [i for i, t in enumerate(terms) if t in positive]
+    searched = {t for b in bounds for t in b.terms}
+    free = [i for i, t in enumerate(terms) if t in searched]
     if not free:
         return False
     column = {terms[i]: j for j, i in enumerate(free)}
     groups = [([column[t] for t in b.terms if t in column], b.limit) for b in bounds]
     groups = [(cols, limit) for cols, limit in groups if cols]
-    base = np.full(len(terms), -1.0)  # negated terms at their best: as far as can be
+
+    def cosines(corners: np.ndarray, unsearched: float) -> np.ndarray:
+        full = np.full((len(corners), len(terms)), unsearched)
+        full[:, free] = corners
+        return full
 
     def scores(corners: np.ndarray) -> np.ndarray:
-        cosines = np.repeat(base[np.newaxis], len(corners), axis=0)
-        cosines[:, free] = corners
-        return compose(query, cosines, ops, truth).scores
+        return compose(query, cosines(corners, -1.0), ops, truth).scores
+
+    def greatest(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        # Every truth map is non-decreasing in the cosine: a box of cosines is a box of truths.
+        low = truth.apply(cosines(lower, -1.0), terms)
+        high = truth.apply(cosines(upper, 1.0), terms)
+        return np.maximum(program_range(query.program, low, high, ops)[1], 0.0)
 
     lower = np.full((1, len(free)), -1.0)
     upper = np.full((1, len(free)), 1.0)
@@ -173,7 +152,7 @@ def unseen_cannot_beat(
         lower, upper = lower[feasible], upper[feasible]
         if not len(lower):
             return True
-        open_ = scores(upper) > threshold
+        open_ = greatest(lower, upper) > threshold
         lower, upper = lower[open_], upper[open_]
         examined += len(lower)
         if not len(lower):
