@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 from types import ModuleType
@@ -225,22 +225,25 @@ class ClusterBackend:
             )
         hashes = [content_hash(t, self.model) for t in texts]
         actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
-        return self._bulk(actions)
+        return self.bulk(actions)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
         actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
-        failures = self._bulk(actions)
+        failures = self.bulk(actions)
         return len(actions) - len(failures)
 
-    def _bulk(self, actions: list[dict[str, Any]]) -> dict[str, str]:
+    def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
+        """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
         helpers = self._bulk_helpers()
         failures: dict[str, str] = {}
         with self._errors():
-            # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
+            # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
+            # tries); the client retries 5xx and time-outs.
             for ok, item in helpers.streaming_bulk(
                 self.client,
                 actions,
+                chunk_size=chunk_size,
                 raise_on_error=False,
                 raise_on_exception=False,
                 max_retries=5,
