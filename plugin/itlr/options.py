@@ -424,3 +424,7 @@ class Hits(list[Hit]):
         # mode with a certificate); False: the depth cap stopped the proof; None: not asked
         # (a query that is not anchored).
         self.exact = exact
+
+    def noting(self, *warnings: str) -> Hits:
+        """The same hits and certificate with more warnings."""
+        return Hits(self, (*self.warnings, *warnings), self.exact)

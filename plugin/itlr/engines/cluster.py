@@ -363,9 +363,7 @@ class ClusterBackend:
                 *self.filter_warnings(options),
             )
             return Hits(found, warnings, exact=exact)
-        certified = self._certified(query, term_vectors, options)
-        warnings = (*certified.warnings, *self.filter_warnings(options))
-        return Hits(certified, warnings, exact=certified.exact)
+        return self._certified(query, term_vectors, options).noting(*self.filter_warnings(options))
 
     def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
@@ -376,6 +374,7 @@ class ClusterBackend:
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds(limit=dialect.max_k)
         hits: list[Hit] = []
+        proved = False
         for budget in rounds:
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
@@ -392,14 +391,13 @@ class ClusterBackend:
                 else:  # fewer documents than the budget: the search returned them all
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
-                return Hits(hits, (*request.warnings, *getattr(hits, "warnings", ())), exact=True)
-        warned = [
-            *request.warnings,
-            *getattr(hits, "warnings", ()),
-            not_proved(options.k, rounds[-1]),
-        ]
-        return Hits(hits, warned, exact=False)
+            proved = unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth)
+            if proved:
+                break
+        noted = (*request.warnings, *getattr(hits, "warnings", ()))
+        if proved:
+            return Hits(hits, noted, exact=True)
+        return Hits(hits, (*noted, not_proved(options.k, rounds[-1])), exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a
