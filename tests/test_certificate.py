@@ -34,9 +34,8 @@ CLAMP = TruthMap()
         ('"a" AND "b" AND "c" AND NOT "d"', [SearchBound(("a", "b", "c"), 1.5)], 0.125),
         # a term both wanted and excluded: "b" free, so the NOT can be 1 at best
         ('"a" AND NOT ("a" AND "b")', [SearchBound(("a",), 0.1)], 0.1),
-        # a heavy weight under a product AND: 2x - 1 is negative for x < 0.5, and two such
-        # factors multiply to a positive score, best where both documents' cosines are lowest
-        ('"a"^2 AND "b"^2', [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)], 1.0),
+        # a heavy weight under a product AND: max(0, 2x - 1) is 0 below x = 0.5
+        ('"a"^2 AND "b"^2', [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)], 0.0),
         ('"a"^2 AND "b"', [SearchBound(("a",), 0.9), SearchBound(("b",), 0.5)], 0.4),
     ],
 )

@@ -3,8 +3,8 @@ greatest score any point in the box can compose to.
 
 The certificate (itlr.certificate) needs the greatest score an unseen document could reach.
 Reading it off the box's upper corner is right only when the score is monotone in every term,
-which a weighted AND term breaks (1 + w * (x - 1) is negative for w > 1 and small x, and a
-product of negatives is not monotone). Interval arithmetic needs no such property: each
+which the program does not promise (a term both wanted and excluded, weighted operands outside
+[0, 1] under probsum). Interval arithmetic needs no such property: each
 operator maps the intervals of its operands to an interval holding every value it can take.
 Where every term occurs once in the query, the result is the exact range over the box (each
 operator is evaluated on independent operands); where a term occurs twice it is a valid but
@@ -38,7 +38,8 @@ def program_range(
         elif op is Op.WEIGHT_AND:
             identity = ops.and_identity
             weight = program.weights[arg]
-            stack.append(_affine(stack.pop(), weight, identity * (1.0 - weight)))
+            low, high = _affine(stack.pop(), weight, identity * (1.0 - weight))
+            stack.append((np.maximum(low, 0.0), np.maximum(high, 0.0)))
         else:
             operands = stack[-arg:]
             del stack[-arg:]
