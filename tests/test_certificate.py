@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import itlr
+from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
 from itlr.composition import compose
 from itlr.engines.embedded import EmbeddedIndex
@@ -100,8 +101,27 @@ def test_a_reciprocal_not_cannot_be_bounded_by_the_searches() -> None:
 
 def test_a_combined_search_bounds_the_sum_of_its_unit_vectors() -> None:
     a, b = np.eye(4)[0], np.eye(4)[1]
-    bound = search_bound(("a", "b"), {"a": a, "b": 3 * b}, last=0.5)
+    search = CandidateSearch(("a", "b"), (a + b) / np.sqrt(2), 10)
+    bound = search_bound(search, {"a": a, "b": 3 * b}, last=0.5)
     assert bound.limit == pytest.approx(0.5 * np.sqrt(2))
+
+
+def test_a_weighted_search_bounds_the_weighted_sum() -> None:
+    # 0.5 cos_a + cos_b <= 0.4 * |0.5 a + b|: cos_a alone may reach 0.4 * sqrt(1.25) / 0.5.
+    a, b = np.eye(4)[0], np.eye(4)[1]
+    query = itlr.parse('"a"^0.5 AND "b"')
+    (search,) = plan_candidates(query, np.stack([a, b]), 10, "combined")
+    assert search.weights == (0.5, 1.0)
+    np.testing.assert_allclose(search.vector, (0.5 * a + b) / np.sqrt(1.25), rtol=1e-6)
+    bound = search_bound(search, {"a": a, "b": b}, last=0.4)
+    assert bound.limit == pytest.approx(0.4 * np.sqrt(1.25))
+    # (0.5 + 0.5 x) * y under 0.5 x + y <= L, x and y <= 1: best at y = L - 0.5 x
+    limit = bound.limit
+    xs = np.linspace(-1, 1, 20001)
+    ys = np.minimum(1.0, limit - 0.5 * xs)
+    best = float(np.max((0.5 + 0.5 * np.clip(xs, 0, 1)) * np.clip(ys, 0, 1)))
+    assert unseen_cannot_beat(query, [bound], best + 0.005, SEARCH_OPERATORS, CLAMP)
+    assert not unseen_cannot_beat(query, [bound], best - 0.005, SEARCH_OPERATORS, CLAMP)
 
 
 # -- the rounds, on an embedded index built so that the first round misses the best document ---

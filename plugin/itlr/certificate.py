@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from itlr.candidates import Plan
+from itlr.candidates import CandidateSearch, Plan
 from itlr.composition import compose
 from itlr.interval import program_range
 from itlr.query import Query
@@ -50,23 +50,32 @@ MAX_BOXES = 20_000
 
 @dataclass(frozen=True)
 class SearchBound:
-    """What one kNN search proves about every document it did not return: the sum of the
-    document's cosines with `terms` is at most `limit`. `exhausted`: it returned every
-    document, so nothing is unseen."""
+    """What one kNN search proves about every document it did not return: the weighted sum of
+    the document's cosines with `terms` (`weights`, all 1 when empty) is at most `limit`.
+    `exhausted`: it returned every document, so nothing is unseen."""
 
     terms: tuple[str, ...]
     limit: float
     exhausted: bool = False
+    weights: tuple[float, ...] = ()
 
 
 def search_bound(
-    terms: Sequence[str], term_vectors: dict[str, np.ndarray], last: float
+    search: CandidateSearch, term_vectors: dict[str, np.ndarray], last: float
 ) -> SearchBound:
-    """The bound of a search over `terms` (unit vectors; several: their normalised sum) whose
-    last returned neighbour had cosine `last` with the search vector."""
-    units = [np.asarray(term_vectors[t], dtype=np.float64) for t in terms]
-    summed = np.sum([u / (np.linalg.norm(u) or 1.0) for u in units], axis=0)
-    return SearchBound(tuple(terms), float(last) * float(np.linalg.norm(summed)))
+    """The bound of a search whose last returned neighbour had cosine `last` with its vector,
+    the normalised weighted sum of its terms' unit vectors: for a document d,
+    sum of w_t cos(d, t) = cos(d, vector) * |sum of w_t t|."""
+    units = [np.asarray(term_vectors[t], dtype=np.float64) for t in search.terms]
+    summed = np.sum(
+        [
+            w * u / (np.linalg.norm(u) or 1.0)
+            for w, u in zip(search.term_weights, units, strict=True)
+        ],
+        axis=0,
+    )
+    limit = float(last) * float(np.linalg.norm(summed))
+    return SearchBound(search.terms, limit, weights=search.weights)
 
 
 def not_proved(k: int, depth: int) -> str:
@@ -124,8 +133,14 @@ def unseen_cannot_beat(
     if not free:
         return False
     column = {terms[i]: j for j, i in enumerate(free)}
-    groups = [([column[t] for t in b.terms if t in column], b.limit) for b in bounds]
-    groups = [(cols, limit) for cols, limit in groups if cols]
+    groups = []
+    for b in bounds:
+        # A term weighted 0 in the search vector is not bounded by it.
+        weighted = zip(b.terms, b.weights or [1.0] * len(b.terms), strict=True)
+        pairs = [(column[t], w) for t, w in weighted if w]
+        if pairs:
+            cols, weights = zip(*pairs, strict=True)
+            groups.append((list(cols), np.asarray(weights, dtype=np.float64), b.limit))
 
     def cosines(corners: np.ndarray, unsearched: float) -> np.ndarray:
         full = np.full((len(corners), len(terms)), unsearched)
@@ -147,8 +162,8 @@ def unseen_cannot_beat(
     while len(lower):
         upper = _tightened(lower, upper, groups)
         feasible = np.all(upper >= lower, axis=1)
-        for cols, limit in groups:
-            feasible &= lower[:, cols].sum(axis=1) <= limit + 1e-9
+        for cols, weights, limit in groups:
+            feasible &= lower[:, cols] @ weights <= limit + 1e-9
         lower, upper = lower[feasible], upper[feasible]
         if not len(lower):
             return True
@@ -167,15 +182,15 @@ def unseen_cannot_beat(
 
 
 def _tightened(
-    lower: np.ndarray, upper: np.ndarray, groups: list[tuple[list[int], float]]
+    lower: np.ndarray, upper: np.ndarray, groups: list[tuple[list[int], np.ndarray, float]]
 ) -> np.ndarray:
     """Each cosine's upper end cut to what its searches' bounds leave once the other terms of
     the search are at their lower ends."""
     upper = upper.copy()
-    for cols, limit in groups:
-        total = lower[:, cols].sum(axis=1)
-        for col in cols:
-            room = limit - (total - lower[:, col])
+    for cols, weights, limit in groups:
+        total = lower[:, cols] @ weights
+        for col, weight in zip(cols, weights, strict=True):
+            room = (limit - (total - weight * lower[:, col])) / weight
             upper[:, col] = np.minimum(upper[:, col], room)
     return upper
 

@@ -387,7 +387,7 @@ class ClusterBackend:
             for search, probe in zip(searches, responses[1:], strict=True):
                 last = probe["hits"]["hits"]
                 if last:
-                    bounds.append(search_bound(search.terms, unit, dialect.cosine(last[0])))
+                    bounds.append(search_bound(search, unit, dialect.cosine(last[0])))
                 else:  # fewer documents than the budget: the search returned them all
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0

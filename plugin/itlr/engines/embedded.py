@@ -367,7 +367,7 @@ class EmbeddedIndex:
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
             bounds += [
-                search_bound(s.terms, unit, self._last_cosine(s, hits))
+                search_bound(s, unit, self._last_cosine(s, hits))
                 if len(hits) < len(rows)
                 else SearchBound(s.terms, 0.0, exhausted=True)
                 for s, hits in zip(searches, found, strict=True)
