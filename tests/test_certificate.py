@@ -241,3 +241,23 @@ def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowde
         query, terms, SearchOptions(k=10, candidates=50, max_candidates=50)
     )
     assert capped.exact is False and "best" not in {h.id for h in capped}
+
+
+def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
+    crowded: EmbeddedIndex,
+) -> None:
+    # Through the graph, a deeper round would trust the graph's recall and cost walks thousands
+    # deep: the engine scores every row instead, so the top k is exact by construction.
+    crowded.ann_min_rows = 0
+    walks = []
+    graph_lists = crowded._ann_lists
+    crowded._ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50))
+    assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == "best"
+    assert hits.exact is True and not hits.warnings
+    assert len(walks) == 1  # the first round only
+    capped = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    assert "best" not in {h.id for h in capped} and capped.exact is False
