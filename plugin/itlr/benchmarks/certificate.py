@@ -73,7 +73,7 @@ def certificate_report(
     budget = SearchOptions().candidate_budget
     variants = {
         # What `auto` did before the certificate: one combined search for an anchored query.
-        "without certificate (one round, as before)": lambda query: SearchOptions(
+        "one round, no certificate": lambda query: SearchOptions(
             k=10, max_candidates=budget, plan="combined" if query.anchored else "auto"
         ),
         "with certificate (default)": lambda query: SearchOptions(k=10),
