@@ -133,6 +133,8 @@ def _operator_node(op: Op, arg: int, operands: list[Node], query: Query, ops: Op
         formula = (
             f"{identity:g} + {weight:g} * (x - {identity:g})" if identity else f"{weight:g} * x"
         )
+        if op is Op.WEIGHT_AND:
+            value, formula = max(0.0, value), f"max(0, {formula})"
         return _node(
             value, f"weight: {formula}", operands, node="weight", weight=weight, identity=identity
         )

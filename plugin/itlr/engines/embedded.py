@@ -350,8 +350,11 @@ class EmbeddedIndex:
     def _knn_rounds(
         self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
     ) -> Hits:
-        """knn mode: score the candidates; for a query the certificate applies to, deepen the
-        kNN searches until it proves that no other row can beat the k-th hit, or the cap."""
+        """knn mode: score the candidates; for a query the certificate applies to, prove that no
+        other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
+        cap. Past the graph's threshold a query the first round does not prove is scored over
+        every row instead: one pass over the vectors costs less than graph walks thousands
+        deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
         if not certifiable(query, options.ops, options.truth):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
@@ -362,12 +365,14 @@ class EmbeddedIndex:
         seen = np.zeros(0, dtype=np.int64)
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
-        for budget in rounds:
+        for depth, budget in enumerate(rounds):
+            if depth and options.filter is None and self._uses_ann():
+                return self._scored(query, term_vectors, rows, options, exact=True)
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
             bounds += [
-                search_bound(s.terms, unit, self._last_cosine(s, hits))
+                search_bound(s, unit, self._last_cosine(s, hits))
                 if len(hits) < len(rows)
                 else SearchBound(s.terms, 0.0, exhausted=True)
                 for s, hits in zip(searches, found, strict=True)
