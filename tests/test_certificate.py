@@ -261,3 +261,42 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     assert len(walks) == 1  # the first round only
     capped = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
     assert "best" not in {h.id for h in capped} and capped.exact is False
+
+
+def test_hybrid_truths_are_certified_once_every_mentioning_row_is_a_candidate(
+    tmp_path: Path,
+) -> None:
+    # The one passage that mentions "zebra" is orthogonal to the term's vector: no kNN search
+    # finds it, yet its lexical truth makes it the best hit. Gathering the rows that mention a
+    # positive term puts it among the candidates, and then the proof holds.
+    rng = np.random.default_rng(1)
+    crowd = unit_rows(np.eye(DIMS)[0] * 0.3 + rng.normal(size=(300, DIMS)) * 0.05)
+    others = unit_rows(rng.normal(size=(99, DIMS)))
+    vectors = np.vstack([crowd, np.eye(DIMS)[1:2], others]).astype(np.float32)
+    texts = ["alpha beta"] * 300 + ["the zebra and another zebra"] + ["gamma delta"] * 99
+    ids = [f"doc{i}" for i in range(len(texts))]
+    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index.add(ids, texts, unit_rows(vectors).astype(np.float32))
+    query = itlr.parse('"zebra"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    hybrid = TruthMap("hybrid", lexical=0.9)
+    exact = index.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
+    assert exact[0].id == "doc300"
+    hits = index.search(query, terms, SearchOptions(k=10, candidates=50, truth=hybrid))
+    assert [h.id for h in hits] == [h.id for h in exact]
+    assert hits.exact is True
+
+
+@pytest.mark.parametrize(("unmentioned", "best"), [(("apple",), 0.7 * 0.5), ((), 0.7 * 0.5 + 0.3)])
+def test_an_unseen_documents_lexical_truth_is_zero_only_for_terms_whose_mentions_were_gathered(
+    unmentioned: tuple[str, ...], best: float
+) -> None:
+    # "apple" at cosine <= 0.5 and, unless its mentions were gathered, any lexical truth; the
+    # NOT at its best (0 for both kinds of evidence).
+    query = itlr.parse('"apple" AND NOT "banana"')
+    hybrid = TruthMap("hybrid", lexical=0.3, not_evidence="max")
+    bounds = [SearchBound(("apple",), 0.5)]
+    assert unseen_cannot_beat(query, bounds, best + 0.005, SEARCH_OPERATORS, hybrid, unmentioned)
+    assert not unseen_cannot_beat(
+        query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, unmentioned
+    )

@@ -30,7 +30,7 @@ threshold) give a proof; HNSW searches give one up to the graph's own recall.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,7 @@ import numpy as np
 from itlr.candidates import CandidateSearch, Plan
 from itlr.composition import compose
 from itlr.interval import program_range
+from itlr.lexical import negated_terms
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 from itlr.tree import literals
@@ -94,14 +95,17 @@ def round_plan(plan: Plan) -> Plan:
     return "per-branch" if plan == "auto" else plan
 
 
-def certifiable(query: Query, ops: Operators, truth: TruthMap) -> bool:
+def certifiable(
+    query: Query, ops: Operators, truth: TruthMap, mentions_gathered: bool = False
+) -> bool:
     """Whether knn mode can prove this query's top k: anchored, with bounded NOTs, and scored
-    from cosines alone (the kNN searches say nothing of an unseen document's words, so
-    hybrid truth values are not bounded by them)."""
+    from cosines alone, or, for hybrid truth values, by an engine that also gathers every
+    document mentioning a positive term (`mentions_gathered`): the kNN searches say nothing of
+    an unseen document's words, but an unseen document then mentions none of those terms."""
     return (
         query.has_positive_term
         and query.anchored
-        and not truth.uses_lexical
+        and (not truth.uses_lexical or mentions_gathered)
         and uncertifiable(query, ops) is None
     )
 
@@ -120,9 +124,11 @@ def unseen_cannot_beat(
     threshold: float,
     ops: Operators,
     truth: TruthMap,
+    unmentioned: Collection[str] = (),
 ) -> bool:
     """True when no document that none of the searches returned can score above `threshold`.
-    Only for queries that `uncertifiable` accepts."""
+    Only for queries that `uncertifiable` accepts. For hybrid truths, `unmentioned`: the terms
+    no unseen document mentions (lexical truth 0); any other term's may be anything in [0, 1]."""
     if any(b.exhausted for b in bounds):
         return True
     if uncertifiable(query, ops) is not None:
@@ -147,13 +153,24 @@ def unseen_cannot_beat(
         full[:, free] = corners
         return full
 
+    lexical = truth.uses_lexical
+    shares = truth.lexical_weights(terms, negated_terms(query.root)) if lexical else None
+    quiet = np.array([t in unmentioned for t in terms])
+
+    def words(count: int, most: bool) -> np.ndarray | None:
+        if not lexical:
+            return None
+        return np.where(quiet, 0.0, 1.0 if most else 0.0) * np.ones((count, len(terms)))
+
     def scores(corners: np.ndarray) -> np.ndarray:
-        return compose(query, cosines(corners, -1.0), ops, truth).scores
+        cos = cosines(corners, -1.0)
+        return compose(query, cos, ops, truth, lexical=words(len(cos), False)).scores
 
     def greatest(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-        # Every truth map is non-decreasing in the cosine: a box of cosines is a box of truths.
-        low = truth.apply(cosines(lower, -1.0), terms)
-        high = truth.apply(cosines(upper, 1.0), terms)
+        # Every truth map is non-decreasing in the cosine (and a hybrid one in the lexical
+        # truth): a box of cosines and lexical truths is a box of truths.
+        low = truth.apply(cosines(lower, -1.0), terms, words(len(lower), False), shares)
+        high = truth.apply(cosines(upper, 1.0), terms, words(len(upper), True), shares)
         return np.maximum(program_range(query.program, low, high, ops)[1], 0.0)
 
     lower = np.full((1, len(free)), -1.0)
@@ -162,8 +179,8 @@ def unseen_cannot_beat(
     while len(lower):
         upper = _tightened(lower, upper, groups)
         feasible = np.all(upper >= lower, axis=1)
-        for cols, weights, limit in groups:
-            feasible &= lower[:, cols] @ weights <= limit + 1e-9
+        for cols, coefficients, limit in groups:
+            feasible &= lower[:, cols] @ coefficients <= limit + 1e-9
         lower, upper = lower[feasible], upper[feasible]
         if not len(lower):
             return True

@@ -33,7 +33,7 @@ from itlr.certificate import (
 )
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
-from itlr.engines.embedded_lexical import lexical_matrix
+from itlr.engines.embedded_lexical import lexical_matrix, mentioning_rows
 from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
@@ -355,7 +355,7 @@ class EmbeddedIndex:
         cap. Past the graph's threshold a query the first round does not prove is scored over
         every row instead: one pass over the vectors costs less than graph walks thousands
         deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
-        if not certifiable(query, options.ops, options.truth):
+        if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
             return self._scored(
@@ -363,6 +363,12 @@ class EmbeddedIndex:
             )
         unit = dict(zip(query.terms, term_vectors, strict=True))
         seen = np.zeros(0, dtype=np.int64)
+        unmentioned: tuple[str, ...] = ()
+        if options.truth.uses_lexical:
+            # Hybrid truths: every row that mentions a positive term is a candidate, so an
+            # unseen row's lexical truth for those terms is 0 and the bound holds.
+            unmentioned = query.positive_terms
+            seen = np.intersect1d(mentioning_rows(self, unmentioned), rows)
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
         for depth, budget in enumerate(rounds):
@@ -379,7 +385,9 @@ class EmbeddedIndex:
             ]
             hits = self._scored(query, term_vectors, seen, options, exact=True)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+            if unseen_cannot_beat(
+                query, bounds, threshold, options.ops, options.truth, unmentioned
+            ):
                 return hits
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
