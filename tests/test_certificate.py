@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import itlr
-from itlr.certificate import SearchBound, search_bound, uncertifiable, unseen_cannot_beat
+from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.composition import compose
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
@@ -31,6 +33,11 @@ CLAMP = TruthMap()
         # an OR of a conjunction and a term, each with its own search
         ('("a" AND "b") OR "c"', [SearchBound(("a", "b"), 1.0), SearchBound(("c",), 0.4)], 0.65),
         ('"a" AND "b" AND "c" AND NOT "d"', [SearchBound(("a", "b", "c"), 1.5)], 0.125),
+        # a term both wanted and excluded: "b" free, so the NOT can be 1 at best
+        ('"a" AND NOT ("a" AND "b")', [SearchBound(("a",), 0.1)], 0.1),
+        # a heavy weight under a product AND: max(0, 2x - 1) is 0 below x = 0.5
+        ('"a"^2 AND "b"^2', [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)], 0.0),
+        ('"a"^2 AND "b"', [SearchBound(("a",), 0.9), SearchBound(("b",), 0.5)], 0.4),
     ],
 )
 def test_the_bound_is_the_best_score_an_unseen_document_can_reach(
@@ -46,18 +53,43 @@ def test_a_search_that_returned_every_document_leaves_nothing_unseen() -> None:
     assert unseen_cannot_beat(itlr.parse('"a"'), bounds, 0.0, SEARCH_OPERATORS, CLAMP)
 
 
-def test_a_term_both_wanted_and_excluded_is_never_certified() -> None:
-    query = itlr.parse('"a" AND NOT ("a" AND "b")')
-    bounds = [SearchBound(("a",), 0.1)]
-    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+SHAPES = [
+    '"a" AND "b"',
+    '"a"^2 AND "b"',
+    '"a"^1.5 AND "b"^0.5 AND NOT "c"',
+    '("a" AND "b"^3) OR "c"^0.5',
+    '"a" AND NOT ("b"^2 OR "c")',
+    '"a"^2 AND NOT "a"',
+]
+FAMILIES = [
+    SEARCH_OPERATORS,
+    Operators(and_="min", or_="max"),
+    Operators(and_="sum", or_="probsum"),
+    Operators(and_="lukasiewicz", not_strength=1.0),
+]
 
 
-def test_a_heavy_weight_under_a_product_and_is_never_certified() -> None:
-    # 1 + 2 * (x - 1) is negative for x < 0.5: two such factors multiply to a positive score.
-    query = itlr.parse('"a"^2 AND "b"^2')
-    bounds = [SearchBound(("a",), 0.1), SearchBound(("b",), 0.1)]
-    assert uncertifiable(query, SEARCH_OPERATORS) is not None
-    assert not unseen_cannot_beat(query, bounds, 0.9, SEARCH_OPERATORS, CLAMP)
+@pytest.mark.parametrize("query", SHAPES)
+@pytest.mark.parametrize("ops", FAMILIES, ids=lambda o: f"{o.and_}-{o.or_}")
+def test_a_proof_holds_against_every_document_the_bounds_allow(query: str, ops: Operators) -> None:
+    # Brute force: every point of a grid over the cosines the per-term bounds allow (terms
+    # without a search anywhere in [-1, 1]). A proof at a threshold below the grid's best
+    # would be a lie; no proof at a threshold well above it would be a useless bound.
+    parsed = itlr.parse(query)
+    rng = np.random.default_rng(7)
+    grid = np.linspace(-1.0, 1.0, 41)
+    for _ in range(5):
+        searched = [t for t in parsed.terms if t != "c"]
+        limits = dict(zip(searched, rng.uniform(-0.2, 0.9, len(searched)), strict=True))
+        bounds = [SearchBound((t,), float(limit)) for t, limit in limits.items()]
+        axes = [
+            np.append(grid[grid <= limits[t]], limits[t]) if t in limits else grid
+            for t in parsed.terms
+        ]
+        points = np.stack(np.meshgrid(*axes), axis=-1).reshape(-1, len(parsed.terms))
+        best = float(compose(parsed, points, ops, CLAMP).scores.max())
+        assert not unseen_cannot_beat(parsed, bounds, best - 1e-6, ops, CLAMP)
+        assert unseen_cannot_beat(parsed, bounds, best * 1.05 + 0.05, ops, CLAMP)
 
 
 def test_a_reciprocal_not_cannot_be_bounded_by_the_searches() -> None:
@@ -69,8 +101,27 @@ def test_a_reciprocal_not_cannot_be_bounded_by_the_searches() -> None:
 
 def test_a_combined_search_bounds_the_sum_of_its_unit_vectors() -> None:
     a, b = np.eye(4)[0], np.eye(4)[1]
-    bound = search_bound(("a", "b"), {"a": a, "b": 3 * b}, last=0.5)
+    search = CandidateSearch(("a", "b"), (a + b) / np.sqrt(2), 10)
+    bound = search_bound(search, {"a": a, "b": 3 * b}, last=0.5)
     assert bound.limit == pytest.approx(0.5 * np.sqrt(2))
+
+
+def test_a_weighted_search_bounds_the_weighted_sum() -> None:
+    # 0.5 cos_a + cos_b <= 0.4 * |0.5 a + b|: cos_a alone may reach 0.4 * sqrt(1.25) / 0.5.
+    a, b = np.eye(4)[0], np.eye(4)[1]
+    query = itlr.parse('"a"^0.5 AND "b"')
+    (search,) = plan_candidates(query, np.stack([a, b]), 10, "combined")
+    assert search.weights == (0.5, 1.0)
+    np.testing.assert_allclose(search.vector, (0.5 * a + b) / np.sqrt(1.25), rtol=1e-6)
+    bound = search_bound(search, {"a": a, "b": b}, last=0.4)
+    assert bound.limit == pytest.approx(0.4 * np.sqrt(1.25))
+    # (0.5 + 0.5 x) * y under 0.5 x + y <= L, x and y <= 1: best at y = L - 0.5 x
+    limit = bound.limit
+    xs = np.linspace(-1, 1, 20001)
+    ys = np.minimum(1.0, limit - 0.5 * xs)
+    best = float(np.max((0.5 + 0.5 * np.clip(xs, 0, 1)) * np.clip(ys, 0, 1)))
+    assert unseen_cannot_beat(query, [bound], best + 0.005, SEARCH_OPERATORS, CLAMP)
+    assert not unseen_cannot_beat(query, [bound], best - 0.005, SEARCH_OPERATORS, CLAMP)
 
 
 # -- the rounds, on an embedded index built so that the first round misses the best document ---
@@ -190,3 +241,62 @@ def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowde
         query, terms, SearchOptions(k=10, candidates=50, max_candidates=50)
     )
     assert capped.exact is False and "best" not in {h.id for h in capped}
+
+
+def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
+    crowded: EmbeddedIndex,
+) -> None:
+    # Through the graph, a deeper round would trust the graph's recall and cost walks thousands
+    # deep: the engine scores every row instead, so the top k is exact by construction.
+    crowded.ann_min_rows = 0
+    walks = []
+    graph_lists = crowded._ann_lists
+    crowded._ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50))
+    assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == "best"
+    assert hits.exact is True and not hits.warnings
+    assert len(walks) == 1  # the first round only
+    capped = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    assert "best" not in {h.id for h in capped} and capped.exact is False
+
+
+def test_hybrid_truths_are_certified_once_every_mentioning_row_is_a_candidate(
+    tmp_path: Path,
+) -> None:
+    # The one passage that mentions "zebra" is orthogonal to the term's vector: no kNN search
+    # finds it, yet its lexical truth makes it the best hit. Gathering the rows that mention a
+    # positive term puts it among the candidates, and then the proof holds.
+    rng = np.random.default_rng(1)
+    crowd = unit_rows(np.eye(DIMS)[0] * 0.3 + rng.normal(size=(300, DIMS)) * 0.05)
+    others = unit_rows(rng.normal(size=(99, DIMS)))
+    vectors = np.vstack([crowd, np.eye(DIMS)[1:2], others]).astype(np.float32)
+    texts = ["alpha beta"] * 300 + ["the zebra and another zebra"] + ["gamma delta"] * 99
+    ids = [f"doc{i}" for i in range(len(texts))]
+    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index.add(ids, texts, unit_rows(vectors).astype(np.float32))
+    query = itlr.parse('"zebra"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    hybrid = TruthMap("hybrid", lexical=0.9)
+    exact = index.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
+    assert exact[0].id == "doc300"
+    hits = index.search(query, terms, SearchOptions(k=10, candidates=50, truth=hybrid))
+    assert [h.id for h in hits] == [h.id for h in exact]
+    assert hits.exact is True
+
+
+@pytest.mark.parametrize(("unmentioned", "best"), [(("apple",), 0.7 * 0.5), ((), 0.7 * 0.5 + 0.3)])
+def test_an_unseen_documents_lexical_truth_is_zero_only_for_terms_whose_mentions_were_gathered(
+    unmentioned: tuple[str, ...], best: float
+) -> None:
+    # "apple" at cosine <= 0.5 and, unless its mentions were gathered, any lexical truth; the
+    # NOT at its best (0 for both kinds of evidence).
+    query = itlr.parse('"apple" AND NOT "banana"')
+    hybrid = TruthMap("hybrid", lexical=0.3, not_evidence="max")
+    bounds = [SearchBound(("apple",), 0.5)]
+    assert unseen_cannot_beat(query, bounds, best + 0.005, SEARCH_OPERATORS, hybrid, unmentioned)
+    assert not unseen_cannot_beat(
+        query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, unmentioned
+    )

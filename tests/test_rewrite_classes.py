@@ -138,3 +138,30 @@ def test_a_conjunct_that_opens_with_its_leans_on_the_first_and_is_not_split() ->
     assert [t for t in query.terms if t not in query.excluded_terms] == [
         "history of the Erie Canal and its impact on trade"
     ]
+
+
+@pytest.mark.parametrize(
+    ("question", "excluded"),
+    [
+        ('Songs about love excluding "Love and Marriage" and "Love Me Do"', 2),
+        ('Comedies, other than "Planes, Trains and Automobiles"', 1),
+        ("Operas by Verdi except \u201cLuisa Miller and Others\u201d", 1),
+    ],
+)
+def test_a_quoted_title_is_one_excluded_term_whatever_it_holds(
+    question: str, excluded: int
+) -> None:
+    terms = rewrite_rules(question).query.excluded_terms
+    assert len(terms) == excluded
+    assert not any('"' in t or "\u201c" in t for t in terms)
+    assert any(" and " in t.lower() or "," in t for t in terms)
+
+
+def test_an_apostrophe_does_not_hold_the_rest_of_an_exclusion_together() -> None:
+    query = rewrite_rules("Poems about rivers excluding 'Tis Autumn, Danube and Rhine").query
+    assert len(query.excluded_terms) == 3
+
+
+def test_not_counting_frames_the_excluded_item() -> None:
+    query = rewrite_rules('Novels by Dickens, not counting "Bleak House"').query
+    assert query.excluded_terms == ("Bleak House",)

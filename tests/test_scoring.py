@@ -55,6 +55,13 @@ def test_weight_below_one_softens_a_conjunct_towards_the_and_identity() -> None:
     assert summed == pytest.approx(0.8 + 0.5 * 0.2)
 
 
+def test_a_heavy_conjunct_weight_pushes_down_to_zero_and_no_further() -> None:
+    # 1 + 2 * (x - 1): 0.6 -> 0.2, but 0.2 -> 0 (not -0.6), so two heavy factors far from
+    # their terms cannot multiply to a high score.
+    assert itlr.parse('"a"^2 AND b').evaluate({"a": 0.6, "b": 0.5}) == pytest.approx(0.1)
+    assert itlr.parse('"a"^2 AND "b"^2').evaluate({"a": 0.2, "b": 0.1}) == 0.0
+
+
 def test_weighted_not_is_one_minus_w_x() -> None:
     assert itlr.parse('NOT "b"^0.5').evaluate({"b": 0.6}) == pytest.approx(1 - 0.5 * 0.6)
 

@@ -239,24 +239,8 @@ def backfill(
             if on_batch is not None:
                 on_batch(len(batch))
 
+    report.failed.update(backend.bulk(actions(), chunk_size=batch_size))
     with backend._errors():
-        # streaming_bulk backs off on 429 (1s doubling to 30s, five tries); the client retries
-        # 5xx and time-outs.
-        for ok, item in helpers.streaming_bulk(
-            backend.client,
-            actions(),
-            chunk_size=batch_size,
-            raise_on_error=False,
-            raise_on_exception=False,
-            max_retries=5,
-            initial_backoff=1,
-            max_backoff=30,
-        ):
-            if not ok:
-                (result,) = item.values()
-                error = result.get("error", {})
-                reason = error.get("reason", str(error)) if isinstance(error, dict) else error
-                report.failed[str(result.get("_id"))] = str(reason)
         backend.client.indices.refresh(index=target)
         if into and alias:
             move_alias(backend, alias, into)

@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 
 from itlr.query import Query
-from itlr.tree import Term, fold_nnf
+from itlr.tree import Term, fold_nnf, literals
 
 Plan = Literal["auto", "per-term", "per-branch", "combined"]
 PLANS: tuple[Plan, ...] = ("auto", "per-term", "per-branch", "combined")
@@ -53,11 +53,16 @@ MAX_BRANCHES = 8
 @dataclass(frozen=True)
 class CandidateSearch:
     """One kNN search: the unit vector to search with, how many neighbours, and the positive
-    terms it stands for."""
+    terms it stands for, with the weight each has in the vector (the query's term weights)."""
 
     terms: tuple[str, ...]
     vector: np.ndarray
     budget: int
+    weights: tuple[float, ...] = ()
+
+    @property
+    def term_weights(self) -> tuple[float, ...]:
+        return self.weights or (1.0,) * len(self.terms)
 
 
 def branches(query: Query) -> list[tuple[str, ...]] | None:
@@ -123,20 +128,53 @@ def plan_candidates(
     if limit is not None and share > limit:
         groups, share = [(term,) for term in positive], budget
     vectors = np.asarray(term_vectors, dtype=np.float32)
-    return tuple(_search(query, vectors, group, share) for group in groups)
+    weights = positive_weights(query)
+    return tuple(_search(query, vectors, group, share, weights) for group in groups)
+
+
+def positive_weights(query: Query) -> dict[str, float]:
+    """Each positive term's weight (the largest where it occurs more than once)."""
+    weights: dict[str, float] = {}
+    for term, negated in literals(query.root):
+        if not negated:
+            weights[term.text] = max(weights.get(term.text, 0.0), term.weight)
+    return weights
 
 
 def _search(
-    query: Query, vectors: np.ndarray, terms: Sequence[str], budget: int
+    query: Query,
+    vectors: np.ndarray,
+    terms: Sequence[str],
+    budget: int,
+    weights: dict[str, float],
 ) -> CandidateSearch:
     if len(terms) == 1:
         # The term's own vector: a cosine search does not care for its norm, and single-term
         # requests stay byte for byte what they were.
         return CandidateSearch(tuple(terms), vectors[query.terms.index(terms[0])], budget)
-    summed = np.sum([vectors[query.terms.index(t)] for t in terms], axis=0)
-    norm = float(np.linalg.norm(summed))
-    unit = summed / norm if norm > 0 else summed
-    return CandidateSearch(tuple(terms), unit.astype(np.float32), budget)
+    # Weighted like the query: `"a"^0.5 AND "b"` is scored mostly by b, so its best documents
+    # lie nearer b than the plain sum (the first-order change of a weighted product).
+    coefficients = tuple(weights.get(t, 1.0) for t in terms)
+    rows = [vectors[query.terms.index(t)] for t in terms]  # unit vectors from the encoder
+    summed = np.sum([c * row for c, row in zip(coefficients, rows, strict=True)], axis=0)
+    unit = _unit(summed)
+    same = all(c == 1.0 for c in coefficients)
+    return CandidateSearch(
+        tuple(terms), unit.astype(np.float32), budget, () if same else coefficients
+    )
 
 
-__all__ = ["DEFAULT_PLAN", "PLANS", "CandidateSearch", "Plan", "branches", "plan_candidates"]
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+__all__ = [
+    "DEFAULT_PLAN",
+    "PLANS",
+    "CandidateSearch",
+    "Plan",
+    "branches",
+    "plan_candidates",
+    "positive_weights",
+]

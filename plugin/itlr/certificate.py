@@ -9,19 +9,20 @@ the document's cosines with those terms:
 
     sum over t in G of cos(d, t)  <=  c * |sum over t in G of t|
 
-The composed score is monotone in every term's truth value: non-decreasing in a term reached
-through an even number of NOTs, non-increasing in a negated one (every operator and truth map
-itlr has is monotone so). So the best an unseen document can do is the maximum of the composed
-score over the cosines allowed by all the searches' bounds, negated terms at their best (-1).
-If that maximum is at most the k-th best candidate's score, the top k is exact (this is the
-threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of one per list).
+So the best an unseen document can do is the maximum of the composed score over the cosines
+allowed by all the searches' bounds, terms that no search bounds (those only under a NOT)
+anywhere in [-1, 1]. If that maximum is at most the k-th best candidate's score, the top k is
+exact (this is the threshold algorithm of Fagin, Lotem and Naor, with linear bounds instead of
+one per list).
 
 The maximum is not computed, only compared with the k-th score, by branch and bound over boxes
-of positive-term cosines: a box whose upper corner composes to at most the threshold holds no
-better document (monotonicity), a box that violates a bound at its lower corner holds no
-document at all, and the others are split. A box whose lower corner (a point the bounds allow)
-composes above the threshold ends the proof at once: some unseen document might score that much,
-so the searches must go deeper; so does a box smaller than `RESOLUTION`.
+of the searched terms' cosines: a box whose score range (itlr.interval: interval arithmetic
+over the program, so no monotonicity is assumed, and weighted AND terms are covered) ends at
+most at the threshold holds no better document, a box that violates a bound at its lower corner
+holds no document at all, and the others are split. A box whose lower corner (a point the bounds
+allow; unsearched terms at -1) composes above the threshold ends the proof at once: some unseen
+document might score that much, so the searches must go deeper; so does a box smaller than
+`RESOLUTION`.
 
 The proof is as exact as the kNN searches are: exact scans (the embedded engine below its graph
 threshold) give a proof; HNSW searches give one up to the graph's own recall.
@@ -29,15 +30,18 @@ threshold) give a proof; HNSW searches give one up to the graph's own recall.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from itlr.candidates import Plan
+from itlr.candidates import CandidateSearch, Plan
 from itlr.composition import compose
-from itlr.query import And, Node, Not, Query, Term
+from itlr.interval import program_range
+from itlr.lexical import negated_terms
+from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
+from itlr.tree import literals
 
 # Boxes narrower than this (in cosine) are not split further: the bound is not proved.
 RESOLUTION = 1e-3
@@ -47,23 +51,32 @@ MAX_BOXES = 20_000
 
 @dataclass(frozen=True)
 class SearchBound:
-    """What one kNN search proves about every document it did not return: the sum of the
-    document's cosines with `terms` is at most `limit`. `exhausted`: it returned every
-    document, so nothing is unseen."""
+    """What one kNN search proves about every document it did not return: the weighted sum of
+    the document's cosines with `terms` (`weights`, all 1 when empty) is at most `limit`.
+    `exhausted`: it returned every document, so nothing is unseen."""
 
     terms: tuple[str, ...]
     limit: float
     exhausted: bool = False
+    weights: tuple[float, ...] = ()
 
 
 def search_bound(
-    terms: Sequence[str], term_vectors: dict[str, np.ndarray], last: float
+    search: CandidateSearch, term_vectors: dict[str, np.ndarray], last: float
 ) -> SearchBound:
-    """The bound of a search over `terms` (unit vectors; several: their normalised sum) whose
-    last returned neighbour had cosine `last` with the search vector."""
-    units = [np.asarray(term_vectors[t], dtype=np.float64) for t in terms]
-    summed = np.sum([u / (np.linalg.norm(u) or 1.0) for u in units], axis=0)
-    return SearchBound(tuple(terms), float(last) * float(np.linalg.norm(summed)))
+    """The bound of a search whose last returned neighbour had cosine `last` with its vector,
+    the normalised weighted sum of its terms' unit vectors: for a document d,
+    sum of w_t cos(d, t) = cos(d, vector) * |sum of w_t t|."""
+    units = [np.asarray(term_vectors[t], dtype=np.float64) for t in search.terms]
+    summed = np.sum(
+        [
+            w * u / (np.linalg.norm(u) or 1.0)
+            for w, u in zip(search.term_weights, units, strict=True)
+        ],
+        axis=0,
+    )
+    limit = float(last) * float(np.linalg.norm(summed))
+    return SearchBound(search.terms, limit, weights=search.weights)
 
 
 def not_proved(k: int, depth: int) -> str:
@@ -82,56 +95,27 @@ def round_plan(plan: Plan) -> Plan:
     return "per-branch" if plan == "auto" else plan
 
 
-def certifiable(query: Query, ops: Operators, truth: TruthMap) -> bool:
-    """Whether knn mode can prove this query's top k: anchored, monotone in its terms, and
-    scored from cosines alone (the kNN searches say nothing of an unseen document's words, so
-    hybrid truth values are not bounded by them)."""
+def certifiable(
+    query: Query, ops: Operators, truth: TruthMap, mentions_gathered: bool = False
+) -> bool:
+    """Whether knn mode can prove this query's top k: anchored, with bounded NOTs, and scored
+    from cosines alone, or, for hybrid truth values, by an engine that also gathers every
+    document mentioning a positive term (`mentions_gathered`): the kNN searches say nothing of
+    an unseen document's words, but an unseen document then mentions none of those terms."""
     return (
         query.has_positive_term
         and query.anchored
-        and not truth.uses_lexical
+        and (not truth.uses_lexical or mentions_gathered)
         and uncertifiable(query, ops) is None
     )
 
 
 def uncertifiable(query: Query, ops: Operators) -> str | None:
-    """Why the composed score is not monotone in every term's truth (so no bound holds), or
-    None when it is."""
-    positive, negative = polarities(query.root)
-    if positive & negative:
-        return "a term is both wanted and excluded"
-    if ops.not_ == "reciprocal" and negative:
+    """Why no bound can prove this query's top k, or None."""
+    if ops.not_ == "reciprocal" and any(negated for _, negated in literals(query.root)):
+        # 1/x of a truth that may be 0: an unseen document's NOT is unbounded.
         return "the reciprocal NOT has no best case (1/x of a truth that may be 0)"
-    if ops.and_ == "product" and _heavy_and_weight(query.root):
-        # 1 + w * (x - 1) turns negative for w > 1, and a product of negatives is not monotone.
-        return "a term under an AND weighs more than 1"
     return None
-
-
-def _heavy_and_weight(node: Node, parent_is_and: bool = False) -> bool:
-    if isinstance(node, Term):
-        return parent_is_and and node.weight > 1
-    if isinstance(node, Not):
-        return _heavy_and_weight(node.operand, False)
-    return any(_heavy_and_weight(child, isinstance(node, And)) for child in node.operands)
-
-
-def polarities(root: Node) -> tuple[set[str], set[str]]:
-    """(terms reached through an even number of NOTs, terms reached through an odd number)."""
-    positive: set[str] = set()
-    negative: set[str] = set()
-
-    def visit(node: Node, negated: bool) -> None:
-        if isinstance(node, Term):
-            (negative if negated else positive).add(node.text)
-        elif isinstance(node, Not):
-            visit(node.operand, not negated)
-        else:
-            for child in node.operands:
-                visit(child, negated)
-
-    visit(root, False)
-    return positive, negative
 
 
 def unseen_cannot_beat(
@@ -140,27 +124,54 @@ def unseen_cannot_beat(
     threshold: float,
     ops: Operators,
     truth: TruthMap,
+    unmentioned: Collection[str] = (),
 ) -> bool:
     """True when no document that none of the searches returned can score above `threshold`.
-    Only for queries that `uncertifiable` accepts."""
+    Only for queries that `uncertifiable` accepts. For hybrid truths, `unmentioned`: the terms
+    no unseen document mentions (lexical truth 0); any other term's may be anything in [0, 1]."""
     if any(b.exhausted for b in bounds):
         return True
     if uncertifiable(query, ops) is not None:
         return False
-    positive, _ = polarities(query.root)
     terms = query.terms
-    free = [i for i, t in enumerate(terms) if t in positive]
+    searched = {t for b in bounds for t in b.terms}
+    free = [i for i, t in enumerate(terms) if t in searched]
     if not free:
         return False
     column = {terms[i]: j for j, i in enumerate(free)}
-    groups = [([column[t] for t in b.terms if t in column], b.limit) for b in bounds]
-    groups = [(cols, limit) for cols, limit in groups if cols]
-    base = np.full(len(terms), -1.0)  # negated terms at their best: as far as can be
+    groups = []
+    for b in bounds:
+        # A term weighted 0 in the search vector is not bounded by it.
+        weighted = zip(b.terms, b.weights or [1.0] * len(b.terms), strict=True)
+        pairs = [(column[t], w) for t, w in weighted if w]
+        if pairs:
+            cols, weights = zip(*pairs, strict=True)
+            groups.append((list(cols), np.asarray(weights, dtype=np.float64), b.limit))
+
+    def cosines(corners: np.ndarray, unsearched: float) -> np.ndarray:
+        full = np.full((len(corners), len(terms)), unsearched)
+        full[:, free] = corners
+        return full
+
+    lexical = truth.uses_lexical
+    shares = truth.lexical_weights(terms, negated_terms(query.root)) if lexical else None
+    quiet = np.array([t in unmentioned for t in terms])
+
+    def words(count: int, most: bool) -> np.ndarray | None:
+        if not lexical:
+            return None
+        return np.where(quiet, 0.0, 1.0 if most else 0.0) * np.ones((count, len(terms)))
 
     def scores(corners: np.ndarray) -> np.ndarray:
-        cosines = np.repeat(base[np.newaxis], len(corners), axis=0)
-        cosines[:, free] = corners
-        return compose(query, cosines, ops, truth).scores
+        cos = cosines(corners, -1.0)
+        return compose(query, cos, ops, truth, lexical=words(len(cos), False)).scores
+
+    def greatest(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+        # Every truth map is non-decreasing in the cosine (and a hybrid one in the lexical
+        # truth): a box of cosines and lexical truths is a box of truths.
+        low = truth.apply(cosines(lower, -1.0), terms, words(len(lower), False), shares)
+        high = truth.apply(cosines(upper, 1.0), terms, words(len(upper), True), shares)
+        return np.maximum(program_range(query.program, low, high, ops)[1], 0.0)
 
     lower = np.full((1, len(free)), -1.0)
     upper = np.full((1, len(free)), 1.0)
@@ -168,12 +179,12 @@ def unseen_cannot_beat(
     while len(lower):
         upper = _tightened(lower, upper, groups)
         feasible = np.all(upper >= lower, axis=1)
-        for cols, limit in groups:
-            feasible &= lower[:, cols].sum(axis=1) <= limit + 1e-9
+        for cols, coefficients, limit in groups:
+            feasible &= lower[:, cols] @ coefficients <= limit + 1e-9
         lower, upper = lower[feasible], upper[feasible]
         if not len(lower):
             return True
-        open_ = scores(upper) > threshold
+        open_ = greatest(lower, upper) > threshold
         lower, upper = lower[open_], upper[open_]
         examined += len(lower)
         if not len(lower):
@@ -188,15 +199,15 @@ def unseen_cannot_beat(
 
 
 def _tightened(
-    lower: np.ndarray, upper: np.ndarray, groups: list[tuple[list[int], float]]
+    lower: np.ndarray, upper: np.ndarray, groups: list[tuple[list[int], np.ndarray, float]]
 ) -> np.ndarray:
     """Each cosine's upper end cut to what its searches' bounds leave once the other terms of
     the search are at their lower ends."""
     upper = upper.copy()
-    for cols, limit in groups:
-        total = lower[:, cols].sum(axis=1)
-        for col in cols:
-            room = limit - (total - lower[:, col])
+    for cols, weights, limit in groups:
+        total = lower[:, cols] @ weights
+        for col, weight in zip(cols, weights, strict=True):
+            room = (limit - (total - weight * lower[:, col])) / weight
             upper[:, col] = np.minimum(upper[:, col], room)
     return upper
 

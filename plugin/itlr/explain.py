@@ -28,7 +28,7 @@ import numpy as np
 from itlr.lexical import negated_terms
 from itlr.program import Op
 from itlr.query import Query
-from itlr.scoring import Operators, TruthMap
+from itlr.scoring import MAX_EVIDENCE, Operators, TruthMap
 
 # A cluster computes in float32 Painless, itlr in float64: beyond this they disagree.
 SCORE_TOLERANCE = 1e-4
@@ -42,8 +42,10 @@ def _node(value: float, description: str, details: list[Node], **itlr: Any) -> N
 
 def truth_parameters(truth: TruthMap, term: str, share: float = 0.0) -> dict[str, float]:
     """The parameters the mapping uses for this term (none for clamp and shift; the term's
-    lexical share for hybrid)."""
+    lexical share for hybrid, or that it takes the larger evidence)."""
     if truth.kind == "hybrid":
+        if share == MAX_EVIDENCE:
+            return {"lexical_max": 1.0}
         return {"lexical_share": float(share)}
     if truth.kind != "sigmoid":
         return {}
@@ -59,6 +61,8 @@ def _truth_formula(kind: str, parameters: Mapping[str, float]) -> str:
     if kind == "sigmoid":
         return f"1 / (1 + exp(-(cosine - {parameters['tau']:g}) * {parameters['lam']:g}))"
     if kind == "hybrid":
+        if "lexical_max" in parameters:
+            return "max(max(0, cosine), lexical)"
         share = parameters["lexical_share"]
         return f"{1 - share:g} * max(0, cosine) + {share:g} * lexical"
     return f"{kind} truth map"
@@ -69,8 +73,11 @@ def _map_truth(kind: str, parameters: Mapping[str, float], inputs: Mapping[str, 
     this module does not know is taken at its recorded value (see `recompute`)."""
     cosine = inputs["cosine"]
     if kind == "hybrid":
+        clamped = min(1.0, max(0.0, cosine))
+        if "lexical_max" in parameters:
+            return max(clamped, inputs["lexical"])
         share = parameters["lexical_share"]
-        return (1.0 - share) * min(1.0, max(0.0, cosine)) + share * inputs["lexical"]
+        return (1.0 - share) * clamped + share * inputs["lexical"]
     if kind == "clamp":
         return min(1.0, max(0.0, cosine))
     if kind == "shift":
@@ -126,6 +133,8 @@ def _operator_node(op: Op, arg: int, operands: list[Node], query: Query, ops: Op
         formula = (
             f"{identity:g} + {weight:g} * (x - {identity:g})" if identity else f"{weight:g} * x"
         )
+        if op is Op.WEIGHT_AND:
+            value, formula = max(0.0, value), f"max(0, {formula})"
         return _node(
             value, f"weight: {formula}", operands, node="weight", weight=weight, identity=identity
         )

@@ -178,6 +178,13 @@ class LexicalCorpus:
             self._tf[token] = column
         return self._tf[token]
 
+    def mentioning(self, terms: Sequence[str]) -> np.ndarray:
+        """Rows holding a token of any of these terms (a lexical truth above 0 for it)."""
+        found = np.zeros(len(self.counts), dtype=bool)
+        for token in query_tokens(terms):
+            found |= self.term_frequencies(token) > 0
+        return np.flatnonzero(found)
+
     def matrix(
         self, rows: Sequence[int] | np.ndarray, terms: Sequence[str], stats: CorpusStats
     ) -> np.ndarray:

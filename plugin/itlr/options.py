@@ -39,6 +39,8 @@ class SearchOptions:
                  candidates): an anchored query deepens its kNN searches in rounds until a bound
                  proves that no document outside the candidates can beat its k-th hit
                  (itlr.certificate); if this depth stops it first, the result says exact: false.
+                 The embedded engine past its graph threshold scores every row instead of a
+                 second round (allowed when this is above the first round's budget).
     hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
@@ -146,7 +148,7 @@ def search_options(
     """SearchOptions from plain names and values: what `itlr search`, the front door and the
     HTTP service accept. `truth="calibrated"` loads the sigmoid `itlr calibrate` saved for
     `model`. `truth="hybrid"` mixes in lexical evidence: `lexical` is its share of a positive
-    term's truth, `not_evidence` what NOT terms use (lexical, cosine or mixed; itlr.scoring)."""
+    term's truth, `not_evidence` what NOT terms use (lexical, cosine, mixed, max: itlr.scoring)."""
     for name, value in (
         ("tau", tau),
         ("lam", lam),
@@ -322,8 +324,8 @@ OPTIONS: tuple[Option, ...] = (
     _option(
         "not_evidence",
         "choice",
-        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, or mixed "
-        "(as positive terms).",
+        "With truth hybrid: what NOT terms judge by: lexical (BM25 alone), cosine, mixed "
+        "(as positive terms), or max (the larger of cosine and BM25).",
         field="truth",
         choices=get_args(NotEvidence),
     ),
@@ -424,3 +426,7 @@ class Hits(list[Hit]):
         # mode with a certificate); False: the depth cap stopped the proof; None: not asked
         # (a query that is not anchored).
         self.exact = exact
+
+    def noting(self, *warnings: str) -> Hits:
+        """The same hits and certificate with more warnings."""
+        return Hits(self, (*self.warnings, *warnings), self.exact)

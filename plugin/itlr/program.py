@@ -8,11 +8,14 @@ Opcodes:
     PUSH i           push the truth value of term i (index into Program.terms)
     AND n / OR n     pop n values, push their conjunction / disjunction
     NOT 0            pop one value, push its negation
-    WEIGHT_AND k     pop x, push a + w_k * (x - a) with a the AND identity (1, or 0 for sum)
+    WEIGHT_AND k     pop x, push max(0, a + w_k * (x - a)) with a the AND identity (1, or 0 for
+                     sum)
     WEIGHT k         pop x, push w_k * x
 
 Term weights therefore mean "how much this term counts": under an AND a weight below 1 pulls
-the term towards the value that leaves the conjunction unchanged (0 = ignore it); everywhere else
+the term towards the value that leaves the conjunction unchanged (0 = ignore it), one above 1
+pushes it away, down to 0 and no further (a truth value stays a truth value: unclamped, two
+heavy factors far from their terms would multiply to a high score); everywhere else
 (OR, NOT, the root) it scales the truth value, so `NOT "x"^w` is the weighted NOT 1 - w*x.
 """
 
@@ -78,7 +81,8 @@ class Program:
                 stack.append(self.weights[arg] * stack.pop())
             elif op is Op.WEIGHT_AND:
                 identity = ops.and_identity
-                stack.append(identity + self.weights[arg] * (stack.pop() - identity))
+                weighted = identity + self.weights[arg] * (stack.pop() - identity)
+                stack.append(np.maximum(weighted, 0.0))
             else:
                 operands = stack[-arg:]
                 del stack[-arg:]

@@ -18,13 +18,17 @@ AndName = Literal["product", "sum", "min", "lukasiewicz"]
 OrName = Literal["sum", "max", "probsum"]
 NotName = Literal["complement", "reciprocal"]
 TruthName = Literal["clamp", "shift", "sigmoid", "hybrid"]
-NotEvidence = Literal["lexical", "cosine", "mixed"]
+NotEvidence = Literal["lexical", "cosine", "mixed", "max"]
 
 AND_CODES: dict[str, int] = {"product": 0, "sum": 1, "min": 2, "lukasiewicz": 3}
 OR_CODES: dict[str, int] = {"sum": 0, "max": 1, "probsum": 2}
 NOT_CODES: dict[str, int] = {"complement": 0, "reciprocal": 1}
 TRUTH_CODES: dict[str, int] = {"clamp": 0, "shift": 1, "sigmoid": 2, "hybrid": 3}
-NOT_EVIDENCE = ("lexical", "cosine", "mixed")
+NOT_EVIDENCE = ("lexical", "cosine", "mixed", "max")
+# The lexical share that stands for "the larger of the two evidences" (NOT evidence max): shares
+# travel as one number per term to numpy and the Painless scripts alike, and a real share is
+# never negative.
+MAX_EVIDENCE = -1.0
 
 
 def _check(name: str, choices: Mapping[str, int], what: str) -> None:
@@ -129,8 +133,9 @@ class TruthMap:
     hybrid:  (1 - w) * max(0, cos) + w * lex, lex the term's BM25 scaled to [0, 1]
              (itlr.lexical); w = `lexical` for terms in positive position, and for terms
              under a NOT (itlr.lexical.negated_terms) by `not_evidence`: lexical (w = 1, BM25
-             alone), cosine (w = 0) or mixed (w = `lexical`, as positive terms). A term with
-             no token (stop words only) keeps w = 0.
+             alone), cosine (w = 0), mixed (w = `lexical`, as positive terms) or max (truth =
+             max(max(0, cos), lex): mentioned or semantically close; w = MAX_EVIDENCE). A term
+             with no token (stop words only) keeps w = 0.
     """
 
     kind: TruthName = "clamp"
@@ -164,7 +169,12 @@ class TruthMap:
             return np.zeros(len(terms))
         from itlr.lexical import tokenize
 
-        not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": self.lexical}[self.not_evidence]
+        not_share = {
+            "lexical": 1.0,
+            "cosine": 0.0,
+            "mixed": self.lexical,
+            "max": MAX_EVIDENCE,
+        }[self.not_evidence]
         # A term of stop words only has no lexical side: its truth is its cosine's.
         return np.array(
             [0.0 if not tokenize(t) else not_share if t in negated else self.lexical for t in terms]
@@ -191,7 +201,12 @@ class TruthMap:
         if self.kind == "hybrid":
             if lexical is None or weights is None:
                 raise ConfigurationError("hybrid truth values need the lexical evidence")
-            truths = (1.0 - weights) * np.clip(cosines, 0.0, 1.0) + weights * lexical
+            clamped = np.clip(cosines, 0.0, 1.0)
+            truths = np.where(
+                weights == MAX_EVIDENCE,
+                np.maximum(clamped, lexical),
+                (1.0 - weights) * clamped + weights * lexical,
+            )
         elif self.kind == "clamp":
             truths = np.clip(cosines, 0.0, 1.0)
         elif self.kind == "shift":

@@ -117,6 +117,19 @@ class TermCache:
             return np.zeros((0, dims), dtype=np.float32)
         return np.stack(rows)  # type: ignore[arg-type]
 
+    def cached(self, terms: Sequence[str]) -> np.ndarray | None:
+        """The vectors of `terms` when every one is cached (counted as hits), else None with
+        nothing counted: a caller on an event loop answers from here without handing the
+        request to a worker thread, and calls `encode` (which counts) otherwise."""
+        with self._lock:
+            rows = [self._vectors.get(term) for term in terms]
+            if not rows or any(row is None for row in rows):
+                return None
+            for term in terms:
+                self._vectors.move_to_end(term)
+            self.hits += len(rows)
+        return np.stack(rows)  # type: ignore[arg-type]
+
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(

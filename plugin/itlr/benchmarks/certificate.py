@@ -4,6 +4,7 @@ top 10 agrees, what it costs, and how the certificate ended (itlr.certificate)."
 from __future__ import annotations
 
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -45,8 +46,22 @@ def agreement(found, truth) -> float:
     )
 
 
+def _index(path: Path, ids: list[str], vectors: np.ndarray, embedder) -> EmbeddedIndex:
+    """The benchmark's index at `path`, reused when an earlier run (`--keep`) left it complete:
+    building a 100k-row graph takes minutes."""
+    if path.exists():
+        index = EmbeddedIndex.open(path)
+        if index.count() == len(ids):
+            return index
+        index.close()
+        shutil.rmtree(path)
+    index = EmbeddedIndex.create(path, embedder.name, embedder.dims)
+    index.add(ids, [""] * len(ids), vectors)
+    return index
+
+
 def certificate_report(
-    passages: int | None = None, queries: int = 300, repeats: int = 3
+    passages: int | None = None, queries: int = 300, repeats: int = 3, keep: Path | None = None
 ) -> list[str]:
     embedder = get_embedder()
     documents, vocabulary = recall_corpus(None)
@@ -58,15 +73,14 @@ def certificate_report(
     budget = SearchOptions().candidate_budget
     variants = {
         # What `auto` did before the certificate: one combined search for an anchored query.
-        "without certificate (one round, as before)": lambda query: SearchOptions(
+        "one round, no certificate": lambda query: SearchOptions(
             k=10, max_candidates=budget, plan="combined" if query.anchored else "auto"
         ),
         "with certificate (default)": lambda query: SearchOptions(k=10),
     }
     rows: dict[str, dict[str, list]] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        index = EmbeddedIndex.create(Path(folder) / "cert", embedder.name, embedder.dims)
-        index.add(ids, [""] * len(ids), vectors)
+    with tempfile.TemporaryDirectory() as scratch:
+        index = _index(Path(keep or scratch) / f"cert-{len(ids)}", ids, vectors, embedder)
         for query in sample:
             shape = query_shape(query)
             qv = np.stack([term_vectors[t] for t in query.terms])

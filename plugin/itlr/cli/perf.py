@@ -86,13 +86,17 @@ def certificate(
         typer.Option(help="Grow the corpus to this many documents (sums of seeded pairs)."),
     ] = None,
     repeats: Annotated[int, typer.Option(help="Timed runs per query (the fastest counts).")] = 3,
+    keep: Annotated[
+        Path | None,
+        typer.Option(help="Keep the index in this folder and reuse it in later runs."),
+    ] = None,
     out_file: OutFile = None,
 ) -> None:
     """knn mode with and without the certificate against exact mode, per query shape: top-10
     score agreement, p50 latency, and how the certificate ended."""
     from itlr.benchmarks.certificate import certificate_report
 
-    run_guarded(lambda: emit(certificate_report(passages, queries, repeats), out_file))
+    run_guarded(lambda: emit(certificate_report(passages, queries, repeats, keep), out_file))
 
 
 @bench_app.command()

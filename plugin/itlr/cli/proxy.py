@@ -53,6 +53,29 @@ AllowScriptWritesOpt = Annotated[
     ),
 ]
 
+# Where indexes itlr did not make keep their text and vectors: `itlr serve --proxy` and
+# `python -m itlr.cli.proxy` take the same flags.
+IndexConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help='With the proxy: JSON file {"PATTERN": {"vector_field": ..., "text_field": ..., '
+        '"model": ...}} for indexes itlr did not make.',
+        show_default=False,
+    ),
+]
+VectorFieldOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="With the proxy: vector field of indexes itlr did not make.", show_default=False
+    ),
+]
+TextFieldOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="With the proxy: text field of indexes itlr did not make.", show_default=False
+    ),
+]
+
 
 def proxy_defaults(model: str | None = None, **options: Any) -> SearchOptions:
     """The search options every rewritten search starts from, by `itlr search`'s names."""
@@ -170,19 +193,9 @@ def main(
     model: Annotated[
         str | None, typer.Option(help="Embedding model of the indexes (default: bundled).")
     ] = None,
-    index_config: Annotated[
-        Path | None,
-        typer.Option(
-            help='JSON file: {"PATTERN": {"vector_field": ..., "text_field": ..., "model": ...}} '
-            "for indexes itlr did not make."
-        ),
-    ] = None,
-    vector_field: Annotated[
-        str | None, typer.Option(help="Vector field of indexes itlr did not make.")
-    ] = None,
-    text_field: Annotated[
-        str | None, typer.Option(help="Text field of indexes itlr did not make.")
-    ] = None,
+    index_config: IndexConfigOpt = None,
+    vector_field: VectorFieldOpt = None,
+    text_field: TextFieldOpt = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     header_timeout: HeaderTimeoutOpt = None,
     body_timeout: BodyTimeoutOpt = None,

@@ -13,6 +13,7 @@ from itlr.cli.proxy import (
     AllowScriptWritesOpt,
     BodyTimeoutOpt,
     HeaderTimeoutOpt,
+    IndexConfigOpt,
     UpstreamTimeoutOpt,
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
@@ -25,6 +26,7 @@ from itlr.service.security import TOKEN_ENV
 @engine_command
 @search_option_command(only=PROXY_OPTIONS)
 def serve(
+    context: typer.Context,
     index: Annotated[
         str | None,
         typer.Option(
@@ -78,6 +80,7 @@ def serve(
     body_timeout: BodyTimeoutOpt = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     allow_script_writes: AllowScriptWritesOpt = False,
+    index_config: IndexConfigOpt = None,
     option_values: Any = None,
 ) -> None:
     """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
@@ -95,12 +98,19 @@ def serve(
             "body_timeout": body_timeout,
             "upstream_timeout": upstream_timeout,
             "allow_script_writes": allow_script_writes,
+            "index_config": index_config,
+            # --vector-field / --text-field: the layout of indexes itlr did not make, as for
+            # `python -m itlr.cli.proxy`; their defaults name no such layout.
+            "vector_field": _given(context, "vector_field", spec.layout.vector_field),
+            "text_field": _given(context, "text_field", spec.layout.text_field),
         }
         _serve_proxy(spec, field, host, port, token, model, {**serving, **option_values})
         return
     if index is None:
         run_guarded(_missing_index)
     run_guarded(lambda: _no_search_options(option_values))
+    if index_config is not None:
+        run_guarded(_index_config_without_proxy)
 
     def action() -> Any:
         from itlr.embed import set_torch_threads
@@ -149,6 +159,19 @@ def _no_search_options(given: dict[str, Any]) -> None:
             f"{', '.join(changed)} set the proxy's defaults (with --proxy); the JSON API takes "
             'search options in each request body, e.g. {"query": "...", "k": 5}'
         )
+
+
+def _given(context: typer.Context, name: str, value: str) -> str | None:
+    """A flag's value when the user set it (command line or environment), else None."""
+    source = context.get_parameter_source(name)
+    return None if source is None or source.name == "DEFAULT" else value
+
+
+def _index_config_without_proxy() -> None:
+    raise ConfigurationError(
+        "--index-config describes the indexes the query-bar proxy serves: use it with --proxy "
+        "(the JSON API serves one index: name its fields with --vector-field / --text-field)"
+    )
 
 
 def _serve_proxy(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 from types import ModuleType
@@ -225,22 +225,25 @@ class ClusterBackend:
             )
         hashes = [content_hash(t, self.model) for t in texts]
         actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
-        return self._bulk(actions)
+        return self.bulk(actions)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
         actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
-        failures = self._bulk(actions)
+        failures = self.bulk(actions)
         return len(actions) - len(failures)
 
-    def _bulk(self, actions: list[dict[str, Any]]) -> dict[str, str]:
+    def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
+        """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
         helpers = self._bulk_helpers()
         failures: dict[str, str] = {}
         with self._errors():
-            # streaming_bulk retries 429s with exponential backoff; the client retries 5xx.
+            # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
+            # tries); the client retries 5xx and time-outs.
             for ok, item in helpers.streaming_bulk(
                 self.client,
                 actions,
+                chunk_size=chunk_size,
                 raise_on_error=False,
                 raise_on_exception=False,
                 max_retries=5,
@@ -360,9 +363,7 @@ class ClusterBackend:
                 *self.filter_warnings(options),
             )
             return Hits(found, warnings, exact=exact)
-        certified = self._certified(query, term_vectors, options)
-        warnings = (*certified.warnings, *self.filter_warnings(options))
-        return Hits(certified, warnings, exact=certified.exact)
+        return self._certified(query, term_vectors, options).noting(*self.filter_warnings(options))
 
     def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
@@ -373,6 +374,7 @@ class ClusterBackend:
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds(limit=dialect.max_k)
         hits: list[Hit] = []
+        proved = False
         for budget in rounds:
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
@@ -385,18 +387,17 @@ class ClusterBackend:
             for search, probe in zip(searches, responses[1:], strict=True):
                 last = probe["hits"]["hits"]
                 if last:
-                    bounds.append(search_bound(search.terms, unit, dialect.cosine(last[0])))
+                    bounds.append(search_bound(search, unit, dialect.cosine(last[0])))
                 else:  # fewer documents than the budget: the search returned them all
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
-                return Hits(hits, (*request.warnings, *getattr(hits, "warnings", ())), exact=True)
-        warned = [
-            *request.warnings,
-            *getattr(hits, "warnings", ()),
-            not_proved(options.k, rounds[-1]),
-        ]
-        return Hits(hits, warned, exact=False)
+            proved = unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth)
+            if proved:
+                break
+        noted = (*request.warnings, *getattr(hits, "warnings", ()))
+        if proved:
+            return Hits(hits, noted, exact=True)
+        return Hits(hits, (*noted, not_proved(options.k, rounds[-1])), exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a

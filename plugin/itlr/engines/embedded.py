@@ -33,7 +33,7 @@ from itlr.certificate import (
 )
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
-from itlr.engines.embedded_lexical import lexical_matrix
+from itlr.engines.embedded_lexical import lexical_matrix, mentioning_rows
 from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
@@ -350,9 +350,12 @@ class EmbeddedIndex:
     def _knn_rounds(
         self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
     ) -> Hits:
-        """knn mode: score the candidates; for a query the certificate applies to, deepen the
-        kNN searches until it proves that no other row can beat the k-th hit, or the cap."""
-        if not certifiable(query, options.ops, options.truth):
+        """knn mode: score the candidates; for a query the certificate applies to, prove that no
+        other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
+        cap. Past the graph's threshold a query the first round does not prove is scored over
+        every row instead: one pass over the vectors costs less than graph walks thousands
+        deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
+        if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
             return self._scored(
@@ -360,21 +363,31 @@ class EmbeddedIndex:
             )
         unit = dict(zip(query.terms, term_vectors, strict=True))
         seen = np.zeros(0, dtype=np.int64)
+        unmentioned: tuple[str, ...] = ()
+        if options.truth.uses_lexical:
+            # Hybrid truths: every row that mentions a positive term is a candidate, so an
+            # unseen row's lexical truth for those terms is 0 and the bound holds.
+            unmentioned = query.positive_terms
+            seen = np.intersect1d(mentioning_rows(self, unmentioned), rows)
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
-        for budget in rounds:
+        for depth, budget in enumerate(rounds):
+            if depth and options.filter is None and self._uses_ann():
+                return self._scored(query, term_vectors, rows, options, exact=True)
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
             bounds += [
-                search_bound(s.terms, unit, self._last_cosine(s, hits))
+                search_bound(s, unit, self._last_cosine(s, hits))
                 if len(hits) < len(rows)
                 else SearchBound(s.terms, 0.0, exhausted=True)
                 for s, hits in zip(searches, found, strict=True)
             ]
             hits = self._scored(query, term_vectors, seen, options, exact=True)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth):
+            if unseen_cannot_beat(
+                query, bounds, threshold, options.ops, options.truth, unmentioned
+            ):
                 return hits
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 

@@ -43,5 +43,10 @@ def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...
     return cached.corpus.matrix(rows, terms, cached.stats)
 
 
+def mentioning_rows(index: EmbeddedIndex, terms: tuple[str, ...]) -> np.ndarray:
+    """Rows (live or not) whose text holds a token of any of these terms."""
+    return _corpus(index).corpus.mentioning(terms)
+
+
 def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
     return _corpus(index).stats

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -34,13 +35,15 @@ from itlr.engines.integrity import (
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.errors import EngineError, IndexStateError, ItlrError, QuerySyntaxError
 from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
+from itlr.proxy import stages
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
     IndexConfig,
+    SearchTarget,
     Upstream,
     UpstreamTimeout,
     auth_headers,
@@ -53,6 +56,9 @@ log = logging.getLogger("itlr.proxy")
 
 # A UI's search bodies are small; a _msearch of many panels stays far below this.
 MAX_SEARCH_BODY = LIMITS.max_body_bytes
+# An answer up to this size (a search page, a histogram) is read whole and sent in one piece:
+# a streamed response costs the server a second task per request; bigger ones stream.
+RELAY_IN_ONE_PIECE = 1 << 20
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection, never forwarded.
 HOP_BY_HOP = {
     "connection",
@@ -66,6 +72,11 @@ HOP_BY_HOP = {
     "host",
     TOKEN_HEADER,
 }
+# Kept-alive connections to the upstream: a new one costs a TCP (and TLS) handshake. A UI
+# fires a dozen panel searches at once; httpx's default drops idle ones after 5 s, less than
+# the pause between two queries typed in a query bar; 30 s stays under load balancers' 60.
+UPSTREAM_POOL = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=30)
+LONG_NUMBER = re.compile(rb"\d{20}")
 SEARCH_PATH = re.compile(
     r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
 )
@@ -129,6 +140,26 @@ def encode_json(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
+async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
+    """The upstream's bytes as they come, the time to pass them on recorded."""
+    started = time.perf_counter()
+    async for chunk in upstream.aiter_raw():
+        yield chunk
+    stages.add("relay response body", (time.perf_counter() - started) * 1000)
+
+
+def decode_json(raw: bytes) -> Any:
+    """orjson first (a tenth of the standard library's time); what it refuses and the standard
+    library takes (NaN, UTF-16) still parses as before. orjson reads an integer past 64 bits as
+    a float: a body with 20 digits in a row goes the standard library's way, exact."""
+    if LONG_NUMBER.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 class _Refused(Exception):
     """A response to send instead of forwarding."""
 
@@ -157,15 +188,24 @@ class QueryBarProxy:
         # One encode at a time: the model is shared by every request of the process.
         self._encode_lock = threading.Lock()
         verify: Any = connection.ca_file or connection.verify_certs
+        # Forwarded requests go to the transport itself: the client's layers (cookie jar,
+        # auth, redirects, URL merging) cost CPU on every request, and a cookie one UI user's
+        # answer set must never ride along on another user's request.
+        self.transport = httpx.AsyncHTTPTransport(verify=verify, limits=UPSTREAM_POOL)
+        # The client, sharing the pool, asks the upstream the proxy's own questions (Upstream).
         self.client = httpx.AsyncClient(
             base_url=connection.url,
-            verify=verify,
             timeout=httpx.Timeout(timeout, connect=10.0),
             follow_redirects=False,
+            transport=self.transport,
         )
+        self._base = connection.url.rstrip("/")
+        self._timeouts = self.client.timeout.as_dict()
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes)
+        # Set by `itlr bench proxy` only: where each request spends its time.
+        self.stages: stages.StageTimes | None = None
 
     # -- embedding -------------------------------------------------------------------------
 
@@ -185,7 +225,36 @@ class QueryBarProxy:
                 return embedder.encode(missing)
 
         # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
-        return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
+        with stages.span("encode (cache + model)"):
+            return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
+
+    def _cached(self, model: str, terms: list[str]) -> np.ndarray | None:
+        """The vectors when every term is in the term cache, else None. Microseconds, so it
+        runs on the event loop: a repeated query skips the hand-off to a worker thread."""
+        embedder = self._embedder  # a plain read: the lock may be held by a running encode
+        if embedder is None or embedder.name != model:
+            return None
+        with stages.span("encode (cache + model)"):
+            return cache_for(embedder.cache_name).cached(terms)
+
+    async def _vectors(self, searched: SearchTarget, target: str, terms: list[str]) -> np.ndarray:
+        model = searched.vectors.model
+        vectors = self._cached(model, terms)
+        if vectors is None:
+            encoded_before = stages.get("encode (cache + model)")
+            with stages.span("thread hand-off"):
+                vectors = await anyio.to_thread.run_sync(self._encode, model, terms)
+            # The span holds the encode (timed in the worker thread): keep the hand-off alone.
+            stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
+        mapped = searched.vectors.dims
+        if mapped and vectors.shape[1] != mapped:
+            # The engine would refuse each kNN clause with a long error of its own.
+            raise IndexStateError(
+                f"index {target!r} field {searched.vectors.layout.vector_field!r} holds "
+                f"{mapped}-dim vectors but model {model!r} makes {vectors.shape[1]}-dim ones: "
+                "start the proxy with the matching --model (or the index config's `model`)"
+            )
+        return vectors
 
     # -- rewriting -------------------------------------------------------------------------
 
@@ -193,33 +262,38 @@ class QueryBarProxy:
         self, body: dict[str, Any], target: str | None, headers: dict[str, str]
     ) -> dict[str, Any] | None:
         """The rewritten body, or None when it holds no itlr clause."""
-        found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
+        with stages.span("find + parse clause"):
+            found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
         if found is None:
             return None
         if not target:
             raise ClauseError(
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
             )
-        searched = await self.upstream.target(target, headers)
-        vectors = await anyio.to_thread.run_sync(
-            self._encode, searched.vectors.model, list(found.query.terms)
-        )
+        with stages.span("index lookup (cached)"):
+            searched = await self.upstream.target(target, headers)
+        vectors = await self._vectors(searched, target, list(found.query.terms))
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
-        return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
+        with stages.span("build upstream body"):
+            return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
 
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]
     ) -> bytes | None:
-        LIMITS.check_json_depth(raw, "the search body")
-        try:
-            body = json.loads(raw) if raw.strip() else None
-        except ValueError:
-            return None  # not ours to judge: the upstream answers malformed JSON itself
+        with stages.span("parse JSON"):
+            LIMITS.check_json_depth(raw, "the search body")
+            try:
+                body = decode_json(raw) if raw.strip() else None
+            except ValueError:
+                return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
         rewritten = await self._rewrite_one(body, target, headers)
-        return None if rewritten is None else encode_json(rewritten)
+        if rewritten is None:
+            return None
+        with stages.span("serialise upstream body"):
+            return encode_json(rewritten)
 
     async def _rewrite_msearch(
         self, raw: bytes, target: str | None, headers: dict[str, str]
@@ -236,8 +310,8 @@ class QueryBarProxy:
                 position += 1
                 continue
             try:
-                header = json.loads(header_line)
-                body = json.loads(body_line)
+                header = decode_json(header_line)
+                body = decode_json(body_line)
             except ValueError:
                 return None
             if isinstance(header, dict) and isinstance(body, dict):
@@ -251,10 +325,11 @@ class QueryBarProxy:
             position += 2
         return b"\n".join(lines) if changed else None
 
-    async def _body_to_send(self, request: Request, raw: bytes) -> bytes | None:
+    async def _body_to_send(
+        self, request: Request, match: re.Match[str], raw: bytes
+    ) -> bytes | None:
         """The body to forward in place of `raw`, or None to forward `raw` itself."""
-        match = SEARCH_PATH.match(request.url.path)
-        if match is None or request.method not in ("GET", "POST"):
+        if request.method not in ("GET", "POST"):
             return None
         target, api = match.group("target"), match.group("api")
         headers = auth_headers(request.headers)
@@ -276,11 +351,12 @@ class QueryBarProxy:
         chunks = []
         size = 0
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > MAX_SEARCH_BODY:
-                    raise _Refused(self._too_large())
-                chunks.append(chunk)
+            with stages.span("read body"):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_SEARCH_BODY:
+                        raise _Refused(self._too_large())
+                    chunks.append(chunk)
         except ClientDisconnect:
             # Gone, or cut off by the body read time-out (which answered it): no one to answer.
             raise _Refused(Response(status_code=408)) from None
@@ -311,6 +387,8 @@ class QueryBarProxy:
         return None
 
     async def handle(self, request: Request) -> Response:
+        if self.stages is not None:
+            self.stages.start_request()
         if not self._authorized(request):
             return error_response(
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
@@ -344,10 +422,10 @@ class QueryBarProxy:
                     f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
                 )
             content = raw if raw or "content-length" in request.headers else None
-        elif SEARCH_PATH.match(request.url.path):
+        elif search := SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
-                replaced = await self._body_to_send(request, raw)
+                replaced = await self._body_to_send(request, search, raw)
             except _Refused as refused:
                 return refused.response
             except LimitError as over:
@@ -373,14 +451,17 @@ class QueryBarProxy:
             content = request.stream()
         else:
             content = None  # no body came, none goes (not an empty chunked one)
-        upstream_request = self.client.build_request(
+        upstream_request = httpx.Request(
             request.method,
-            _raw_target(request),
+            self._base + _raw_target(request),
             headers=headers,
             content=content,
+            extensions={"timeout": self._timeouts},
         )
         try:
-            upstream = await self.client.send(upstream_request, stream=True)
+            with stages.span("upstream round trip (to headers)"):
+                upstream = await self.transport.handle_async_request(upstream_request)
+                upstream.request = upstream_request
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             slow = UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
             log.warning("upstream %s timed out", self.connection.url)
@@ -406,8 +487,28 @@ class QueryBarProxy:
             response_headers.pop("content-encoding", None)
             response_headers.pop("content-length", None)
             return Response(upstream.content, upstream.status_code, response_headers)
+        declared = upstream.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) <= RELAY_IN_ONE_PIECE:
+            try:
+                with stages.span("relay response body"):
+                    content = b"".join([chunk async for chunk in upstream.aiter_raw()])
+            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+                return upstream_timeout(
+                    UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
+                )
+            except httpx.TransportError as cut:
+                return error_response(
+                    502,
+                    "itlr_upstream_unreachable",
+                    f"itlr proxy: the upstream {self.connection.url} broke off its answer "
+                    f"({type(cut).__name__})",
+                )
+            finally:
+                await upstream.aclose()
+            # The bytes as sent (still compressed if they were): its content-length holds.
+            return Response(content, upstream.status_code, response_headers)
         return StreamingResponse(
-            upstream.aiter_raw(),
+            _relayed(upstream) if stages.recording() else upstream.aiter_raw(),
             status_code=upstream.status_code,
             headers=response_headers,
             background=BackgroundTask(upstream.aclose),

@@ -117,13 +117,19 @@ def _configured(
             f"index {name!r} has no vector field {config.vector_field!r}: fix the index config, "
             "or back-fill it (`itlr backfill`)"
         )
-    dims = int(vector.get("dimension") or vector.get("dims") or 0)
     layout = IndexLayout(
         config.vector_field,
         config.text_field,
         tiebreak="doc_id" if "doc_id" in properties else None,
     )
-    return IndexVectors(resolve_model(config.model)[0], dims, layout)
+    return IndexVectors(resolve_model(config.model)[0], _mapped_dims(vector), layout)
+
+
+def _mapped_dims(vector: Any) -> int:
+    """The dimension count a vector field's mapping records (0: none recorded yet)."""
+    if not isinstance(vector, dict):
+        return 0
+    return int(vector.get("dimension") or vector.get("dims") or 0)
 
 
 def index_vectors(
@@ -146,7 +152,10 @@ def index_vectors(
             vector_field=str(meta.get("vector_field", "embedding")),
             text_field=str(meta.get("text_field", "text")),
         )
-        vectors = IndexVectors(str(meta.get("model")), int(meta.get("dims", 0)), layout)
+        # What the engine will compare the query vectors with is the mapping, not the note.
+        properties = body.get("mappings", {}).get("properties", {})
+        dims = _mapped_dims(properties.get(layout.vector_field)) or int(meta.get("dims", 0))
+        vectors = IndexVectors(str(meta.get("model")), dims, layout)
         found.setdefault(vectors, []).append(name)
     if not found:
         raise IndexStateError(

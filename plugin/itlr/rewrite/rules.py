@@ -164,6 +164,8 @@ _TITLE_GLUE = {"of", "the", "to", "in", "on", "a", "an", "for", "at", "by"}
 _WH_WORDS = {"how", "why", "what", "when", "where", "which", "who", "whom", "whose", "whether"}
 _POSSESSIVES = {"its", "their", "his", "her"}
 _OPEN_QUOTES = {'"': '"', "“": "”", "‘": "’", "'": "'"}
+# Quotes that hold a title together; a single quote is too often an apostrophe.
+_DOUBLE_QUOTES = {'"', "“"}
 # Function words that a title capitalises ("Man and His Symbols"); running text does not.
 _TITLE_OPENERS = {"his", "her", "its", "their", "our", "my", "your", "the", "a", "an"}
 # Past this many words a topic is a question to embed whole, not a list to split.
@@ -178,6 +180,8 @@ _EXCLUSION_CUES: tuple[tuple[str, ...], ...] = tuple(
             ("not", "related", "to"),
             ("unrelated", "to"),
             ("not", "including"),
+            ("not", "counting"),
+            ("without", "counting"),
             ("excluding",),
             ("exclude",),
             ("except", "for"),
@@ -430,7 +434,17 @@ def _find_exclusion(toks: list[_Tok]) -> tuple[int, int] | None:
 def _split_items(b: _Builder, toks: list[_Tok]) -> list[list[_Tok]]:
     """Split an exclusion list on commas and conjunctions, keeping binomials and titles whole."""
     items: list[list[_Tok]] = [[]]
+    quoted_until = -1
     for i, tok in enumerate(toks):
+        if i <= quoted_until:
+            items[-1].append(tok)
+            continue
+        if (close := _closing_quote(toks, i)) > i:
+            # A quoted title ("North and South") is one item, whatever it holds.
+            b.mark("kept", toks[i : close + 1], "quoted, not split")
+            quoted_until = close
+            items[-1].append(tok)
+            continue
         is_and = tok.low == "and"
         if is_and and 0 < i < len(toks) - 1 and _is_binomial(toks, i):
             b.mark("kept", [toks[i - 1], tok, toks[i + 1]], "fixed expression, not split")
@@ -446,6 +460,22 @@ def _split_items(b: _Builder, toks: list[_Tok]) -> list[list[_Tok]]:
         if item and not _only_connectives(item):
             cleaned.append(item)
     return cleaned
+
+
+def _closing_quote(toks: list[_Tok], at: int) -> int:
+    """Index of the token closing a double quote opened by toks[at], or -1."""
+    opener = toks[at].text[:1]
+    if opener not in _DOUBLE_QUOTES:
+        return -1
+    close = _OPEN_QUOTES[opener]
+    if len(toks[at].text) > 1 and toks[at].text.endswith(close):
+        return -1  # "Dune": quoted and closed in one token, nothing to keep together
+    for j in range(at + 1, len(toks)):
+        if toks[j].low in _SENTENCE_END:
+            return -1
+        if toks[j].text.endswith(close):
+            return j
+    return -1
 
 
 def _strip_fillers(item: list[_Tok]) -> list[_Tok]:
