@@ -180,7 +180,8 @@ def _export_fp32(folder: Path, staging: Path) -> None:
             self.model = model
 
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.model(**dict(zip(names, inputs, strict=True))).last_hidden_state
+            hidden: torch.Tensor = self.model(**dict(zip(names, inputs, strict=True)))[0]
+            return hidden
 
     names = list(_INPUTS if accepts_types else _INPUTS[:2])
     sample = torch.ones((2, 8), dtype=torch.long)
@@ -293,9 +294,11 @@ class OnnxEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         ids, mask = self.pipeline.tokenize(texts)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        hidden = self.session.run(None, {name: feeds[name] for name in self.input_names})[0]
+        run = self.session.run(None, {name: feeds[name] for name in self.input_names})
+        hidden = np.asarray(run[0], dtype=np.float32)
         # Mean over real tokens, then unit length: sentence-transformers' Pooling and Normalize.
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        unit: np.ndarray = (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return unit
