@@ -109,6 +109,12 @@ def measure_backend(
             for mode in ("knn", "exact")
         }  # type: ignore[arg-type]
         if terms == 3:
+            # What the certificate's rounds cost: one round, as knn mode was before it (random
+            # vectors are its worst case: no bound proves their top k, so every round runs).
+            one_round = SearchOptions(k=k).candidate_budget
+            variants[f"itlr {terms}-term, knn mode, one round (no certificate)"] = SearchOptions(
+                k=k, mode="knn", max_candidates=one_round
+            )
             # What the lexical evidence costs: the statistics request and the token scan.
             variants[f"itlr {terms}-term, knn mode, hybrid truths"] = SearchOptions(
                 k=k, mode="knn", truth=TruthMap("hybrid")
