@@ -14,6 +14,7 @@ from itlr import Operators, TruthMap
 from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries, random_tree
 from itlr.engines.connection import Connection
 from itlr.engines.factory import EngineSpec, open_backend, remote_backend
+from itlr.engines.opensearch import OpenSearchBackend
 from itlr.errors import IndexStateError
 from itlr.ingest import ingest
 from itlr.options import SearchOptions
@@ -134,3 +135,23 @@ def check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(
         assert_same_ranking(
             backend.search(query, vectors, knn), embedded.search(query, vectors, options)
         )
+
+
+def sharded_backend(url: str, corpus, corpus_vectors, embedder, shards: int) -> OpenSearchBackend:
+    """A throw-away OpenSearch index of the demo corpus with this many primary shards."""
+    backend = OpenSearchBackend(
+        Connection(url).opensearch(),
+        f"itlr-hybrid-{shards}-{uuid.uuid4().hex[:8]}",
+        embedder.name,
+        embedder.dims,
+        url=url,
+    )
+    mapping = backend.dialect.mapping(embedder.dims, embedder.name)
+    mapping["settings"]["index"]["number_of_shards"] = shards
+    backend.client.indices.create(index=backend.index, body=mapping)
+    failures = backend.add(
+        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
+    )
+    assert failures == {}
+    backend.refresh()
+    return backend

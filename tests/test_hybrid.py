@@ -14,13 +14,11 @@ import pytest
 
 import itlr
 from itlr.composition import compose
-from itlr.engines.connection import Connection
 from itlr.engines.dialect import lexical_stats, lexical_stats_body
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.embedded_lexical import lexical_stats as embedded_stats
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
     K1,
@@ -38,7 +36,7 @@ from itlr.lexical import (
 from itlr.options import SearchOptions, search_options
 from itlr.scoring import Operators, TruthMap
 from itlr.translation import translate_requests
-from parity import VOCABULARY, assert_same_ranking, term_vectors
+from parity import VOCABULARY, assert_same_ranking, sharded_backend, term_vectors
 
 # -- the lexical value ------------------------------------------------------------------------
 
@@ -203,7 +201,7 @@ def hybrid_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]
         truth = TruthMap(
             "hybrid",
             lexical=rng.choice([0.3, 0.5, 1.0]),
-            not_evidence=rng.choice(["lexical", "cosine", "mixed"]),
+            not_evidence=rng.choice(["lexical", "cosine", "mixed", "max"]),
         )
         cases.append(
             (itlr.parse(str(tree)), SearchOptions(k=10, mode="exact", ops=ops, truth=truth))
@@ -211,35 +209,16 @@ def hybrid_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]
     return cases
 
 
-def make_backend(url: str, corpus, corpus_vectors, embedder, shards: int) -> OpenSearchBackend:
-    backend = OpenSearchBackend(
-        Connection(url).opensearch(),
-        f"itlr-hybrid-{shards}-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=url,
-    )
-    mapping = backend.dialect.mapping(embedder.dims, embedder.name)
-    mapping["settings"]["index"]["number_of_shards"] = shards
-    backend.client.indices.create(index=backend.index, body=mapping)
-    failures = backend.add(
-        [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
-    )
-    assert failures == {}
-    backend.refresh()
-    return backend
-
-
 @pytest.fixture(scope="module")
 def one_shard(opensearch_url, corpus, corpus_vectors, embedder):
-    backend = make_backend(opensearch_url, corpus, corpus_vectors, embedder, 1)
+    backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 1)
     yield backend
     backend.client.indices.delete(index=backend.index)
 
 
 @pytest.fixture(scope="module")
 def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
-    backend = make_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
+    backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
     yield backend
     backend.client.indices.delete(index=backend.index)
 

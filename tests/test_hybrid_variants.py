@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
 
 import numpy as np
 import pytest
 
 import itlr
 from itlr.composition import compose, explain
-from itlr.engines.connection import Connection
-from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
-from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.explain import recompute
 from itlr.lexical import negated_terms
 from itlr.options import OPTIONS, SearchOptions, search_options
 from itlr.scoring import MAX_EVIDENCE, Operators, TruthMap
-from parity import VOCABULARY, assert_same_ranking, term_vectors
+from parity import VOCABULARY, assert_same_ranking, sharded_backend, term_vectors
 
 MAX_NOT = TruthMap("hybrid", lexical=0.3, not_evidence="max")
 
@@ -120,19 +116,7 @@ def max_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]]:
 
 @pytest.fixture(scope="module")
 def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-variants-3-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    mapping = backend.dialect.mapping(embedder.dims, embedder.name)
-    mapping["settings"]["index"]["number_of_shards"] = 3
-    backend.client.indices.create(index=backend.index, body=mapping)
-    ids, texts = [d.id for d in corpus], [d.text for d in corpus]
-    assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
-    backend.refresh()
+    backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
     yield backend
     backend.client.indices.delete(index=backend.index)
 
@@ -184,30 +168,6 @@ def test_explained_max_truths_of_cluster_hits_match_the_embedded_engine(
         assert recompute(mine.explanation) == pytest.approx(mine.score, abs=1e-4)
         for term in query.terms:
             assert mine.truths[term] == pytest.approx(theirs.truths[term], abs=1e-4)
-
-
-@pytest.mark.opensearch
-def test_es_score_script_computes_the_same_max_not_scores_on_a_real_painless(
-    three_shards, embedded, vocabulary_vectors
-) -> None:
-    es = ElasticsearchBackend(None, three_shards.index, "m", 384, version="8.19.0")
-    # The ES script for OpenSearch's k-NN doc values: `.vectorValue` is `.value`.
-    source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
-    for query, options in max_cases(15, seed=5):
-        vectors = term_vectors(query, vocabulary_vectors)
-        stats = three_shards.lexical_stats(query)
-        body = es.dialect.search_body(query, vectors, options, stats)
-        script = body["query"]["script_score"]["script"]
-        body["query"]["script_score"]["script"] = {
-            "source": source,
-            "lang": "painless",
-            "params": script["params"],
-        }
-        response = three_shards.client.search(
-            index=three_shards.index, body=json.loads(json.dumps(body))
-        )
-        remote = three_shards.dialect.hits(dict(response))
-        assert_same_ranking(remote, embedded.search(query, vectors, options))
 
 
 def test_the_cli_searches_with_max_not_evidence_and_refuses_an_unknown_one(tmp_path) -> None:
