@@ -4,10 +4,13 @@ knn mode scores exactly the union of a few kNN searches' neighbours. A document 
 returned is not scored, but the searches still say something about it: a search with unit
 vector v that returned its `budget` nearest neighbours, the last at cosine c, proves that every
 document it did not return has cosine at most c with v. For a search over terms G (one term, or
-the normalised sum of a conjunction's vectors, see itlr.candidates) that is a linear bound on
-the document's cosines with those terms:
+the normalised weighted sum of a conjunction's vectors, see itlr.candidates) that is a linear
+bound on the document's cosines with those terms:
 
-    sum over t in G of cos(d, t)  <=  c * |sum over t in G of t|
+    sum over t in G of w_t cos(d, t)  <=  c * |sum over t in G of w_t t|
+
+With hybrid truths a term's lexical truth is bounded too: 0 for an unseen document when the
+engine gathered every document that mentions the term, anything in [0, 1] otherwise.
 
 So the best an unseen document can do is the maximum of the composed score over the cosines
 allowed by all the searches' bounds, terms that no search bounds (those only under a NOT)
