@@ -18,6 +18,7 @@ from foreign_index import all_sources, bulk, create_index, delete_index, documen
 from itlr.cli import app
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.lexical import LENGTH_FIELD, TOKENS_FIELD, lexical_fields
 
 pytestmark = pytest.mark.opensearch
 
@@ -31,6 +32,10 @@ def check_every_vector_is_of_its_current_text(url, name, embedder, count) -> Non
     stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
     assert np.allclose(stored, expected, atol=1e-5)
     assert [sources[i][HASH_FIELD] for i in ids] == [content_hash(t, embedder.name) for t in texts]
+    # The token counts hybrid truth values read, of the same text.
+    for doc_id, text in zip(ids, texts, strict=True):
+        written = {k: sources[doc_id].get(k) for k in (TOKENS_FIELD, LENGTH_FIELD)}
+        assert written == lexical_fields(text)
 
 
 def test_backfill_in_place_embeds_every_document_and_a_rerun_embeds_only_a_changed_text(
@@ -58,6 +63,32 @@ def test_backfill_in_place_embeds_every_document_and_a_rerun_embeds_only_a_chang
         result = index.search('"penguins on ice"', k=1)
         assert [h.id for h in result.hits] == [docs[7]["_id"]]
         assert result.hits[0].text == changed["body"]
+    finally:
+        delete_index(opensearch_url, name)
+
+
+def test_a_rerun_adds_the_token_counts_to_documents_back_filled_without_them(
+    opensearch_url, corpus, embedder
+) -> None:
+    docs = documents(corpus, 12)
+    name = create_index(opensearch_url, "opensearch", docs)
+    try:
+        itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        # As a back-fill from before the lexical fields left them: vector and hash only.
+        strip = {
+            "script": {
+                "source": "ctx._source.remove(params.a); ctx._source.remove(params.b)",
+                "params": {"a": TOKENS_FIELD, "b": LENGTH_FIELD},
+            },
+            "query": {"match_all": {}},
+        }
+        httpx.post(
+            f"{opensearch_url}/{name}/_update_by_query?refresh=true", json=strip, timeout=30
+        ).raise_for_status()
+        assert all(LENGTH_FIELD not in s for s in all_sources(opensearch_url, name).values())
+        again = itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        assert (again.embedded, again.skipped, again.failed) == (0, 12, {})
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 12)
     finally:
         delete_index(opensearch_url, name)
 

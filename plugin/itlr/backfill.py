@@ -1,6 +1,7 @@
 """Back-fill: give the documents already in a cluster index (made by anyone, not by itlr) a
 vector of one of their text fields, written beside them with the content hash
-(itlr.fingerprint) so that a re-run skips what is current and re-embeds what changed.
+(itlr.fingerprint) so that a re-run skips what is current and re-embeds what changed, and with
+the text's token counts and length (itlr.lexical) that hybrid truth values read.
 
 In place: the vector field is added to the mapping, then every document is read with the
 client's `helpers.scan` and its vector written with `helpers.streaming_bulk` partial updates
@@ -21,6 +22,7 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.lexical import LENGTH_FIELD, TOKENS_FIELD, lexical_fields
 
 BATCH_SIZE = 64
 
@@ -107,8 +109,7 @@ def prepare_in_place(backend: ClusterBackend, dims: int, model: str) -> None:
             "index with `--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
         )
     new = {} if field_name in properties else {field_name: _vector_mapping(backend, dims, model)}
-    if HASH_FIELD not in properties:
-        new[HASH_FIELD] = {"type": "keyword", "index": False}
+    new.update({k: v for k, v in _itlr_fields().items() if k not in properties})
     if new:
         with backend._errors():
             if backend.engine == "elasticsearch":
@@ -117,11 +118,21 @@ def prepare_in_place(backend: ClusterBackend, dims: int, model: str) -> None:
                 backend.client.indices.put_mapping(index=backend.index, body={"properties": new})
 
 
+def _itlr_fields() -> dict[str, Any]:
+    """The fields written beside the vector: the content hash, and the token counts and length
+    of the text that hybrid truth values read (itlr.lexical)."""
+    return {
+        HASH_FIELD: {"type": "keyword", "index": False},
+        TOKENS_FIELD: {"type": "keyword"},
+        LENGTH_FIELD: {"type": "integer"},
+    }
+
+
 def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) -> None:
     """Create `target` with the source index's own fields plus the vector and hash fields."""
     properties = dict(_mapping(backend, backend.index).get("properties", {}))
     properties[backend.layout.vector_field] = _vector_mapping(backend, dims, model)
-    properties[HASH_FIELD] = {"type": "keyword", "index": False}
+    properties.update(_itlr_fields())
     settings = backend.dialect.mapping(dims, model)["settings"]
     with backend._errors():
         if backend.client.indices.exists(index=target):
@@ -177,7 +188,7 @@ def backfill(
         with backend._errors():
             on_total(int(backend.client.count(index=backend.index)["count"]))
     helpers = backend._bulk_helpers()
-    fields = None if into else [text_field, HASH_FIELD]
+    fields = None if into else [text_field, HASH_FIELD, LENGTH_FIELD]
 
     def documents() -> Iterator[dict[str, Any]]:
         with backend._errors():
@@ -217,14 +228,27 @@ def backfill(
                 digest = content_hash(text, embedder.name)
                 if stored.get(hit["_id"]) == digest:
                     report.skipped += 1
+                    if not into and LENGTH_FIELD not in source:
+                        # Back-filled before the lexical fields existed: the vector is current,
+                        # only the token counts are written.
+                        yield {
+                            "_op_type": "update",
+                            "_index": target,
+                            "_id": hit["_id"],
+                            "doc": lexical_fields(text),
+                        }
                     continue
                 todo.append((hit, text, digest))
             if todo:
                 encode_start = time.perf_counter()
                 vectors = embedder.encode([text for _, text, _ in todo])
                 report.encode_seconds += time.perf_counter() - encode_start
-                for (hit, _, digest), vector in zip(todo, vectors, strict=True):
-                    new = {backend.layout.vector_field: vector.tolist(), HASH_FIELD: digest}
+                for (hit, text, digest), vector in zip(todo, vectors, strict=True):
+                    new = {
+                        backend.layout.vector_field: vector.tolist(),
+                        HASH_FIELD: digest,
+                        **lexical_fields(text),
+                    }
                     if into:
                         source = {**hit["_source"], **new}
                         yield {"_op_type": "index", "_index": into, "_id": hit["_id"], **source}
