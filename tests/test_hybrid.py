@@ -252,7 +252,7 @@ def test_hybrid_scores_match_the_embedded_engine_on_40_random_queries(
 
 
 @pytest.mark.opensearch
-@pytest.mark.parametrize("evidence", ["lexical", "cosine", "mixed"])
+@pytest.mark.parametrize("evidence", ["lexical", "cosine", "mixed", "max"])
 def test_each_terms_hybrid_truth_matches_to_1e4_on_every_document(
     evidence, three_shards, embedded, vocabulary_vectors, corpus
 ) -> None:

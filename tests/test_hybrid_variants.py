@@ -138,21 +138,6 @@ def test_max_not_scores_match_the_embedded_engine_on_30_random_queries(
 
 
 @pytest.mark.opensearch
-def test_a_negated_terms_max_truth_matches_to_1e4_on_every_document(
-    cluster, embedded, vocabulary_vectors, corpus
-) -> None:
-    # A lone NOT under the paper's operators scores 1 - truth: every document's truth, compared.
-    for text in ('NOT "bone health"', 'NOT "vitamin D"', 'NOT "immune system"'):
-        query = itlr.parse(text)
-        vectors = term_vectors(query, vocabulary_vectors)
-        options = SearchOptions(k=len(corpus), mode="exact", ops=Operators(), truth=MAX_NOT)
-        remote = {h.id: h.score for h in cluster.search(query, vectors, options)}
-        local = {h.id: h.score for h in embedded.search(query, vectors, options)}
-        assert remote.keys() == local.keys()
-        assert max(abs(remote[i] - local[i]) for i in local) < 1e-4
-
-
-@pytest.mark.opensearch
 def test_explained_max_truths_of_cluster_hits_match_the_embedded_engine(
     three_shards, embedded, vocabulary_vectors, corpus
 ) -> None:
