@@ -284,7 +284,9 @@ def main() -> None:
 
     # The default candidates, in the rule's order of simplicity (module docstring).
     candidates: dict[str, Logical | Variant] = {
-        "itlr (default): clamp, NOT strength 0.5": Logical(ops=half),
+        "itlr (default before the rule): clamp, NOT strength 0.5": Logical(
+            ops=half, truth=TruthMap("clamp")
+        ),
         "candidate: hybrid 0.5, BM25 NOT, strength 0.5": Logical(
             ops=half, truth=hybrid_truth(0.5, "lexical")
         ),
@@ -312,9 +314,8 @@ def main() -> None:
         "candidate: hybrid 0.5, max NOT, strength 0.5": Logical(
             ops=half, truth=hybrid_truth(0.5, "max")
         ),
-        "candidate: hybrid 0.3, max NOT, strength 0.5": Logical(
-            ops=half, truth=hybrid_truth(0.3, "max")
-        ),
+        # The rule's winner, shipped as the default since (itlr.scoring.DEFAULT_TRUTH).
+        "candidate: hybrid 0.3, max NOT, strength 0.5 (the default now)": Logical(ops=half),
         "candidate: hybrid 0.5 by rarity, BM25 NOT by rarity, strength 0.5": Variant(
             share=0.5, not_evidence="lexical", rarity=True
         ),

@@ -11,6 +11,8 @@ from typing import Any, Literal, get_args
 from itlr.candidates import DEFAULT_PLAN, PLANS, Plan
 from itlr.errors import ConfigurationError
 from itlr.scoring import (
+    DEFAULT_LEXICAL_SHARE,
+    DEFAULT_NOT_EVIDENCE,
     DEFAULT_NOT_STRENGTH,
     SEARCH_OPERATORS,
     AndName,
@@ -196,8 +198,8 @@ def truth_map(
     tau: float,
     lam: float,
     model: str | None,
-    lexical: float = 0.5,
-    not_evidence: str = "lexical",
+    lexical: float = DEFAULT_LEXICAL_SHARE,
+    not_evidence: str = DEFAULT_NOT_EVIDENCE,
 ) -> TruthMap:
     if truth != "calibrated":
         return TruthMap(truth, tau, lam, lexical=lexical, not_evidence=not_evidence)  # type: ignore[arg-type]
@@ -308,8 +310,9 @@ OPTIONS: tuple[Option, ...] = (
     _option(
         "truth",
         "choice",
-        "Map cosine to truth: clamp max(0,cos), shift (1+cos)/2, sigmoid with tau/lam, "
-        "or calibrated (the sigmoid `itlr calibrate` saved for the model).",
+        "Map cosine to truth: hybrid (default: cosine mixed with the passage's BM25 for the "
+        "term, see lexical_share / not_evidence), clamp max(0,cos), shift (1+cos)/2, sigmoid "
+        "with tau/lam, or calibrated (the sigmoid `itlr calibrate` saved for the model).",
         choices=(*get_args(TruthName), "calibrated"),
     ),
     _option("tau", "float", "Sigmoid centre.", field="truth"),

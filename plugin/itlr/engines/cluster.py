@@ -41,9 +41,10 @@ from itlr.engines.dialect import (
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import CorpusStats
+from itlr.lexical import TOKENS_FIELD, CorpusStats
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
+from itlr.scoring import TruthMap
 
 
 class ClusterBackend:
@@ -312,6 +313,7 @@ class ClusterBackend:
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document). Hybrid
         truths need the index's statistics: given, or counted here (one request)."""
+        options, _ = self._truth_the_index_holds(options)
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_stats(query)
         return self.dialect.search_body(query, term_vectors, options, lexical)
@@ -334,16 +336,30 @@ class ClusterBackend:
         """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
         if not self._scripts_ready:
             self.install_scripts(repair=False)
+        options, noted = self._truth_the_index_holds(options)
         lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
         try:
-            return self._search_once(query, term_vectors, options, lexical)
+            return self._search_once(query, term_vectors, options, lexical).noting(*noted)
         except EngineError as failed:
             if self.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
             if not self.install_scripts(repair=False):
                 raise
-        return self._search_once(query, term_vectors, options, lexical)
+        return self._search_once(query, term_vectors, options, lexical).noting(*noted)
+
+    def _truth_the_index_holds(self, options: SearchOptions) -> tuple[SearchOptions, list[str]]:
+        """Hybrid truths (the default) on an index whose mapping has no lexical fields (made
+        elsewhere, or back-filled before they existed) would see a lexical truth of 0 in every
+        document: score it with cosine truths instead, and say so with every search."""
+        if not options.truth.uses_lexical or self.mapped is None or TOKENS_FIELD in self.mapped:
+            return options, []
+        cosine = replace(options, truth=TruthMap("clamp", options.truth.tau, options.truth.lam))
+        return cosine, [
+            f"index {self.index!r} has no {TOKENS_FIELD!r} field, so hybrid truth values "
+            "(the default) cannot read what documents mention: scored with cosine truths "
+            "(clamp); `itlr backfill` adds the lexical fields"
+        ]
 
     def _search_once(
         self,
