@@ -5,6 +5,7 @@ and the result says so."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,12 @@ from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
 from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
 
-CLAMP = TruthMap()
+CLAMP = TruthMap("clamp")
+
+
+def cosine_options(**given: Any) -> SearchOptions:
+    """Options scoring by cosines alone: these cases construct vectors, not words."""
+    return SearchOptions(truth=CLAMP, **given)
 
 
 @pytest.mark.parametrize(
@@ -158,9 +164,9 @@ def crowded(tmp_path: Path) -> EmbeddedIndex:
 def test_a_second_round_finds_the_document_the_first_missed(crowded: EmbeddedIndex) -> None:
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
-    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
+    exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
     assert exact[0].id == "best"
-    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50))
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
     assert [h.id for h in hits] == [h.id for h in exact]
     assert hits.exact is True and not hits.warnings
 
@@ -168,7 +174,7 @@ def test_a_second_round_finds_the_document_the_first_missed(crowded: EmbeddedInd
 def test_the_cap_stops_the_rounds_and_the_result_says_so(crowded: EmbeddedIndex) -> None:
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
-    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
     assert "best" not in {h.id for h in hits}
     assert hits.exact is False
     assert any("not proved exact" in w for w in hits.warnings)
@@ -177,7 +183,7 @@ def test_the_cap_stops_the_rounds_and_the_result_says_so(crowded: EmbeddedIndex)
 def test_an_easy_query_is_proved_in_the_first_round(crowded: EmbeddedIndex) -> None:
     query = itlr.parse('"a"')
     terms = np.eye(DIMS)[:1].astype(np.float32)
-    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
     assert hits.exact is True
 
 
@@ -185,8 +191,8 @@ def test_exact_mode_is_exact_and_a_query_that_is_not_anchored_is_not_certified(
     crowded: EmbeddedIndex,
 ) -> None:
     terms = np.eye(DIMS)[:2].astype(np.float32)
-    assert crowded.search(itlr.parse('"a" AND "b"'), terms, SearchOptions(mode="exact")).exact
-    loose = crowded.search(itlr.parse('"a" OR NOT "b"'), terms, SearchOptions(candidates=50))
+    assert crowded.search(itlr.parse('"a" AND "b"'), terms, cosine_options(mode="exact")).exact
+    loose = crowded.search(itlr.parse('"a" OR NOT "b"'), terms, cosine_options(candidates=50))
     assert loose.exact is None
 
 
@@ -198,7 +204,7 @@ def test_the_search_result_carries_the_certificate(crowded: EmbeddedIndex) -> No
 
 def test_a_cap_below_the_first_round_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="max_candidates"):
-        SearchOptions(candidates=100, max_candidates=50)
+        cosine_options(candidates=100, max_candidates=50)
 
 
 # -- the same rounds on a real OpenSearch: a second request only when the bound needs it ------
@@ -230,15 +236,15 @@ def crowded_opensearch(opensearch_url: str, crowded: EmbeddedIndex):
 def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowded) -> None:
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
-    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
-    hits = crowded_opensearch.search(query, terms, SearchOptions(k=10, candidates=50))
+    exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
+    hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=50))
     # The 300 crowding documents tie: ranks agree on scores, and the best one leads.
     assert hits[0].id == "best"
     for mine, theirs in zip(hits, exact, strict=True):
         assert mine.score == pytest.approx(theirs.score, abs=1e-4)
     assert hits.exact is True
     capped = crowded_opensearch.search(
-        query, terms, SearchOptions(k=10, candidates=50, max_candidates=50)
+        query, terms, cosine_options(k=10, candidates=50, max_candidates=50)
     )
     assert capped.exact is False and "best" not in {h.id for h in capped}
 
@@ -254,12 +260,12 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     crowded._ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
-    exact = crowded.search(query, terms, SearchOptions(k=10, mode="exact"))
-    hits = crowded.search(query, terms, SearchOptions(k=10, candidates=50))
+    exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
     assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == "best"
     assert hits.exact is True and not hits.warnings
     assert len(walks) == 1  # the first round only
-    capped = crowded.search(query, terms, SearchOptions(k=10, candidates=50, max_candidates=50))
+    capped = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
     assert "best" not in {h.id for h in capped} and capped.exact is False
 
 

@@ -9,7 +9,7 @@ import itlr
 from itlr import IndexStateError
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.options import SearchOptions
-from itlr.scoring import DEFAULT_NOT_STRENGTH
+from itlr.scoring import DEFAULT_NOT_STRENGTH, TruthMap
 
 DIMS = 16
 
@@ -144,7 +144,7 @@ def test_compaction_leaves_no_file_of_the_previous_generation(index: EmbeddedInd
 def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex) -> None:
     query = itlr.parse("a AND NOT b OR c")
     terms = unit(3, seed=1)
-    hits = index.search(query, terms, SearchOptions(k=200, mode="exact"))
+    hits = index.search(query, terms, SearchOptions(k=200, mode="exact", truth=TruthMap("clamp")))
     assert len(hits) == 200
     for hit in hits[:20]:
         cosines = np.clip(terms @ index.vector(hit.id), 0, 1)

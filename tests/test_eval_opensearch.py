@@ -18,6 +18,7 @@ from itlr.evaluation.datasets import load_beir
 from itlr.evaluation.engine_runs import EngineRunner
 from itlr.evaluation.methods import build_methods
 from itlr.evaluation.runner import VectorCorpus, run_methods
+from itlr.lexical import LexicalCorpus
 
 pytestmark = pytest.mark.opensearch
 
@@ -145,7 +146,9 @@ def test_exact_mode_itlr_rankings_on_opensearch_equal_the_in_process_rankings(
     )
     texts = [c.text for c in cases] + sorted({t for c in cases for t in c.query.terms})
     text_vectors = dict(zip(texts, embedder.encode(texts), strict=True))
-    methods = build_methods(["itlr", "itlr-hard"], hard_filter=0.3)
+    # The default truths are hybrid: in process they read the corpus' tokens.
+    lexical = LexicalCorpus([d.text for d in data.corpus])
+    methods = build_methods(["itlr", "itlr-hard"], hard_filter=0.3, lexical=lexical)
     backend = OpenSearchBackend(
         Connection(opensearch_url).opensearch(),
         f"itlr-eval-rank-{uuid.uuid4().hex[:8]}",

@@ -367,7 +367,11 @@ def random_eval_setup(tmp_path: Path):
 
 def test_engine_runs_in_exact_mode_equal_the_in_process_runs(tmp_path: Path) -> None:
     documents, corpus, cases, text_vectors, backend = random_eval_setup(tmp_path)
-    methods = build_methods(["dense", "itlr", "itlr-hard", "setops", "random"], hard_filter=0.4)
+    methods = build_methods(
+        ["dense", "itlr", "itlr-hard", "setops", "random"],
+        truth=TruthMap("clamp"),
+        hard_filter=0.4,
+    )
     engine = EngineRunner(backend, mode="exact")
     engine.sync(documents, corpus.vectors)
     on_engine = engine.run(cases, methods, corpus, text_vectors, depth=100)

@@ -162,11 +162,13 @@ def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_t
     index.add(["a", "b", "c"], texts, vectors)
     query = itlr.parse('"aarhus" AND NOT "denmark"')
     terms = np.vstack([vectors[0], unit(rng, 1)[0]])
-    options = SearchOptions(k=3, mode="exact", truth=TruthMap("hybrid"))
+    # BM25 alone judges the NOT term: the words decide, whatever the cosines say.
+    bm25_not = TruthMap("hybrid", lexical=0.5, not_evidence="lexical")
+    options = SearchOptions(k=3, mode="exact", truth=bm25_not)
     hits = index.search(query, terms, options)
     assert [h.id for h in hits][:2] == ["a", "b"]
     assert hits[0].truths["denmark"] == 0.0 and hits[1].truths["denmark"] > 0.3
-    plain = index.search(query, terms, SearchOptions(k=3, mode="exact"))
+    plain = index.search(query, terms, SearchOptions(k=3, mode="exact", truth=TruthMap("clamp")))
     assert plain[0].score == pytest.approx(plain[1].score)
 
 
@@ -306,7 +308,7 @@ def test_a_document_without_lexical_fields_keeps_its_cosine_share(
             k=1,
             mode="exact",
             ops=Operators(),
-            truth=TruthMap("hybrid"),
+            truth=TruthMap("hybrid", lexical=0.5),
             filter={"term": {"doc_id": doc_id}},
         )
         (hit,) = one_shard.search(query, vector[None, :], options)

@@ -7,6 +7,7 @@ import pytest
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.options import SearchOptions
 from itlr.retriever import Retriever
+from itlr.scoring import TruthMap
 
 IMMUNITY = "Vitamin D helps the immune system fight infections such as colds and flu."
 BONES = "Vitamin D helps the body absorb calcium, which keeps bones strong and healthy."
@@ -51,8 +52,14 @@ def test_demo_showcases_keep_excluded_passages_out_of_the_top_5() -> None:
     retriever = Retriever(demo_index(), get_embedder())
     dense_negatives = 0
     for case in showcases():
-        logical = retriever.search(case.query, SearchOptions(k=5)).hits
+        # Cosine truths (the default before hybrid truths) rank 4 relevant passages in the top 5.
+        logical = retriever.search(case.query, SearchOptions(k=5, truth=TruthMap("clamp"))).hits
         assert not case.negatives & {h.id for h in logical}, case.query
         assert len(case.relevant & {h.id for h in logical}) >= 4, case.query
+        # The default lifts a passage that is judged neither way (vitamin D "beyond the
+        # skeleton", which names the bone benefits too) to second place in one showcase.
+        default = {h.id for h in retriever.search(case.query, SearchOptions(k=5)).hits}
+        assert not case.negatives & default, case.query
+        assert len(case.relevant & default) >= 3, case.query
         dense_negatives += len(case.negatives & {h.id for h in retriever.dense(case.question, 5)})
     assert dense_negatives >= 3
