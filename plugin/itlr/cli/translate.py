@@ -25,6 +25,10 @@ JSON_IS_ONE_BODY = (
 )
 # The host a curl command names when no --url is given.
 CURL_HOST = "http://localhost:9200"
+# Options whose flag defaults to None: search_options applies its own default, and translate
+# can tell the user's choice from it (a hybrid default gives way without a cluster; a hybrid
+# choice is refused).
+UNSET_OPTIONS = ("truth",)
 
 
 def count_statistics(
@@ -41,7 +45,7 @@ def count_statistics(
 
 @app.command()
 @optional_connection_command
-@search_option_command(unset=("truth",))
+@search_option_command(unset=UNSET_OPTIONS)
 def translate(
     query: QueryArg = None,
     query_file: QueryFileOpt = None,
