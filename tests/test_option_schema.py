@@ -28,7 +28,7 @@ from itlr.errors import ConfigurationError, ItlrError
 from itlr.options import OPTIONS, Option, SearchOptions, search_options
 from itlr.service import create_app
 from itlr.service.app import SearchBody
-from itlr.translation import translate_requests
+from itlr.translation import translate_requests, without_statistics
 
 runner = CliRunner()
 QUERY = '"vitamin D benefits" AND NOT "bone health"'
@@ -142,7 +142,9 @@ def test_plan_reaches_the_proxy() -> None:
 def test_itlr_translate_with_no_flags_builds_the_default_request(embedder) -> None:
     result = runner.invoke(cli, ["translate", QUERY, "-i", "notes", "--format", "json"])
     assert result.exit_code == 0, result.output
-    expected = translate_requests(QUERY, "opensearch", "notes", search_options(), embedder)
+    # Offline, as translate builds it without --url (hybrid defaults give way to cosine truths).
+    options, _ = without_statistics(search_options(), truth_given=False)
+    expected = translate_requests(QUERY, "opensearch", "notes", options, embedder)
     assert json.loads(result.stdout) == json.loads(json.dumps(expected[-1].body))
 
 
@@ -224,8 +226,9 @@ def test_cli_new_options_reach_the_search_options(embedder) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    options = search_options(
-        from_=20, source_fields=["title", "year"], highlight=True, explain=True
+    options, _ = without_statistics(
+        search_options(from_=20, source_fields=["title", "year"], highlight=True, explain=True),
+        truth_given=False,
     )
     expected = translate_requests(QUERY, "opensearch", "notes", options, embedder)[-1].body
     assert json.loads(result.stdout) == json.loads(json.dumps(expected))
