@@ -21,6 +21,7 @@ from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.query import Query
+from itlr.scoring import TruthName
 
 FORMATS = ("console", "json", "curl")
 HEREDOC = "ITLR_JSON"
@@ -30,7 +31,7 @@ JSON_IS_ONE_BODY = (
 )
 # Without a cluster to count the index's token statistics on, hybrid truths that are only the
 # default give way to the cosine truths every engine computes alone.
-OFFLINE_TRUTH = "clamp"
+OFFLINE_TRUTH: TruthName = "clamp"
 NO_STATISTICS = (
     '`truth="hybrid"` needs the index\'s token statistics, counted on the cluster: give `url` '
     "to count them there (one request), or choose another `truth`"

@@ -36,11 +36,13 @@ def count_statistics(
 ) -> CorpusStats:
     """The index's token statistics for the query's tokens, counted on the cluster: the one
     request hybrid truths cost (the search itself is what translate prints)."""
+    from itlr.engines.cluster import ClusterBackend
     from itlr.engines.factory import EngineSpec, remote_backend
 
     spec = EngineSpec(engine, index, connection, layout)
     # The model does not matter to the statistics: no index check, no model load.
-    return remote_backend(spec, model="", dims=0).lexical_stats(query)
+    backend: ClusterBackend = remote_backend(spec, model="", dims=0)
+    return backend.lexical_stats(query)
 
 
 @app.command()
