@@ -180,11 +180,12 @@ def test_opensearch_explanation_that_disagrees_with_the_score_is_a_warning(
     parsed = parse('"vitamin D" AND NOT "bone health"')
     vectors = embedder.encode(list(parsed.terms))
     options = _options({})
-    body = opensearch_backend.dialect.search_body(parsed, vectors, options)
+    lexical = opensearch_backend.lexical_stats(parsed)  # what hybrid truths read
+    body = opensearch_backend.dialect.search_body(parsed, vectors, options, lexical)
     response = opensearch_backend.client.search(index=opensearch_backend.index, body=body)
     # The engine scored these vectors; explaining its hits with other ones cannot add up.
     others = embedder.encode(["football", "opera"])
-    hits = opensearch_backend.dialect.hits(dict(response), parsed, others, options)
+    hits = opensearch_backend.dialect.hits(dict(response), parsed, others, options, lexical)
     assert hits.warnings
     assert "the engine scored" in hits.warnings[0] and "explanation adds up to" in hits.warnings[0]
 
@@ -195,12 +196,14 @@ def test_pasted_request_with_engine_explain_shows_truths_not_vectors(
 ) -> None:
     opensearch_backend.install_scripts()
     options = search_options(k=3, explain=True)
+    query = parse('"vitamin D" AND NOT "bone health"')
     (request,) = translate_requests(
-        '"vitamin D" AND NOT "bone health"',
+        query,
         "opensearch",
         opensearch_backend.index,
         options,
         embedder,
+        lexical=opensearch_backend.lexical_stats(query),  # what hybrid truths read
     )
     assert request.body["explain"] is True
     assert request.body["_source"] == {"excludes": ["embedding"]}

@@ -131,6 +131,7 @@ def test_translate_for_a_foreign_index_runs_on_it_as_the_library_does(
 ) -> None:
     args = ["translate", QUERY, "--index", foreign, "--format", "json", "--k", "5"]
     args += ["--vector-field", "vec", "--text-field", "body", "--tiebreak", "_id"]
+    args += ["--url", opensearch_url]  # where hybrid truths count the index's statistics
     printed = CliRunner().invoke(app, args)
     assert printed.exit_code == 0, printed.output
     expected = [(h.id, round(h.score, 4)) for h in index.search(QUERY, k=5).hits]  # scripts in

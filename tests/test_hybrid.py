@@ -138,9 +138,9 @@ def test_hybrid_options_are_checked_with_one_line_errors() -> None:
     assert TruthMap.from_dict(options.truth.to_dict()) == options.truth
 
 
-def test_translate_refuses_hybrid_truths_it_cannot_count_statistics_for(embedder) -> None:
+def test_translate_without_the_index_statistics_refuses_hybrid_truths(embedder) -> None:
     options = SearchOptions(truth=TruthMap("hybrid"))
-    with pytest.raises(ConfigurationError, match="term statistics"):
+    with pytest.raises(ConfigurationError, match="token statistics, counted on the cluster"):
         translate_requests('"a" AND NOT "b"', "opensearch", "idx", options, embedder)
 
 

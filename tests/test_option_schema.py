@@ -23,11 +23,12 @@ from itlr.cli import app as cli
 from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS
 from itlr.cli.proxy import main as proxy_main
 from itlr.cli.proxy import proxy_defaults
+from itlr.cli.translate import UNSET_OPTIONS
 from itlr.errors import ConfigurationError, ItlrError
 from itlr.options import OPTIONS, Option, SearchOptions, search_options
 from itlr.service import create_app
 from itlr.service.app import SearchBody
-from itlr.translation import translate_requests
+from itlr.translation import translate_requests, without_statistics
 
 runner = CliRunner()
 QUERY = '"vitamin D benefits" AND NOT "bone health"'
@@ -85,6 +86,12 @@ def test_the_schema_defaults_build_the_default_search_options() -> None:
 @pytest.mark.parametrize("name", FIELDS)
 def test_itlr_search_and_translate_take_every_field_with_its_default(command, name) -> None:
     for option in options_of_field(name):
+        if command == "translate" and option.name in UNSET_OPTIONS:
+            # Left to search_options, which applies the same default; the help names it.
+            assert flag_default(click_command(command), option) is None
+            (param,) = [p for p in click_command(command).params if option.flag in p.opts]
+            assert f"Default: {option.default}." in param.help
+            continue
         assert flag_default(click_command(command), option) == cli_default(option)
 
 
@@ -135,7 +142,9 @@ def test_plan_reaches_the_proxy() -> None:
 def test_itlr_translate_with_no_flags_builds_the_default_request(embedder) -> None:
     result = runner.invoke(cli, ["translate", QUERY, "-i", "notes", "--format", "json"])
     assert result.exit_code == 0, result.output
-    expected = translate_requests(QUERY, "opensearch", "notes", search_options(), embedder)
+    # Offline, as translate builds it without --url (hybrid defaults give way to cosine truths).
+    options, _ = without_statistics(search_options(), truth_given=False)
+    expected = translate_requests(QUERY, "opensearch", "notes", options, embedder)
     assert json.loads(result.stdout) == json.loads(json.dumps(expected[-1].body))
 
 
@@ -217,8 +226,9 @@ def test_cli_new_options_reach_the_search_options(embedder) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    options = search_options(
-        from_=20, source_fields=["title", "year"], highlight=True, explain=True
+    options, _ = without_statistics(
+        search_options(from_=20, source_fields=["title", "year"], highlight=True, explain=True),
+        truth_given=False,
     )
     expected = translate_requests(QUERY, "opensearch", "notes", options, embedder)[-1].body
     assert json.loads(result.stdout) == json.loads(json.dumps(expected))

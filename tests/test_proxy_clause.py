@@ -14,6 +14,7 @@ from itlr.candidates import plan_candidates
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
+from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.proxy import ClauseError, check_exposure, find_logical_search
@@ -124,6 +125,10 @@ def _dialect(engine: str) -> Dialect:
     return dialect_for(engine, server_version="8.19.0" if engine == "elasticsearch" else None)
 
 
+# What the proxy counts upstream for hybrid truths (the body's shape does not depend on it).
+STATISTICS = CorpusStats(documents=10, total_length=100, df={"a": 2})
+
+
 @pytest.mark.parametrize("engine", ["opensearch", "elasticsearch"])
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_score(
@@ -133,7 +138,7 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
     found = find_logical_search(body["query"], "itlr")
     assert found is not None
     vectors = np.eye(len(found.query.terms), 4, dtype=np.float32)
-    rewritten = rewrite_body(body, found, _dialect(engine), vectors, SearchOptions())
+    rewritten = rewrite_body(body, found, _dialect(engine), vectors, SearchOptions(), STATISTICS)
     for kept in ("size", "aggs", "_source", "highlight", "fields", "docvalue_fields"):
         assert rewritten.get(kept) == body.get(kept)
     script_score = rewritten["query"]["script_score"]
@@ -152,8 +157,9 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
 def test_the_candidate_budget_covers_the_page_the_ui_asks_for() -> None:
     found = LogicalSearch(parse('"a" AND NOT "b"'), None)
     body = {"from": 40, "size": 20, "query": {}}
+    vectors = np.eye(2, 4, dtype=np.float32)
     rewritten = rewrite_body(
-        body, found, _dialect("opensearch"), np.eye(2, 4, dtype=np.float32), SearchOptions()
+        body, found, _dialect("opensearch"), vectors, SearchOptions(), STATISTICS
     )
     knn = rewritten["query"]["script_score"]["query"]["bool"]["should"][0]["knn"]["embedding"]
     assert knn["k"] == SearchOptions(k=60).candidate_budget

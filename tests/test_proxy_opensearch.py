@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from itlr.engines.connection import Connection
-from itlr.options import SearchOptions
+from itlr.options import SearchOptions, search_options
 from itlr.proxy import create_proxy_app, serving
 from itlr.retriever import Retriever
 
@@ -224,3 +224,153 @@ def test_a_proxy_with_a_token_refuses_requests_without_it(opensearch_url, embedd
     assert asyncio.run(ask({})) == 401
     assert asyncio.run(ask({"x-itlr-token": "wrong"})) == 401
     assert asyncio.run(ask({"x-itlr-token": "s3cret"})) == 200
+
+
+# -- hybrid truths: the proxy counts the index's token statistics upstream ------------------
+
+# The recommended hybrid setting, named in full so that these tests hold whatever the default.
+HYBRID = {"truth": "hybrid", "lexical": 0.3, "not_evidence": "max"}
+SECOND = '("sleep quality" OR insomnia) AND NOT caffeine'
+
+
+def hybrid_options(**more: Any) -> SearchOptions:
+    return search_options(**HYBRID, **more)
+
+
+@pytest.fixture(scope="module")
+def hybrid_proxy_url(opensearch_url, embedder) -> Iterator[str]:
+    app = create_proxy_app(Connection(opensearch_url), embedder=embedder, defaults=hybrid_options())
+    with serving(app) as url:
+        yield url
+
+
+def lucene_body(query: str, size: int = 10) -> dict[str, Any]:
+    return {"size": size, "query": {"query_string": {"query": f"itlr:({query})"}}}
+
+
+def library_hits(backend, embedder, query: str, options: SearchOptions) -> list[tuple[str, float]]:
+    result = Retriever(backend, embedder).search(query, options)
+    return [(h.id, round(h.score, 4)) for h in result.hits]
+
+
+def test_hybrid_truths_in_the_query_bar_rank_and_score_as_the_library_does(
+    hybrid_proxy_url, opensearch_demo, embedder
+) -> None:
+    for query in (LOGICAL, SECOND):
+        response = httpx.post(
+            f"{hybrid_proxy_url}/{opensearch_demo.index}/_search",
+            json=lucene_body(query),
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        expected = library_hits(opensearch_demo, embedder, query, hybrid_options(k=10))
+        assert ids_scores(response.json()) == expected and len(expected) == 10
+        cosine = library_hits(opensearch_demo, embedder, query, search_options(truth="clamp"))
+        assert expected != cosine  # the lexical evidence changed the scores
+
+
+def test_hybrid_truths_with_a_query_bar_filter_score_as_the_library_does(
+    hybrid_proxy_url, opensearch_demo, embedder
+) -> None:
+    fixture = with_index(
+        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), opensearch_demo.index
+    )
+    response = httpx.post(
+        f"{hybrid_proxy_url}{fixture['path']}",
+        params=fixture["params"],
+        json=fixture["body"],
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    rest = {"bool": {"must": [], "filter": [TOPIC_FILTER], "should": [], "must_not": []}}
+    # The statistics are the whole index's, as the library's: the filter narrows the hits only.
+    expected = library_hits(opensearch_demo, embedder, LOGICAL, hybrid_options(k=500, filter=rest))
+    assert ids_scores(response.json()) == expected
+    assert 0 < len(expected) < 338
+
+
+def test_an_msearch_of_several_hybrid_searches_scores_each_as_the_library_does(
+    hybrid_proxy_url, opensearch_demo, embedder
+) -> None:
+    header = {"index": opensearch_demo.index}
+    plain = {"size": 3, "query": {"match": {"text": "coffee"}}}
+    pairs = [lucene_body(LOGICAL), lucene_body(SECOND), plain, lucene_body(LOGICAL, size=5)]
+    ndjson = "".join(json.dumps(line) + "\n" for body in pairs for line in (header, body))
+    response = httpx.post(
+        f"{hybrid_proxy_url}/_msearch",
+        content=ndjson,
+        headers={"content-type": "application/x-ndjson"},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    first, second, unchanged, again = response.json()["responses"]
+    assert ids_scores(first) == library_hits(opensearch_demo, embedder, LOGICAL, hybrid_options())
+    assert ids_scores(second) == library_hits(opensearch_demo, embedder, SECOND, hybrid_options())
+    assert ids_scores(again) == ids_scores(first)[:5]
+    assert len(unchanged["hits"]["hits"]) == 3
+
+
+def proxy_search(url: str, index: str, query: str) -> httpx.Response:
+    return httpx.post(f"{url}/{index}/_search", json=lucene_body(query), timeout=60)
+
+
+def throwaway_backend(url: str, embedder, name: str):
+    from itlr.engines.opensearch import OpenSearchBackend
+
+    backend = OpenSearchBackend(
+        Connection(url).opensearch(),
+        f"itlr-proxy-{name}-{uuid.uuid4().hex[:6]}",
+        embedder.name,
+        embedder.dims,
+        url=url,
+    )
+    backend.ensure_index()
+    return backend
+
+
+def test_hybrid_statistics_are_counted_again_for_every_search(
+    opensearch_url, corpus, corpus_vectors, embedder
+) -> None:
+    backend = throwaway_backend(opensearch_url, embedder, "stats")
+    options = hybrid_options(mode="exact")
+    app = create_proxy_app(Connection(opensearch_url), embedder=embedder, defaults=options)
+    rounds: list[dict[str, float]] = []
+    try:
+        with serving(app) as url:
+            for start, stop in ((0, 60), (60, len(corpus))):
+                documents = corpus[start:stop]
+                added = backend.add(
+                    [d.id for d in documents],
+                    [d.text for d in documents],
+                    corpus_vectors[start:stop],
+                )
+                assert added == {}
+                backend.refresh()
+                response = proxy_search(url, backend.index, LOGICAL)
+                assert response.status_code == 200, response.text
+                expected = library_hits(backend, embedder, LOGICAL, options)
+                assert ids_scores(response.json()) == expected
+                rounds.append(dict(expected))
+    finally:
+        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+    # The corpus grew: a passage ranked both times scores otherwise (new statistics).
+    common = rounds[0].keys() & rounds[1].keys()
+    assert common and any(rounds[0][i] != rounds[1][i] for i in common)
+
+
+def test_statistics_the_upstream_refuses_are_a_one_line_error(
+    opensearch_url, embedder, corpus, corpus_vectors
+) -> None:
+    backend = throwaway_backend(opensearch_url, embedder, "closed")
+    app = create_proxy_app(Connection(opensearch_url), embedder=embedder, defaults=hybrid_options())
+    try:
+        assert backend.add([corpus[0].id], [corpus[0].text], corpus_vectors[:1]) == {}
+        backend.client.indices.close(index=backend.index)
+        with serving(app) as url:
+            response = proxy_search(url, backend.index, LOGICAL)
+        assert response.status_code == 502, response.text
+        reason = response.json()["error"]["reason"]
+        assert reason.startswith("itlr: cannot count the token statistics of")
+        assert "closed" in reason and "\n" not in reason
+    finally:
+        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)

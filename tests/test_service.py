@@ -216,6 +216,57 @@ def test_search_on_opensearch_gives_the_hits_itlr_search_json_gives(
             assert answer.json() == expected and expected["hits"]
 
 
+# The recommended hybrid setting, named in full so that these tests hold whatever the default.
+HYBRID_BODY = {"truth": "hybrid", "lexical_share": 0.3, "not_evidence": "max"}
+HYBRID_FLAGS = ["--truth", "hybrid", "--lexical-share", "0.3", "--not-evidence", "max"]
+
+
+@pytest.mark.opensearch
+def test_hybrid_truths_on_opensearch_search_and_translate_as_the_cli_does(
+    cluster_index, opensearch_url
+) -> None:
+    with serving(create_app(cluster_index)) as url:
+        answer = httpx.post(f"{url}/search", json={"query": QUERY, **HYBRID_BODY}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        expected = cli_search(QUERY, cluster_index.name, "--url", opensearch_url, *HYBRID_FLAGS)
+        assert answer.json() == expected and expected["hits"]
+        # /translate counts the index's statistics itself: its body, sent as is, scores alike.
+        translated = httpx.post(
+            f"{url}/translate", json={"query": QUERY, **HYBRID_BODY}, timeout=60
+        )
+        assert translated.status_code == 200, translated.text
+        (search,) = translated.json()["requests"]
+    sent = httpx.post(f"{opensearch_url}/{search['path']}", json=search["body"], timeout=60)
+    assert sent.status_code == 200, sent.text
+    hits = [(hit["_id"], hit["_score"]) for hit in sent.json()["hits"]["hits"]]
+    assert [i for i, _ in hits] == [hit["id"] for hit in expected["hits"]]
+    assert [s for _, s in hits] == pytest.approx([h["score"] for h in expected["hits"]], abs=1e-4)
+
+
+def test_translate_on_an_embedded_index_refuses_hybrid_truths_asked_for(service) -> None:
+    answer = service.post("/translate", json={"query": QUERY, **HYBRID_BODY})
+    assert answer.status_code == 400
+    assert "token statistics, counted on the cluster" in answer.json()["error"]
+
+
+def test_translate_on_an_embedded_index_builds_cosine_truths_for_a_hybrid_default(
+    service, monkeypatch
+) -> None:
+    from itlr.options import search_options
+    from itlr.scoring import TRUTH_CODES
+
+    monkeypatch.setitem(search_options.__kwdefaults__, "truth", "hybrid")
+    answer = service.post("/translate", json={"query": QUERY})
+    assert answer.status_code == 200, answer.text
+    (note,) = answer.json()["warnings"]
+    assert note.startswith("the default hybrid truths need the index's token statistics")
+    (search,) = answer.json()["requests"]
+    assert (
+        search["body"]["query"]["script_score"]["script"]["params"]["truth"]
+        == (TRUTH_CODES["clamp"])
+    )
+
+
 @pytest.mark.opensearch
 def test_an_engine_that_is_down_is_a_502_that_shows_no_credentials(embedder) -> None:
     password = "s3cret-password-never-shown"

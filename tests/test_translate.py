@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import uuid
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -17,12 +18,16 @@ from itlr.cli import app
 from itlr.documents import read_jsonl
 from itlr.engines import elasticsearch, opensearch
 from itlr.engines.connection import Connection
-from itlr.options import SearchOptions
+from itlr.options import SearchOptions, search_options
 from itlr.resources import data_file
+from itlr.scoring import TRUTH_CODES, TruthMap
 
 runner = CliRunner()
 
 QUERY = '"vitamin D" AND NOT "bone health"'
+# The recommended hybrid setting (README, "Lexical evidence"), spelled out so that these tests
+# hold whatever the default truths are.
+HYBRID = ("--truth", "hybrid", "--lexical-share", "0.3", "--not-evidence", "max")
 METHOD_LINE = re.compile(r"^(GET|PUT|POST|DELETE|HEAD) (\S+)$")
 
 
@@ -70,9 +75,9 @@ def test_console_text_parses_back_into_the_same_method_path_and_body(
         else elasticsearch.ElasticsearchBackend
     )
     backend = backend_class(None, "demo", embedder.name, embedder.dims)
-    expected = backend.build_request(
-        query, embedder.encode_terms(list(query.terms)), SearchOptions(hard_filter=0.5)
-    )
+    # Without a cluster translate prints cosine truths, whatever the default truths are.
+    options = SearchOptions(hard_filter=0.5, truth=TruthMap("clamp"))
+    expected = backend.build_request(query, embedder.encode_terms(list(query.terms)), options)
     assert requests[2][2] == json.loads(json.dumps(expected))
 
 
@@ -133,6 +138,7 @@ def test_a_query_of_only_negations_is_translated_in_exact_mode() -> None:
 
 def test_server_version_shapes_the_elasticsearch_knn_clause() -> None:
     args = [QUERY, "--engine", "elasticsearch", "-i", "demo", "--candidates", "80"]
+    args += ["--truth", "clamp"]  # no note about a hybrid default beside the one error line
     ((_, _, body),) = parse_console(translate(*args, "--server-version", "8.13.2"))
     (clause,) = body["query"]["script_score"]["query"]["bool"]["should"]
     assert "k" not in clause["knn"] and clause["knn"]["num_candidates"] == 80
@@ -163,10 +169,40 @@ def test_inline_script_puts_the_source_in_the_request_and_needs_no_install() -> 
     assert body["query"]["script_score"]["script"]["source"] == elasticsearch.SCORE_SCRIPT.source
 
 
-def test_translate_needs_no_cluster(monkeypatch) -> None:
-    monkeypatch.setenv("ITLR_URL", "http://127.0.0.1:9")
-    text = translate(QUERY, "--engine", "elasticsearch", "-i", "demo", "--format", "curl")
+def test_translate_needs_no_cluster_for_cosine_truths(monkeypatch) -> None:
+    monkeypatch.setenv("ITLR_URL", "http://127.0.0.1:9")  # nothing listens there
+    text = translate(
+        QUERY, "--engine", "elasticsearch", "-i", "demo", "--format", "curl", "--truth", "clamp"
+    )
     assert "http://127.0.0.1:9/demo/_search" in text
+
+
+def test_hybrid_truths_asked_for_without_a_cluster_are_refused_in_one_line(monkeypatch) -> None:
+    monkeypatch.delenv("ITLR_URL", raising=False)
+    refused = runner.invoke(app, ["translate", QUERY, "-i", "demo", *HYBRID])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: --truth hybrid needs the index's token statistics")
+    assert "give --url" in line
+
+
+def test_hybrid_truths_that_are_only_the_default_print_cosine_truths_with_a_note(
+    monkeypatch,
+) -> None:
+    monkeypatch.delenv("ITLR_URL", raising=False)
+    # Hybrid as the default, where search_options keeps its defaults (whatever ships).
+    for name, value in (("truth", "hybrid"), ("lexical", 0.3), ("not_evidence", "max")):
+        monkeypatch.setitem(search_options.__kwdefaults__, name, value)
+    result = runner.invoke(app, ["translate", QUERY, "-i", "demo", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    params = body["query"]["script_score"]["script"]["params"]
+    assert params["truth"] == TRUTH_CODES["clamp"] and "lex_tokens" not in params
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("warning: the default hybrid truths need the index's token statistics")
+    assert "--truth clamp" in line and "give --url" in line
+    clamp = translate(QUERY, "-i", "demo", "--format", "json", "--truth", "clamp")
+    assert body == json.loads(clamp)
 
 
 def test_syntax_errors_exit_2_with_the_caret() -> None:
@@ -252,3 +288,36 @@ def test_the_plan_flag_chooses_the_candidate_searches() -> None:
     assert knn_ks() == [200]
     assert knn_ks("--plan", "per-term") == [100, 100]
     assert knn_ks("--plan", "per-branch", "--candidates", "30") == [60]
+
+
+@pytest.mark.opensearch
+def test_translate_with_url_counts_the_statistics_and_its_body_scores_like_itlr_search(
+    opensearch_url, opensearch_demo
+) -> None:
+    opensearch_demo.install_scripts()  # the body names the stored script, as Dev Tools would
+    index = opensearch_demo.index
+    for query in (QUERY, '("vitamin D" OR "sleep quality") AND NOT "caffeine"'):
+        text = translate(query, "-i", index, "--url", opensearch_url, "--format", "json", *HYBRID)
+        body = json.loads(text)
+        params = body["query"]["script_score"]["script"]["params"]
+        assert params["truth"] == TRUTH_CODES["hybrid"] and params["lex_tokens"]
+        sent = httpx.post(f"{opensearch_url}/{index}/_search", json=body, timeout=60)
+        assert sent.status_code == 200, sent.text
+        got = [(hit["_id"], hit["_score"]) for hit in sent.json()["hits"]["hits"]]
+        searched = runner.invoke(
+            app, ["search", query, "-i", index, "--url", opensearch_url, "--json", *HYBRID]
+        )
+        assert searched.exit_code == 0, searched.output
+        expected = [(hit["id"], hit["score"]) for hit in json.loads(searched.stdout)["hits"]]
+        assert len(got) == len(expected) == 10
+        assert [i for i, _ in got] == [i for i, _ in expected]
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-4)
+
+
+def test_translate_with_a_cluster_that_is_down_says_so_in_one_line() -> None:
+    refused = runner.invoke(
+        app, ["translate", QUERY, "-i", "demo", "--url", "http://127.0.0.1:9", *HYBRID]
+    )
+    assert refused.exit_code == 2 and refused.stdout == ""
+    (line,) = refused.stderr.strip().splitlines()
+    assert "http://127.0.0.1:9" in line and "Traceback" not in refused.output

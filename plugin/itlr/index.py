@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from warnings import warn
 
 from itlr.documents import Document, Fields, check_document, document_from_record
 from itlr.embed import Embedder, get_embedder
@@ -26,7 +27,7 @@ from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
-from itlr.translation import Request, translate_requests
+from itlr.translation import Request, Translation, translate_requests, without_statistics
 
 if TYPE_CHECKING:
     from itlr.backfill import BackfillReport
@@ -303,18 +304,53 @@ class Index:
         with_install: bool = False,
         **names: Any,
     ) -> list[Request]:
-        """The requests to send, in order: the script installs (with_install), then the search."""
+        """The requests to send, in order: the script installs (with_install), then the search.
+        What `translate` notes is also issued as a warning."""
+        translated = self.translate(
+            query, k, engine=engine, options=options, with_install=with_install, **names
+        )
+        for note in translated.warnings:
+            warn(note, UserWarning, stacklevel=2)
+        return translated.requests
+
+    def translate(
+        self,
+        query: QueryLike,
+        k: int = 10,
+        *,
+        engine: str | None = None,
+        options: SearchOptions | None = None,
+        with_install: bool = False,
+        **names: Any,
+    ) -> Translation:
+        """The requests to send (`requests`) and what building them noted.
+
+        Hybrid truths need the index's token statistics: a cluster index counts them (one
+        request). An embedded index cannot count a cluster index's: hybrid truths asked for
+        (`truth="hybrid"`, or `options` whose truth map is not the default one) are refused,
+        and when they are only the default the requests use cosine truths, noted."""
+        # The default truths are the ones not named in `names`, or a default truth map.
+        explicit = "truth" in names if options is None else options.truth != SearchOptions().truth
         if options is None:
             names["k"] = k
+        options = self.options(options, **names)
         engine = engine or (self.engine if self.engine != "embedded" else "opensearch")
         version = None
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]
-        return translate_requests(
-            as_query(query),
+        parsed = as_query(query)
+        statistics = None
+        notes: tuple[str, ...] = ()
+        if options.truth.uses_lexical and self.engine != "embedded":
+            statistics = self.backend.lexical_stats(parsed)  # type: ignore[attr-defined]
+        elif options.truth.uses_lexical:
+            options, note = without_statistics(options, explicit)
+            notes = (note,)
+        requests = translate_requests(
+            parsed,
             engine,
             self.name,
-            self.options(options, **names),
+            options,
             self.embedder,
             with_install=with_install,
             inline_script=self.spec.inline_script,
@@ -323,4 +359,6 @@ class Index:
             server_version=version,
             # A cluster index's own tie-break, learnt from its mapping (no doc_id: _id / _doc).
             tiebreak=getattr(self.backend, "layout", self.spec.layout).tiebreak,
+            lexical=statistics,
         )
+        return Translation(requests, notes)

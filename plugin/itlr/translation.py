@@ -1,7 +1,10 @@
 """The requests a logical query becomes on OpenSearch or Elasticsearch, built offline.
 
-No cluster is contacted: the terms are embedded with the local model and the body is built by the
-engine's dialect, which a search uses too, so what `itlr translate` prints is exactly what runs.
+No cluster is contacted here: the terms are embedded with the local model and the body is built by
+the engine's dialect, which a search uses too, so what `itlr translate` prints is exactly what
+runs. Hybrid truths also need the index's token statistics (`itlr.engines.dialect.
+lexical_stats_body`): the caller counts them on the cluster and passes them in, or, without a
+cluster, decides with `without_statistics` what to build instead.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import CLUSTER_ENGINES as ENGINES
 from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
+from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.query import Query
+from itlr.scoring import TruthName
 
 FORMATS = ("console", "json", "curl")
 HEREDOC = "ITLR_JSON"
@@ -24,6 +29,29 @@ JSON_IS_ONE_BODY = (
     "the json format prints one request body: leave out the script installs (`with_install`), "
     "or use the console or curl format"
 )
+# Without a cluster to count the index's token statistics on, hybrid truths that are only the
+# default give way to the cosine truths every engine computes alone.
+OFFLINE_TRUTH: TruthName = "clamp"
+NO_STATISTICS = (
+    '`truth="hybrid"` needs the index\'s token statistics, counted on the cluster: give `url` '
+    "to count them there (one request), or choose another `truth`"
+)
+COSINE_INSTEAD = (
+    "the default hybrid truths need the index's token statistics, counted on the cluster: "
+    f'built with cosine truths (`truth="{OFFLINE_TRUTH}"`) instead; give `url` for the hybrid '
+    "request"
+)
+
+
+def without_statistics(options: SearchOptions, truth_given: bool) -> tuple[SearchOptions, str]:
+    """The options of a request built with no cluster to count the statistics on, and a note
+    ("" for none): hybrid truths asked for (`truth_given`) are refused with one line; hybrid
+    truths that are only the default become cosine truths, and the note says so."""
+    if not options.truth.uses_lexical:
+        return options, ""
+    if truth_given:
+        raise ConfigurationError(NO_STATISTICS)
+    return replace(options, truth=replace(options.truth, kind=OFFLINE_TRUTH)), COSINE_INSTEAD
 
 
 def pretty_json(value: Any, indent: int = 2, level: int = 0) -> str:
@@ -71,6 +99,15 @@ class Request:
         )
 
 
+@dataclass(frozen=True)
+class Translation:
+    """The requests of one logical query, and what building them changed (a hybrid default
+    built with cosine truths for want of a cluster)."""
+
+    requests: list[Request]
+    warnings: tuple[str, ...] = ()
+
+
 def translate_requests(
     query_text: str | Query,
     engine: str,
@@ -83,12 +120,16 @@ def translate_requests(
     text_field: str = "text",
     server_version: str | None = None,
     tiebreak: str | None = "doc_id",
+    lexical: CorpusStats | None = None,
 ) -> list[Request]:
     """The requests, in order: the stored scripts (with_install), then the search. `tiebreak`:
     the sort key after the score (itlr's `doc_id`; `_id` on OpenSearch or `_doc` on
-    Elasticsearch for an index without it; None for none)."""
+    Elasticsearch for an index without it; None for none). `lexical`: the index's token
+    statistics for the query (`ClusterBackend.lexical_stats`), which hybrid truths need."""
     if engine not in ENGINES:
         raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
+    if options.truth.uses_lexical and lexical is None:
+        raise ConfigurationError(NO_STATISTICS)  # before the model encodes anything
     query = Query.of(query_text)
     dialect = dialect_for(
         engine,
@@ -100,7 +141,7 @@ def translate_requests(
     # A pasted request explains with the engine's own `explain`: the score script then describes
     # each hit by its per-term truths, without echoing the term vectors in its params, and the
     # hits' own vectors stay out of `_source` (itlr's --explain needs them; a reader does not).
-    body = dialect.search_body(query, vectors, replace(options, explain=False))
+    body = dialect.search_body(query, vectors, replace(options, explain=False), lexical)
     if options.explain:
         body["explain"] = True
     requests = []

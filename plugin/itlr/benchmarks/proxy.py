@@ -229,11 +229,14 @@ def _upstream_body(
     proxy: QueryBarProxy,
     field: str,
 ) -> dict[str, Any]:
-    """The body the proxy sends upstream for `ui` (its own clause finder and rewrite)."""
+    """The body the proxy sends upstream for `ui` (its own clause finder and rewrite), with the
+    token statistics hybrid truths need counted once: the benchmark's index does not change."""
     found = find_logical_search(ui["query"], field)
     assert found is not None
     vectors = embedder.encode(list(found.query.terms))
-    return rewrite_body(ui, found, backend.dialect, vectors, proxy.defaults)
+    hybrid = proxy.defaults.truth.uses_lexical
+    lexical = backend.lexical_stats(found.query) if hybrid else None
+    return rewrite_body(ui, found, backend.dialect, vectors, proxy.defaults, lexical)
 
 
 def _paired(slower: list[float], faster: list[float]) -> float:

@@ -310,3 +310,13 @@ def _required_connection(values: dict[str, Any], _own: dict[str, Any]):
     if not values["url"]:
         raise ConfigurationError("give --url (or ITLR_URL): the cluster to reach")
     return _connection(values)
+
+
+def optional_connection_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the connection options; it receives `connection`, None without --url."""
+    return _with_options(
+        func,
+        CONNECTION_OPTIONS,
+        "connection",
+        lambda values, _own: _connection(values) if values["url"] else None,
+    )

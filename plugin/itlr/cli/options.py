@@ -37,15 +37,26 @@ def _choice_enum(option: Option) -> type[StrEnum]:
     return StrEnum(option.key.title().replace("_", ""), members)  # type: ignore[return-value]
 
 
-def _parameter(option: Option) -> tuple[Any, Any]:
-    """The typed annotation and default of one option's flag."""
+def _parameter(option: Option, unset: bool = False) -> tuple[Any, Any]:
+    """The typed annotation and default of one option's flag. An `unset` flag defaults to None,
+    so the command can tell it was not given; its help still names the library's default."""
     names = [option.flag, "-k"] if option.name == "k" else [option.flag]
-    flag = typer.Option(*names, help=option.help, metavar=option.metavar, rich_help_panel=PANEL)
-    default = option.default
+    help = f"{option.help} Default: {option.default}." if unset else option.help
+    flag = typer.Option(
+        *names,
+        help=help,
+        metavar=option.metavar,
+        rich_help_panel=PANEL,
+        show_default=not unset,
+    )
+    default = None if unset else option.default
     hint: Any
     if option.kind == "choice":
         hint = _choice_enum(option)
-        default = hint(default)
+        if unset:
+            hint = hint | None
+        else:
+            default = hint(default)
     elif option.kind in ("object", "list", "fields"):
         hint = str | None  # JSON text or a comma-separated list, parsed in `_value`
     else:
@@ -84,16 +95,19 @@ def _value(option: Option, given: Any) -> Any:
 
 def search_option_command(
     only: Collection[str] | None = None,
+    unset: Collection[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a command one flag per search option (or per option named in `only`); it receives
-    their values,
-    under the library's names, as `option_values` (a dict for `itlr.options.search_options`)."""
+    their values, under the library's names, as `option_values` (a dict for
+    `itlr.options.search_options`). An option named in `unset` is left out of `option_values`
+    when its flag is not given: `search_options` applies its default (the one place defaults
+    live), and the command can tell a choice the user made from the default."""
     chosen = [option for option in OPTIONS if only is None or option.name in only]
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func)
         own = [p for p in signature.parameters.values() if p.name != "option_values"]
-        shapes = {option.name: _parameter(option) for option in chosen}
+        shapes = {option.name: _parameter(option, option.name in unset) for option in chosen}
         extra = [
             inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint
@@ -105,7 +119,11 @@ def search_option_command(
         def wrapper(**kwargs: Any) -> Any:
             given = {option: kwargs.pop(option.name) for option in chosen}
             kwargs["option_values"] = run_guarded(
-                lambda: {option.name: _value(option, value) for option, value in given.items()}
+                lambda: {
+                    option.name: _value(option, value)
+                    for option, value in given.items()
+                    if not (value is None and option.name in unset)
+                }
             )
             return func(**kwargs)
 

@@ -8,11 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from itlr import translation
-from itlr.cli.app import ModelOpt, app, run_guarded
+from itlr.cli.app import ModelOpt, app, optional_connection_command, run_guarded, warn
 from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
+from itlr.engines.connection import Connection
 from itlr.errors import ConfigurationError
+from itlr.lexical import CorpusStats
 from itlr.options import search_options
+from itlr.query import Query
 
 # The choices are the library's own lists.
 TargetEngine = StrEnum("TargetEngine", {name: name for name in translation.ENGINES})  # type: ignore[misc]
@@ -20,10 +23,31 @@ Format = StrEnum("Format", {name: name for name in translation.FORMATS})  # type
 JSON_IS_ONE_BODY = (
     "--format json prints one request body: drop --with-install, or use --format console or curl"
 )
+# The host a curl command names when no --url is given.
+CURL_HOST = "http://localhost:9200"
+# Options whose flag defaults to None: search_options applies its own default, and translate
+# can tell the user's choice from it (a hybrid default gives way without a cluster; a hybrid
+# choice is refused).
+UNSET_OPTIONS = ("truth",)
+
+
+def count_statistics(
+    connection: Connection, engine: str, index: str, query: Query, layout: Any
+) -> CorpusStats:
+    """The index's token statistics for the query's tokens, counted on the cluster: the one
+    request hybrid truths cost (the search itself is what translate prints)."""
+    from itlr.engines.cluster import ClusterBackend
+    from itlr.engines.factory import EngineSpec, remote_backend
+
+    spec = EngineSpec(engine, index, connection, layout)
+    # The model does not matter to the statistics: no index check, no model load.
+    backend: ClusterBackend = remote_backend(spec, model="", dims=0)
+    return backend.lexical_stats(query)
 
 
 @app.command()
-@search_option_command()
+@optional_connection_command
+@search_option_command(unset=UNSET_OPTIONS)
 def translate(
     query: QueryArg = None,
     query_file: QueryFileOpt = None,
@@ -44,9 +68,6 @@ def translate(
         bool,
         typer.Option(help="Also print the PUT _scripts/<id> requests that install the scripts."),
     ] = False,
-    url: Annotated[
-        str, typer.Option(envvar="ITLR_URL", help="Cluster URL used by --format curl.")
-    ] = "http://localhost:9200",
     server_version: Annotated[
         str | None,
         typer.Option(
@@ -69,17 +90,30 @@ def translate(
         ),
     ] = "doc_id",
     model: ModelOpt = None,
+    connection: Any = None,
     option_values: Any = None,
 ) -> None:
-    """Print the request a logical query becomes, without a cluster (e.g. for Dev Tools)."""
+    """Print the request a logical query becomes (e.g. for Dev Tools). No cluster is needed,
+    except for hybrid truths (--truth hybrid): they need the index's token statistics, counted
+    on the cluster at --url (one request) and written into the request. Without --url, hybrid
+    truths that are only the default are printed as cosine truths (--truth clamp), with a note."""
     from itlr.embed import get_embedder
+    from itlr.engines.dialect import IndexLayout
 
     def action() -> None:
         options = search_options(**option_values, model=model)
         if output.value == "json" and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads
+        parsed = Query.of(query_text(query, query_file))  # a syntax error shows first too
+        statistics = None
+        if options.truth.uses_lexical and connection is not None:
+            layout = IndexLayout(vector_field, text_field)
+            statistics = count_statistics(connection, engine.value, index, parsed, layout)
+        elif options.truth.uses_lexical:
+            options, note = translation.without_statistics(options, "truth" in option_values)
+            warn(note)
         requests = translation.translate_requests(
-            query_text(query, query_file),
+            parsed,
             engine.value,
             index,
             options,
@@ -90,7 +124,9 @@ def translate(
             text_field=text_field,
             server_version=server_version,
             tiebreak=None if tiebreak == "none" else tiebreak,
+            lexical=statistics,
         )
-        print(translation.render(requests, output.value, url))
+        host = connection.hosts[0] if connection is not None else CURL_HOST
+        print(translation.render(requests, output.value, host))
 
     run_guarded(action)

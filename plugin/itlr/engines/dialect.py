@@ -137,8 +137,8 @@ def lexical_params(
 ) -> dict[str, Any]:
     if lexical is None:
         raise ConfigurationError(
-            "hybrid truth values need the index's term statistics: search the index itself "
-            "(translate and the proxy's offline rewrite cannot count them)"
+            "hybrid truth values need the index's token statistics: count them on the cluster "
+            "(`lexical_stats_body`, read by `lexical_stats`) and pass them as `lexical`"
         )
     weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
     tokens = [term_tokens(term, lexical) for term in query.terms]

@@ -36,6 +36,7 @@ from itlr.engines.integrity import (
     reinstall_command,
 )
 from itlr.errors import EngineError, IndexStateError, ItlrError, QuerySyntaxError
+from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
 from itlr.proxy import stages
@@ -49,6 +50,7 @@ from itlr.proxy.upstream import (
     auth_headers,
     timeout_seconds,
 )
+from itlr.query import Query
 from itlr.service.security import TOKEN_HEADER, token_matches
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, cache_for, prometheus_text
 
@@ -160,6 +162,10 @@ def decode_json(raw: bytes) -> Any:
     return json.loads(raw)
 
 
+# The token statistics one request has counted, by target and token set (hybrid truths).
+Counted = dict[tuple[str, tuple[str, ...]], CorpusStats]
+
+
 class _Refused(Exception):
     """A response to send instead of forwarding."""
 
@@ -258,10 +264,32 @@ class QueryBarProxy:
 
     # -- rewriting -------------------------------------------------------------------------
 
+    async def _statistics(
+        self,
+        target: str,
+        query: Query,
+        headers: dict[str, str],
+        counted: Counted,
+    ) -> CorpusStats | None:
+        """The target's token statistics for hybrid truths (None for other truths): asked of
+        the upstream once per target and token set of this request (`counted`), never kept
+        for the next request, whose documents may differ."""
+        if not self.defaults.truth.uses_lexical:
+            return None
+        key = (target, tuple(sorted(query_tokens(query.terms))))
+        if key not in counted:
+            counted[key] = await self.upstream.lexical_stats(target, query, headers)
+        return counted[key]
+
     async def _rewrite_one(
-        self, body: dict[str, Any], target: str | None, headers: dict[str, str]
+        self,
+        body: dict[str, Any],
+        target: str | None,
+        headers: dict[str, str],
+        counted: Counted,
     ) -> dict[str, Any] | None:
-        """The rewritten body, or None when it holds no itlr clause."""
+        """The rewritten body, or None when it holds no itlr clause. `counted`: the statistics
+        this request has counted so far (an `_msearch` shares them between its searches)."""
         with stages.span("find + parse clause"):
             found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
         if found is None:
@@ -273,10 +301,12 @@ class QueryBarProxy:
         with stages.span("index lookup (cached)"):
             searched = await self.upstream.target(target, headers)
         vectors = await self._vectors(searched, target, list(found.query.terms))
+        with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
+            lexical = await self._statistics(target, found.query, headers, counted)
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
-            return rewrite_body(body, found, searched.dialect, vectors, self.defaults)
+            return rewrite_body(body, found, searched.dialect, vectors, self.defaults, lexical)
 
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]
@@ -289,7 +319,7 @@ class QueryBarProxy:
                 return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
-        rewritten = await self._rewrite_one(body, target, headers)
+        rewritten = await self._rewrite_one(body, target, headers, {})
         if rewritten is None:
             return None
         with stages.span("serialise upstream body"):
@@ -302,6 +332,7 @@ class QueryBarProxy:
         LIMITS.check_json_depth(raw, "the _msearch body")
         lines = raw.split(b"\n")
         LIMITS.check_msearch(sum(1 for line in lines if line.strip()) // 2)
+        counted: Counted = {}
         changed = False
         position = 0
         while position + 1 < len(lines):
@@ -318,7 +349,7 @@ class QueryBarProxy:
                 index = header.get("index", target)
                 if isinstance(index, list):
                     index = ",".join(index)
-                rewritten = await self._rewrite_one(body, index, headers)
+                rewritten = await self._rewrite_one(body, index, headers, counted)
                 if rewritten is not None:
                     lines[position + 1] = encode_json(rewritten)
                     changed = True

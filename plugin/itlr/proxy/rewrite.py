@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from itlr.engines.dialect import Dialect
+from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.proxy.clause import LogicalSearch
 
@@ -53,10 +54,12 @@ def rewrite_body(
     dialect: Dialect,
     term_vectors: np.ndarray,
     defaults: SearchOptions,
+    lexical: CorpusStats | None = None,
 ) -> dict[str, Any]:
-    """The body to send upstream in place of the UI's."""
+    """The body to send upstream in place of the UI's; `lexical`: the index's token
+    statistics, which hybrid truths need (`Upstream.lexical_stats`)."""
     options = options_for(body, found, defaults)
-    built = dialect.search_body(found.query, term_vectors, options)
+    built = dialect.search_body(found.query, term_vectors, options, lexical)
     rewritten = dict(body)
     rewritten["query"] = built["query"]
     rewritten["sort"] = (

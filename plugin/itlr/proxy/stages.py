@@ -19,6 +19,7 @@ STAGES = (
     "index lookup (cached)",
     "thread hand-off",
     "encode (cache + model)",
+    "count token statistics",
     "build upstream body",
     "serialise upstream body",
     "upstream round trip (to headers)",

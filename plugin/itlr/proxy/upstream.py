@@ -1,5 +1,6 @@
 """What the proxy learns from the upstream cluster for a logical search: which engine it is,
-the index's own vector layout and model (`_meta.itlr`), and that the stored scripts exist.
+the index's own vector layout and model (`_meta.itlr`), that the stored scripts exist, and, for
+hybrid truths, the index's token statistics.
 
 Every call carries the UI's own authorization headers, so the proxy reads nothing the UI user
 could not; only the one-time script registration uses the proxy's configured credentials (when
@@ -18,11 +19,13 @@ from typing import Any
 
 import httpx
 
-from itlr.engines.connection import Connection, engine_from_root
-from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.connection import Connection, engine_from_root, error_reason
+from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import check_stored
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
+from itlr.lexical import CorpusStats
+from itlr.query import Query
 
 UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
 
@@ -207,14 +210,51 @@ class Upstream:
         self._lock = asyncio.Lock()
 
     async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
+        return await self._send("GET", path, headers)
+
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str], **more: Any
+    ) -> httpx.Response:
+        """One request of the proxy's own; a slow or unreachable upstream as one line."""
         try:
-            return await self.client.get(path, headers=headers)
+            return await self.client.request(method, path, headers=headers, **more)
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             raise UpstreamTimeout(self.connection.url, timeout_seconds(self.client)) from None
         except httpx.TransportError as down:
             raise EngineError(
                 f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
                 "is it running? check `url`"
+            ) from None
+
+    async def lexical_stats(
+        self, target: str, query: Query, headers: dict[str, str]
+    ) -> CorpusStats:
+        """The token statistics of every index `target` names, for the query's tokens: one
+        aggregation (`lexical_stats_body`), asked with the UI's credentials. Never cached: they
+        change whenever a document does, and a stale count would change the scores."""
+        # Statistics from some shards only would score unlike `itlr search`: refused.
+        response = await self._send(
+            "POST",
+            f"/{target}/_search",
+            headers,
+            params={"allow_partial_search_results": "false"},
+            json=lexical_stats_body(query),
+        )
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = response.text
+        if response.status_code != 200 or not isinstance(payload, dict):
+            raise EngineError(
+                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
+                f"upstream answered {response.status_code} ({error_reason(payload, payload)})"
+            )
+        try:
+            return lexical_stats(payload)
+        except (KeyError, TypeError, ValueError):
+            raise EngineError(
+                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
+                "upstream's answer has no statistics aggregations"
             ) from None
 
     async def engine(self, headers: dict[str, str]) -> tuple[str, str]:

@@ -212,14 +212,18 @@ def create_app(
     def translate(body: TranslateBody) -> Response:
         """The requests `itlr translate` would print, as JSON; the last one is the search."""
         names = body.names()
+        if "truth" not in body.model_fields_set:
+            # Only the default: an embedded index then builds cosine truths instead of hybrid
+            # ones it has no cluster statistics for (Index.translate), and says so.
+            del names["truth"]
         query = parse(names.pop("query"))
         engine, with_install = names.pop("engine"), names.pop("with_install")
-        requests = index.requests(query, engine=engine, with_install=with_install, **names)
+        translated = index.translate(query, engine=engine, with_install=with_install, **names)
         return _json(
             {
                 "query": str(query),
-                "warnings": list(query.warnings),
-                "requests": [r.to_dict() for r in requests],
+                "warnings": [*query.warnings, *translated.warnings],
+                "requests": [r.to_dict() for r in translated.requests],
             }
         )
 
