@@ -19,6 +19,7 @@ import json
 import re
 import urllib.request
 import uuid
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,6 +50,12 @@ from parity import (
 )
 
 DIMS = 384
+
+
+def cosine_options(**given: Any) -> SearchOptions:
+    """Options with cosine truths: these cases check request shapes and the cosine scripts
+    (hybrid truths on Elasticsearch bodies: tests/test_hybrid.py)."""
+    return SearchOptions(truth=TruthMap("clamp"), **given)
 
 
 def offline(version: str | None = "8.19.0", **kwargs) -> ElasticsearchBackend:
@@ -106,7 +113,7 @@ def test_knn_candidates_sit_in_bool_should_one_per_positive_term_with_k_and_filt
     vectors = unit_vectors(3)
     topic = {"term": {"metadata.topic": "health"}}
     body = offline("8.19.0").build_request(
-        query, vectors, SearchOptions(k=10, candidates=150, filter=topic, plan="per-term")
+        query, vectors, cosine_options(k=10, candidates=150, filter=topic, plan="per-term")
     )
     inner = body["query"]["script_score"]["query"]["bool"]
     assert inner["minimum_should_match"] == 1
@@ -126,7 +133,7 @@ def test_knn_candidates_sit_in_bool_should_one_per_positive_term_with_k_and_filt
 
 def test_before_8_15_the_knn_query_has_no_k_and_num_candidates_is_the_budget() -> None:
     query = itlr.parse('"vitamin D" AND "sleep"')
-    options = SearchOptions(candidates=120, plan="per-term")
+    options = cosine_options(candidates=120, plan="per-term")
     body = offline("8.13.4").build_request(query, unit_vectors(2), options)
     for knn in knn_clauses(body):
         assert "k" not in knn
@@ -137,11 +144,11 @@ def test_knn_mode_before_8_12_is_refused_in_one_line_and_exact_mode_still_works(
     backend = offline("8.10.2")
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     with pytest.raises(EngineError) as refused:
-        backend.build_request(query, unit_vectors(2), SearchOptions(mode="knn"))
+        backend.build_request(query, unit_vectors(2), cosine_options(mode="knn"))
     message = str(refused.value)
     assert "8.10.2" in message and "8.12" in message and '`mode="exact"`' in message
     assert "\n" not in message
-    body = backend.build_request(query, unit_vectors(2), SearchOptions(mode="exact"))
+    body = backend.build_request(query, unit_vectors(2), cosine_options(mode="exact"))
     assert body["query"]["script_score"]["query"]["bool"]["must"] == [{"match_all": {}}]
 
 
@@ -161,7 +168,7 @@ def test_versions_decide_the_knn_features() -> None:
 def test_a_budget_beyond_the_num_candidates_limit_is_capped_with_a_warning() -> None:
     backend = offline()
     query = itlr.parse('"vitamin D"')
-    options = SearchOptions(candidates=50_000)
+    options = cosine_options(candidates=50_000)
     request = backend.dialect.search_request(query, unit_vectors(1), options)
     body, notes = request.body, request.warnings
     (knn,) = knn_clauses(body)
@@ -174,7 +181,7 @@ def test_hard_filter_is_a_script_score_with_min_score_in_must_not_per_root_not_t
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "sleep"')
     vectors = unit_vectors(3)
     body = offline().build_request(
-        query, vectors, SearchOptions(hard_filter=0.4, exclude_lexical=True)
+        query, vectors, cosine_options(hard_filter=0.4, exclude_lexical=True)
     )
     must_not = body["query"]["script_score"]["query"]["bool"]["must_not"]
     scripted = [c["script_score"] for c in must_not if "script_score" in c]
@@ -191,7 +198,7 @@ def test_requests_carry_only_the_stored_script_id_and_params() -> None:
         '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in HOSTILE_TERMS
     )
     query = itlr.parse(text)
-    body = offline().build_request(query, unit_vectors(len(query.terms)), SearchOptions())
+    body = offline().build_request(query, unit_vectors(len(query.terms)), cosine_options())
     script = body["query"]["script_score"]["script"]
     assert set(script) == {"id", "params"} and script["id"] == SCORE_SCRIPT.id
     serialized = json.dumps(body)
@@ -201,7 +208,7 @@ def test_requests_carry_only_the_stored_script_id_and_params() -> None:
 def test_inline_mode_sends_the_fixed_elasticsearch_source() -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     body = offline(inline_script=True).build_request(
-        query, unit_vectors(2), SearchOptions(hard_filter=0.5)
+        query, unit_vectors(2), cosine_options(hard_filter=0.5)
     )
     assert body["query"]["script_score"]["script"]["source"] == SCORE_SCRIPT.source
     exclusion = body["query"]["script_score"]["query"]["bool"]["must_not"][0]["script_score"]
@@ -226,11 +233,11 @@ def test_scripts_compute_cosines_themselves_instead_of_class_bound_functions() -
 
 def test_explain_returns_vectors_and_asks_9_2_for_them_explicitly() -> None:
     query = itlr.parse('"vitamin D"')
-    plain = offline("8.19.0").build_request(query, unit_vectors(1), SearchOptions())
+    plain = offline("8.19.0").build_request(query, unit_vectors(1), cosine_options())
     assert plain["_source"] == {"excludes": ["embedding"]}
-    old = offline("8.19.0").build_request(query, unit_vectors(1), SearchOptions(explain=True))
+    old = offline("8.19.0").build_request(query, unit_vectors(1), cosine_options(explain=True))
     assert old["_source"] == {"includes": ["*"]}
-    new = offline("9.2.0").build_request(query, unit_vectors(1), SearchOptions(explain=True))
+    new = offline("9.2.0").build_request(query, unit_vectors(1), cosine_options(explain=True))
     assert new["_source"] == {"includes": ["*"], "exclude_vectors": False}
 
 
@@ -293,7 +300,7 @@ def test_es_exclude_script_on_a_real_painless_drops_what_the_embedded_engine_dro
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
-        options = SearchOptions(k=50, mode="exact", hard_filter=theta)
+        options = cosine_options(k=50, mode="exact", hard_filter=theta)
         remote = run_es_script_on_opensearch(
             opensearch_demo, offline().build_request(query, vectors, options)
         )
@@ -379,7 +386,7 @@ def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
     vectors = term_vectors(query, vocabulary_vectors)
     budget = 25
     body = elasticsearch_demo.build_request(
-        query, vectors, SearchOptions(candidates=budget, plan="per-term")
+        query, vectors, cosine_options(candidates=budget, plan="per-term")
     )
     candidate_query = body["query"]["script_score"]["query"]
     response = elasticsearch_demo.client.search(
@@ -403,7 +410,7 @@ def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
     vectors = term_vectors(query, vocabulary_vectors)
     topic = {"term": {"metadata.topic": "coffee"}}
     body = elasticsearch_demo.build_request(
-        query, vectors, SearchOptions(candidates=30, filter=topic)
+        query, vectors, cosine_options(candidates=30, filter=topic)
     )
     response = elasticsearch_demo.client.search(
         index=elasticsearch_demo.index, query=body["query"]["script_score"]["query"], size=100
@@ -445,7 +452,7 @@ def test_a_node_without_painless_says_so_in_one_line(elasticsearch_demo, elastic
         pytest.skip("this Elasticsearch has Painless")
     query = itlr.parse('"vitamin D"')
     with pytest.raises(EngineError, match="no lang-painless module") as refused:
-        elasticsearch_demo.search(query, np.ones((1, DIMS), dtype=np.float32), SearchOptions())
+        elasticsearch_demo.search(query, np.ones((1, DIMS), dtype=np.float32), cosine_options())
     assert "\n" not in str(refused.value)
 
 
@@ -495,7 +502,7 @@ def test_hard_filter_drops_the_same_documents(painless_demo, embedded, vocabular
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
-        options = SearchOptions(k=50, mode="exact", hard_filter=theta, explain=True)
+        options = cosine_options(k=50, mode="exact", hard_filter=theta, explain=True)
         remote = painless_demo.search(query, vectors, options)
         local = embedded.search(query, vectors, options)
         assert [h.id for h in remote] == [h.id for h in local]
@@ -510,7 +517,7 @@ def test_user_filters_and_lexical_exclusion_match_the_embedded_engine(
     vectors = term_vectors(query, vocabulary_vectors)
     topic = {"term": {"metadata.topic": "coffee"}}
     for mode in ("knn", "exact"):
-        options = SearchOptions(k=10, mode=mode, filter=topic)
+        options = cosine_options(k=10, mode=mode, filter=topic)
         remote = painless_demo.search(query, vectors, options)
         assert remote and all(h.fields["topic"] == "coffee" for h in remote)
         assert_same_ranking(remote, embedded.search(query, vectors, options))
@@ -518,7 +525,7 @@ def test_user_filters_and_lexical_exclusion_match_the_embedded_engine(
     hits = painless_demo.search(
         negated,
         term_vectors(negated, vocabulary_vectors),
-        SearchOptions(k=30, exclude_lexical=True),
+        cosine_options(k=30, exclude_lexical=True),
     )
     assert hits and not any("bone health" in h.text.lower() for h in hits)
 
@@ -532,8 +539,8 @@ def test_inline_and_stored_scripts_rank_alike_and_install_is_idempotent(
     )
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = embedder.encode(list(query.terms))
-    stored = painless_demo.search(query, vectors, SearchOptions(k=5))
-    assert [h.id for h in inline.search(query, vectors, SearchOptions(k=5))] == [
+    stored = painless_demo.search(query, vectors, cosine_options(k=5))
+    assert [h.id for h in inline.search(query, vectors, cosine_options(k=5))] == [
         h.id for h in stored
     ]
     painless_demo.install_scripts()
@@ -544,8 +551,8 @@ def test_inline_and_stored_scripts_rank_alike_and_install_is_idempotent(
 def test_explained_hits_carry_each_terms_truth(painless_demo, vocabulary_vectors) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
-    assert all(h.truths == {} for h in painless_demo.search(query, vectors, SearchOptions(k=3)))
-    explained = painless_demo.search(query, vectors, SearchOptions(k=3, explain=True))
+    assert all(h.truths == {} for h in painless_demo.search(query, vectors, cosine_options(k=3)))
+    explained = painless_demo.search(query, vectors, cosine_options(k=3, explain=True))
     assert set(explained[0].truths) == {"vitamin D", "bone health"}
 
 
@@ -576,7 +583,7 @@ def test_score_params_are_the_shared_layout(vocabulary_vectors) -> None:
     # Same params as OpenSearch: one program, one evaluator contract.
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
-    options = SearchOptions(ops=Operators("min", "max", "reciprocal"))
+    options = cosine_options(ops=Operators("min", "max", "reciprocal"))
     body = offline().build_request(query, vectors, options)
     assert body["query"]["script_score"]["script"]["params"] == score_params(
         query, vectors, options, IndexLayout()

@@ -116,7 +116,8 @@ def test_front_door_cli_and_service_carry_the_tree(embedded) -> None:
     assert as_text.exit_code == 0, as_text.output
     assert "AND (product) of 2" in as_text.stdout
     assert "NOT (complement): 1 - 0.5 * x" in as_text.stdout
-    assert '"bone health": truth max(0, cosine)' in as_text.stdout
+    # The default NOT evidence: the larger of the cosine and what the passage mentions.
+    assert '"bone health": truth max(max(0, cosine), lexical)' in as_text.stdout
 
     with serving(create_app(index)) as url:
         answer = httpx.post(f"{url}/search", json={"query": query, "k": 3, "explain": True})

@@ -16,6 +16,7 @@ from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBack
 from itlr.errors import EngineError
 from itlr.options import SearchOptions
 from itlr.resources import data_file
+from itlr.scoring import TruthMap
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
@@ -36,7 +37,10 @@ def test_hard_filter_drops_the_same_documents(
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
-        options = SearchOptions(k=50, mode="exact", hard_filter=theta, explain=True)
+        # The hard filter judges the clamped cosine: with cosine truths, the truth itself.
+        options = SearchOptions(
+            k=50, mode="exact", hard_filter=theta, explain=True, truth=TruthMap("clamp")
+        )
         remote = opensearch_demo.search(query, vectors, options)
         local = embedded.search(query, vectors, options)
         assert [h.id for h in remote] == [h.id for h in local]

@@ -20,7 +20,7 @@ from itlr.documents import Document, Fields, check_document, document_from_recor
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout
+from itlr.engines.dialect import IndexLayout, counted_truths
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
@@ -343,6 +343,7 @@ class Index:
         notes: tuple[str, ...] = ()
         if options.truth.uses_lexical and self.engine != "embedded":
             statistics = self.backend.lexical_stats(parsed)  # type: ignore[attr-defined]
+            options, notes = counted_truths(options, statistics, self.name)
         elif options.truth.uses_lexical:
             options, note = without_statistics(options, explicit)
             notes = (note,)

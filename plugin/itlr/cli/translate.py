@@ -12,6 +12,7 @@ from itlr.cli.app import ModelOpt, app, optional_connection_command, run_guarded
 from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.engines.connection import Connection
+from itlr.engines.dialect import counted_truths
 from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import search_options
@@ -109,6 +110,9 @@ def translate(
         if options.truth.uses_lexical and connection is not None:
             layout = IndexLayout(vector_field, text_field)
             statistics = count_statistics(connection, engine.value, index, parsed, layout)
+            options, notes = counted_truths(options, statistics, index)
+            for note in notes:
+                warn(note)
         elif options.truth.uses_lexical:
             options, note = translation.without_statistics(options, "truth" in option_values)
             warn(note)

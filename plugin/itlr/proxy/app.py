@@ -306,7 +306,9 @@ class QueryBarProxy:
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
-            return rewrite_body(body, found, searched.dialect, vectors, self.defaults, lexical)
+            return rewrite_body(
+                body, found, searched.dialect, vectors, self.defaults, lexical, target
+            )
 
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str]

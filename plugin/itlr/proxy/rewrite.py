@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from itlr.engines.dialect import Dialect
+from itlr.engines.dialect import Dialect, counted_truths
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.proxy.clause import LogicalSearch
@@ -55,10 +55,11 @@ def rewrite_body(
     term_vectors: np.ndarray,
     defaults: SearchOptions,
     lexical: CorpusStats | None = None,
+    index: str = "the index",
 ) -> dict[str, Any]:
     """The body to send upstream in place of the UI's; `lexical`: the index's token
     statistics, which hybrid truths need (`Upstream.lexical_stats`)."""
-    options = options_for(body, found, defaults)
+    options, _ = counted_truths(options_for(body, found, defaults), lexical, index)
     built = dialect.search_body(found.query, term_vectors, options, lexical)
     rewritten = dict(body)
     rewritten["query"] = built["query"]
