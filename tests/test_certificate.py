@@ -4,6 +4,7 @@ and the result says so."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -211,25 +212,39 @@ def test_a_cap_below_the_first_round_is_refused() -> None:
 
 
 @pytest.fixture()
-def crowded_opensearch(opensearch_url: str, crowded: EmbeddedIndex):
+def opensearch_index(opensearch_url: str):
+    """A factory of empty OpenSearch indexes of DIMS dimensions, deleted afterwards."""
     import uuid
 
     from itlr.engines.connection import Connection
     from itlr.engines.opensearch import OpenSearchBackend
 
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-certificate-{uuid.uuid4().hex[:8]}",
-        "test-model",
-        DIMS,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
+    made = []
+
+    def make() -> OpenSearchBackend:
+        backend = OpenSearchBackend(
+            Connection(opensearch_url).opensearch(),
+            f"itlr-certificate-{uuid.uuid4().hex[:8]}",
+            "test-model",
+            DIMS,
+            url=opensearch_url,
+        )
+        backend.ensure_index()
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.client.indices.delete(index=backend.index)
+
+
+@pytest.fixture()
+def crowded_opensearch(opensearch_index, crowded: EmbeddedIndex):
+    backend = opensearch_index()
     ids = crowded.ids()
     assert backend.add(ids, [""] * len(ids), np.stack([crowded.vector(i) for i in ids])) == {}
     backend.refresh()
-    yield backend
-    backend.client.indices.delete(index=backend.index)
+    return backend
 
 
 @pytest.mark.opensearch
@@ -269,20 +284,26 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     assert "best" not in {h.id for h in capped} and capped.exact is False
 
 
+def zebra_corpus(crowd_text: str) -> tuple[list[str], list[str], np.ndarray]:
+    """400 passages: 300 near "a" that say `crowd_text`, one orthogonal to "a" that mentions
+    "zebra" twice, 99 random ones."""
+    rng = np.random.default_rng(1)
+    crowd = unit_rows(np.eye(DIMS)[0] * 0.3 + rng.normal(size=(300, DIMS)) * 0.05)
+    others = unit_rows(rng.normal(size=(99, DIMS)))
+    vectors = unit_rows(np.vstack([crowd, np.eye(DIMS)[1:2], others])).astype(np.float32)
+    texts = [crowd_text] * 300 + ["the zebra and another zebra"] + ["gamma delta"] * 99
+    return [f"doc{i}" for i in range(len(texts))], texts, vectors
+
+
 def test_hybrid_truths_are_certified_once_every_mentioning_row_is_a_candidate(
     tmp_path: Path,
 ) -> None:
     # The one passage that mentions "zebra" is orthogonal to the term's vector: no kNN search
     # finds it, yet its lexical truth makes it the best hit. Gathering the rows that mention a
     # positive term puts it among the candidates, and then the proof holds.
-    rng = np.random.default_rng(1)
-    crowd = unit_rows(np.eye(DIMS)[0] * 0.3 + rng.normal(size=(300, DIMS)) * 0.05)
-    others = unit_rows(rng.normal(size=(99, DIMS)))
-    vectors = np.vstack([crowd, np.eye(DIMS)[1:2], others]).astype(np.float32)
-    texts = ["alpha beta"] * 300 + ["the zebra and another zebra"] + ["gamma delta"] * 99
-    ids = [f"doc{i}" for i in range(len(texts))]
+    ids, texts, vectors = zebra_corpus("alpha beta")
     index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
-    index.add(ids, texts, unit_rows(vectors).astype(np.float32))
+    index.add(ids, texts, vectors)
     query = itlr.parse('"zebra"')
     terms = np.eye(DIMS)[:1].astype(np.float32)
     hybrid = TruthMap("hybrid", lexical=0.9)
@@ -306,3 +327,48 @@ def test_an_unseen_documents_lexical_truth_is_zero_only_for_terms_whose_mentions
     assert not unseen_cannot_beat(
         query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, unmentioned
     )
+
+
+@pytest.mark.opensearch
+def test_opensearch_certifies_hybrid_truths_by_gathering_the_documents_that_mention_a_term(
+    opensearch_index, tmp_path: Path
+) -> None:
+    # The kNN search for "zebra" never reaches doc300; only its words make it the best hit. The
+    # cluster's rounds gather every document mentioning "zebra", so it is scored and proved.
+    ids, texts, vectors = zebra_corpus("alpha beta")
+    backend = opensearch_index()
+    assert backend.add(ids, texts, vectors) == {}
+    backend.refresh()
+    embedded = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    embedded.add(ids, texts, vectors)
+    query = itlr.parse('"zebra" AND NOT "gamma"')
+    terms = np.eye(DIMS)[[0, 2]].astype(np.float32)
+    hybrid = TruthMap("hybrid", lexical=0.9)
+    exact = embedded.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
+    assert exact[0].id == "doc300"
+    hits = backend.search(query, terms, SearchOptions(k=10, candidates=50, truth=hybrid))
+    assert hits.exact is True and not hits.warnings
+    assert hits[0].id == "doc300"
+    for mine, theirs in zip(hits, exact, strict=True):
+        assert mine.score == pytest.approx(theirs.score, abs=1e-4)
+
+
+@pytest.mark.opensearch
+def test_opensearch_says_hybrid_truths_are_unproved_when_too_many_documents_mention_a_term(
+    opensearch_index,
+) -> None:
+    # 301 passages mention "zebra": more than the 100 that a cap of 100 per positive term
+    # gathers, so the search runs one round and says its top 10 is not proved.
+    ids, texts, vectors = zebra_corpus("alpha zebra")
+    backend = opensearch_index()
+    assert backend.add(ids, texts, vectors) == {}
+    backend.refresh()
+    query = itlr.parse('"zebra"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    options = SearchOptions(k=10, candidates=50, max_candidates=100, truth=TruthMap("hybrid"))
+    hits = backend.search(query, terms, options)
+    assert hits.exact is False and len(hits) == 10
+    (warning,) = [w for w in hits.warnings if "not proved" in w]
+    assert "301 documents mention" in warning and "max_candidates" in warning
+    roomy = backend.search(query, terms, replace(options, max_candidates=400))
+    assert roomy.exact is True

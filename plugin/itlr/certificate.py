@@ -41,7 +41,8 @@ import numpy as np
 from itlr.candidates import CandidateSearch, Plan
 from itlr.composition import compose
 from itlr.interval import program_range
-from itlr.lexical import negated_terms
+from itlr.lexical import CorpusStats, mentions_at_most, negated_terms
+from itlr.options import SearchOptions
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 from itlr.tree import literals
@@ -110,6 +111,25 @@ def certifiable(
         and query.anchored
         and (not truth.uses_lexical or mentions_gathered)
         and uncertifiable(query, ops) is None
+    )
+
+
+def unmentionable(query: Query, options: SearchOptions, lexical: CorpusStats | None) -> str | None:
+    """Why a cluster cannot gather every document that mentions a positive term (which
+    certifying hybrid truths needs), or None: more of them than the rounds' deepest budget per
+    positive term allows (scoring them all would cost what exact mode costs)."""
+    if not options.truth.uses_lexical:
+        return None
+    if lexical is None:
+        return "the index's token statistics were not counted"
+    mentioning = mentions_at_most(query.positive_terms, lexical)
+    budget = options.candidate_cap * len(query.positive_terms)
+    if mentioning <= budget:
+        return None
+    return (
+        f"the top {options.k} is not proved exact: up to {mentioning:,} documents mention the "
+        f"positive terms, more than the {budget:,} that knn mode gathers for them "
+        f"({options.candidate_cap:,} per positive term); raise `max_candidates` or use exact mode"
     )
 
 

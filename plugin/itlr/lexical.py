@@ -92,6 +92,12 @@ def query_tokens(terms: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(t for term in terms for t in tokenize(term)))
 
 
+def mentions_at_most(terms: Iterable[str], stats: CorpusStats) -> int:
+    """How many documents mention one of these terms, at most: the sum of their tokens'
+    document frequencies (a document holding two of them counts twice)."""
+    return sum(stats.df.get(token, 0) for token in query_tokens(terms))
+
+
 def term_tokens(term: str, stats: CorpusStats) -> TermTokens:
     tokens = tuple(dict.fromkeys(tokenize(term)))
     idfs = [stats.idf(t) for t in tokens]
@@ -210,6 +216,7 @@ __all__ = [
     "TermTokens",
     "bm25_truth",
     "lexical_fields",
+    "mentions_at_most",
     "negated_terms",
     "query_tokens",
     "term_tokens",

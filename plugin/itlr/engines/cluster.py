@@ -25,6 +25,7 @@ from itlr.certificate import (
     not_proved,
     round_plan,
     search_bound,
+    unmentionable,
     unseen_cannot_beat,
 )
 from itlr.engines.connection import error_reason
@@ -33,6 +34,7 @@ from itlr.engines.dialect import (
     IndexLayout,
     StoredScript,
     bulk_actions,
+    counted_truths,
     filter_fields,
     lexical_stats,
     lexical_stats_body,
@@ -41,10 +43,9 @@ from itlr.engines.dialect import (
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import TOKENS_FIELD, CorpusStats
+from itlr.lexical import CorpusStats
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
-from itlr.scoring import TruthMap
 
 
 class ClusterBackend:
@@ -313,9 +314,9 @@ class ClusterBackend:
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document). Hybrid
         truths need the index's statistics: given, or counted here (one request)."""
-        options, _ = self._truth_the_index_holds(options)
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_stats(query)
+        options, _ = counted_truths(options, lexical, self.index)
         return self.dialect.search_body(query, term_vectors, options, lexical)
 
     def lexical_stats(self, query: Query) -> CorpusStats:
@@ -336,8 +337,8 @@ class ClusterBackend:
         """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
         if not self._scripts_ready:
             self.install_scripts(repair=False)
-        options, noted = self._truth_the_index_holds(options)
         lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
+        options, noted = counted_truths(options, lexical, self.index)
         try:
             return self._search_once(query, term_vectors, options, lexical).noting(*noted)
         except EngineError as failed:
@@ -348,19 +349,6 @@ class ClusterBackend:
                 raise
         return self._search_once(query, term_vectors, options, lexical).noting(*noted)
 
-    def _truth_the_index_holds(self, options: SearchOptions) -> tuple[SearchOptions, list[str]]:
-        """Hybrid truths (the default) on an index whose mapping has no lexical fields (made
-        elsewhere, or back-filled before they existed) would see a lexical truth of 0 in every
-        document: score it with cosine truths instead, and say so with every search."""
-        if not options.truth.uses_lexical or self.mapped is None or TOKENS_FIELD in self.mapped:
-            return options, []
-        cosine = replace(options, truth=TruthMap("clamp", options.truth.tau, options.truth.lam))
-        return cosine, [
-            f"index {self.index!r} has no {TOKENS_FIELD!r} field, so hybrid truth values "
-            "(the default) cannot read what documents mention: scored with cosine truths "
-            "(clamp); `itlr backfill` adds the lexical fields"
-        ]
-
     def _search_once(
         self,
         query: Query,
@@ -368,23 +356,39 @@ class ClusterBackend:
         options: SearchOptions,
         lexical: CorpusStats | None,
     ) -> Hits:
-        certify = options.mode == "knn" and certifiable(query, options.ops, options.truth)
+        knn = options.mode == "knn"
+        too_many = unmentionable(query, options, lexical)
+        certify = knn and certifiable(query, options.ops, options.truth, too_many is None)
         if not certify:
             request = self.dialect.search_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
+            unproved: tuple[str, ...] = ()
+            if knn and too_many and certifiable(query, options.ops, options.truth, True):
+                exact, unproved = False, (too_many,)
             found = self._hits(request.body, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,
                 *getattr(found, "warnings", ()),
+                *unproved,
                 *self.filter_warnings(options),
             )
             return Hits(found, warnings, exact=exact)
-        return self._certified(query, term_vectors, options).noting(*self.filter_warnings(options))
+        certified = self._certified(query, term_vectors, options, lexical)
+        return certified.noting(*self.filter_warnings(options))
 
-    def _certified(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+    def _certified(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+    ) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
         query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
-        only when the bound does not prove the top k."""
+        only when the bound does not prove the top k. Hybrid truths: every round also gathers
+        the documents that mention a positive term, so an unseen one mentions none."""
+        hybrid = options.truth.uses_lexical
+        unmentioned = query.positive_terms if hybrid else ()
         dialect = self.dialect
         unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
         bounds: list[SearchBound] = []
@@ -395,11 +399,13 @@ class ClusterBackend:
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
             )
-            request = dialect.search_request(query, term_vectors, round_options)
+            request = dialect.search_request(
+                query, term_vectors, round_options, lexical, mentions=hybrid
+            )
             searches = request.searches
             probes = [dialect.probe_body(search, options.filter) for search in searches]
             responses = self._multi_search([request.body, *probes])
-            hits = dialect.hits(responses[0], query, term_vectors, options)
+            hits = dialect.hits(responses[0], query, term_vectors, options, lexical)
             for search, probe in zip(searches, responses[1:], strict=True):
                 last = probe["hits"]["hits"]
                 if last:
@@ -407,7 +413,9 @@ class ClusterBackend:
                 else:  # fewer documents than the budget: the search returned them all
                     bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            proved = unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth)
+            proved = unseen_cannot_beat(
+                query, bounds, threshold, options.ops, options.truth, unmentioned
+            )
             if proved:
                 break
         noted = (*request.warnings, *getattr(hits, "warnings", ()))

@@ -14,7 +14,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -159,7 +159,10 @@ def lexical_stats_body(query: Query) -> dict[str, Any]:
     documents carry lexical fields, their summed length, and each query token's document
     frequency. Read the response with `lexical_stats`."""
     filters = {
-        token: {"prefix": {TOKENS_FIELD: f"{token} "}} for token in query_tokens(query.terms)
+        token: clause
+        for token, clause in zip(
+            query_tokens(query.terms), mention_clauses(query.terms), strict=True
+        )
     }
     aggs: dict[str, Any] = {
         "documents": {"value_count": {"field": LENGTH_FIELD}},
@@ -168,6 +171,31 @@ def lexical_stats_body(query: Query) -> dict[str, Any]:
     if filters:
         aggs["df"] = {"filters": {"filters": filters}}
     return {"size": 0, "track_total_hits": False, "aggs": aggs}
+
+
+def counted_truths(
+    options: SearchOptions, lexical: CorpusStats | None, index: str
+) -> tuple[SearchOptions, tuple[str, ...]]:
+    """The options to score with once the statistics are counted, and what to say about it.
+    Hybrid truths (the default) on an index where no document carries the lexical fields (made
+    elsewhere, or back-filled before the fields existed) would give every document a lexical
+    truth of 0 and only shrink the positive terms: such an index is scored with cosine truths
+    (clamp), and the search says so. One rule for every front end, decided by the counted
+    statistics themselves."""
+    if not options.truth.uses_lexical or lexical is None or lexical.documents:
+        return options, ()
+    cosine = replace(options, truth=replace(options.truth, kind="clamp"))
+    return cosine, (
+        f"no document of {index!r} has the lexical fields ({TOKENS_FIELD}, {LENGTH_FIELD}), so "
+        "hybrid truth values (the default) cannot read what documents mention: scored with "
+        "cosine truths (clamp); `itlr backfill` adds the fields",
+    )
+
+
+def mention_clauses(terms: Sequence[str]) -> list[dict[str, Any]]:
+    """Clauses matching the documents that hold a token of these terms: the keyword values are
+    "<token> <count>", so a prefix "<token> " finds the token whatever its count."""
+    return [{"prefix": {TOKENS_FIELD: f"{token} "}} for token in query_tokens(terms)]
 
 
 def lexical_stats(response: dict[str, Any]) -> CorpusStats:
@@ -458,8 +486,11 @@ class Dialect:
         term_vectors: np.ndarray,
         options: SearchOptions,
         lexical: CorpusStats | None = None,
+        mentions: bool = False,
     ) -> SearchRequest:
-        """The search body, its kNN searches and this search's warnings, from one plan."""
+        """The search body, its kNN searches and this search's warnings, from one plan.
+        `mentions`: knn mode also gathers every document that mentions a positive term (a
+        token of it among its lexical fields), so that hybrid truths can be certified."""
         warnings: tuple[str, ...] = ()
         searches: tuple[CandidateSearch, ...] = ()
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
@@ -488,6 +519,8 @@ class Dialect:
             searches = self.candidate_searches(query, term_vectors, options)
             warnings = self._capped(searches)
             inner["should"] = [self.knn_clause(s, options.filter) for s in searches]
+            if mentions:
+                inner["should"] += mention_clauses(query.positive_terms)
             inner["minimum_should_match"] = 1
         else:
             inner["must"] = [{"match_all": {}}]
