@@ -13,7 +13,7 @@ import pytest
 
 import itlr
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.certificate import SearchBound, search_bound, unseen_cannot_beat
+from itlr.certificate import SearchBound, out_of_reach, search_bound, unseen_cannot_beat
 from itlr.composition import compose
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.errors import ConfigurationError
@@ -129,6 +129,32 @@ def test_a_weighted_search_bounds_the_weighted_sum() -> None:
     best = float(np.max((0.5 + 0.5 * np.clip(xs, 0, 1)) * np.clip(ys, 0, 1)))
     assert unseen_cannot_beat(query, [bound], best + 0.005, SEARCH_OPERATORS, CLAMP)
     assert not unseen_cannot_beat(query, [bound], best - 0.005, SEARCH_OPERATORS, CLAMP)
+
+
+@pytest.mark.parametrize(
+    ("after", "reachable"),
+    [
+        # 0.5 -> 0.49 from depth 100 to 400: even falling twice as fast, about 0.467 at 2,000,
+        # far above the k-th score 0.1. Stop.
+        (0.49, False),
+        # 0.5 -> 0.3: at twice that rate the bound passes below 0.1 before 2,000. Go on.
+        (0.3, True),
+    ],
+)
+def test_rounds_stop_early_only_when_the_bound_cannot_fall_below_the_kth_score_by_the_cap(
+    after: float, reachable: bool
+) -> None:
+    query = itlr.parse('"a"')
+    before = [SearchBound(("a",), 0.5)]
+    now = [SearchBound(("a",), after)]
+    stop = out_of_reach(query, before, now, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    assert stop is not reachable
+    # At the cap there is nothing left to try, and an exhausted search proves everything.
+    assert not out_of_reach(query, before, now, (100, 2000), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    exhausted = [SearchBound(("a",), 0.0, exhausted=True)]
+    assert not out_of_reach(
+        query, before, exhausted, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP
+    )
 
 
 # -- the rounds, on an embedded index built so that the first round misses the best document ---
@@ -262,6 +288,27 @@ def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowde
         query, terms, cosine_options(k=10, candidates=50, max_candidates=50)
     )
     assert capped.exact is False and "best" not in {h.id for h in capped}
+
+
+@pytest.mark.opensearch
+def test_opensearch_stops_the_rounds_when_the_bound_is_out_of_reach_and_says_so(
+    crowded_opensearch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Which bounds are out of reach is tested above; here: the rounds act on the verdict.
+    import itlr.engines.cluster as cluster
+
+    rounds = []
+    search = crowded_opensearch._multi_search
+    monkeypatch.setattr(
+        crowded_opensearch, "_multi_search", lambda b: rounds.append(b) or search(b)
+    )
+    monkeypatch.setattr(cluster, "out_of_reach", lambda *args: True)
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=20))
+    assert len(rounds) == 2 and hits.exact is False and len(hits) == 10
+    (warning,) = hits.warnings
+    assert "stopped at 80" in warning and "up to 400" in warning
 
 
 def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(

@@ -33,8 +33,9 @@ threshold) give a proof; HNSW searches give one up to the graph's own recall.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,6 +52,9 @@ from itlr.tree import literals
 RESOLUTION = 1e-3
 # Boxes examined per proof at most; past it the bound counts as not proved.
 MAX_BOXES = 20_000
+# Rounds stop before the cap when the searches' bounds, falling this many times faster than they
+# fell between the last two rounds, would still not prove the top k at the cap.
+OPTIMISM = 2.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,42 @@ def not_proved(k: int, depth: int) -> str:
         f"the top {k} is not proved exact: a document outside the candidates of {depth} "
         "neighbours per term may score higher; raise `max_candidates` or use exact mode"
     )
+
+
+def gave_up(k: int, depth: int, cap: int) -> str:
+    """The warning of a result whose rounds stopped before the cap (see `out_of_reach`)."""
+    return (
+        f"the top {k} is not proved exact: the searches' bounds fell too slowly for rounds up to "
+        f"{cap} neighbours per term to prove it, so they stopped at {depth}; a document outside "
+        "the candidates may score higher; use exact mode for the exact top k"
+    )
+
+
+def out_of_reach(
+    query: Query,
+    before: Sequence[SearchBound],
+    after: Sequence[SearchBound],
+    depths: tuple[int, int],
+    cap: int,
+    threshold: float,
+    ops: Operators,
+    truth: TruthMap,
+    unmentioned: Collection[str] = (),
+) -> bool:
+    """Whether deeper rounds look unable to prove the top k, judged from the last two: each
+    search's bound (`before` at depth depths[0], `after` at depths[1], the same searches in the
+    same order) extrapolated to the cap, falling per factor of depth `OPTIMISM` times as fast as
+    it just did, still leaves an unseen document room above `threshold` (the k-th score, which
+    deeper rounds only raise). Unstructured data (random vectors, where nothing distinguishes
+    the top k) then costs two rounds instead of every round up to the cap."""
+    if any(b.exhausted for b in after) or cap <= depths[1] or depths[1] <= depths[0]:
+        return False
+    remaining = math.log(cap / depths[1]) / math.log(depths[1] / depths[0])
+    projected = [
+        replace(now, limit=now.limit - OPTIMISM * max(then.limit - now.limit, 0.0) * remaining)
+        for then, now in zip(before, after, strict=True)
+    ]
+    return not unseen_cannot_beat(query, projected, threshold, ops, truth, unmentioned)
 
 
 def round_plan(plan: Plan) -> Plan:

@@ -115,9 +115,13 @@ def measure_backend(
             variants[f"itlr {terms}-term, knn mode, one round (no certificate)"] = SearchOptions(
                 k=k, mode="knn", max_candidates=one_round
             )
-            # What the lexical evidence costs: the statistics request and the token scan.
-            variants[f"itlr {terms}-term, knn mode, hybrid truths"] = SearchOptions(
-                k=k, mode="knn", truth=TruthMap("hybrid")
+            # What the lexical evidence (the default) costs: the statistics request, the token
+            # scan and the mention clauses, against cosine truths alone.
+            variants[f"itlr {terms}-term, knn mode, cosine truths"] = SearchOptions(
+                k=k, mode="knn", truth=TruthMap("clamp")
+            )
+            variants[f"itlr {terms}-term, knn mode, cosine truths, one round"] = SearchOptions(
+                k=k, mode="knn", truth=TruthMap("clamp"), max_candidates=one_round
             )
         if len(query.positive_terms) > 1:
             # The original plan, one kNN search per positive term, to compare the default with.

@@ -22,7 +22,9 @@ import numpy as np
 from itlr.certificate import (
     SearchBound,
     certifiable,
+    gave_up,
     not_proved,
+    out_of_reach,
     round_plan,
     search_bound,
     unmentionable,
@@ -395,7 +397,9 @@ class ClusterBackend:
         rounds = options.candidate_rounds(limit=dialect.max_k)
         hits: list[Hit] = []
         proved = False
-        for budget in rounds:
+        previous: list[SearchBound] = []
+        unproved = not_proved(options.k, rounds[-1])
+        for depth, budget in enumerate(rounds):
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
             )
@@ -406,22 +410,38 @@ class ClusterBackend:
             probes = [dialect.probe_body(search, options.filter) for search in searches]
             responses = self._multi_search([request.body, *probes])
             hits = dialect.hits(responses[0], query, term_vectors, options, lexical)
-            for search, probe in zip(searches, responses[1:], strict=True):
-                last = probe["hits"]["hits"]
-                if last:
-                    bounds.append(search_bound(search, unit, dialect.cosine(last[0])))
-                else:  # fewer documents than the budget: the search returned them all
-                    bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
+            current = [
+                search_bound(search, unit, dialect.cosine(probe["hits"]["hits"][0]))
+                if probe["hits"]["hits"]
+                # fewer documents than the budget: the search returned them all
+                else SearchBound(search.terms, 0.0, exhausted=True)
+                for search, probe in zip(searches, responses[1:], strict=True)
+            ]
+            bounds += current
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             proved = unseen_cannot_beat(
                 query, bounds, threshold, options.ops, options.truth, unmentioned
             )
             if proved:
                 break
+            if depth and out_of_reach(
+                query,
+                previous,
+                current,
+                (rounds[depth - 1], budget),
+                rounds[-1],
+                threshold,
+                options.ops,
+                options.truth,
+                unmentioned,
+            ):
+                unproved = gave_up(options.k, budget, rounds[-1])
+                break
+            previous = current
         noted = (*request.warnings, *getattr(hits, "warnings", ()))
         if proved:
             return Hits(hits, noted, exact=True)
-        return Hits(hits, (*noted, not_proved(options.k, rounds[-1])), exact=False)
+        return Hits(hits, (*noted, unproved), exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a
