@@ -18,6 +18,7 @@ from itlr.benchmarks.text_corpus import grown_pairs, random_queries, recall_corp
 from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.options import SearchOptions
+from itlr.scoring import TruthMap
 
 
 def grown_vectors(base: np.ndarray, passages: int | None) -> np.ndarray:
@@ -46,17 +47,19 @@ def agreement(found, truth) -> float:
     )
 
 
-def _index(path: Path, ids: list[str], vectors: np.ndarray, embedder) -> EmbeddedIndex:
+def _index(
+    path: Path, ids: list[str], texts: list[str], vectors: np.ndarray, embedder
+) -> EmbeddedIndex:
     """The benchmark's index at `path`, reused when an earlier run (`--keep`) left it complete:
     building a 100k-row graph takes minutes."""
     if path.exists():
         index = EmbeddedIndex.open(path)
-        if index.count() == len(ids):
+        if index.count() == len(ids) and (index.get(ids[-1]) or {}).get("text") == texts[-1]:
             return index
         index.close()
         shutil.rmtree(path)
     index = EmbeddedIndex.create(path, embedder.name, embedder.dims)
-    index.add(ids, [""] * len(ids), vectors)
+    index.add(ids, texts, vectors)
     return index
 
 
@@ -64,30 +67,40 @@ def certificate_report(
     passages: int | None = None, queries: int = 300, repeats: int = 3, keep: Path | None = None
 ) -> list[str]:
     embedder = get_embedder()
-    documents, vocabulary = recall_corpus(None)
-    base = embedder.encode([d.text for d in documents])
+    base_count = len(recall_corpus(None)[0])
+    documents, vocabulary = recall_corpus(passages)
+    base = embedder.encode([d.text for d in documents[:base_count]])
     vectors = grown_vectors(np.asarray(base, dtype=np.float32), passages)
-    ids = [d.id for d in documents] + [f"joined-{i}" for i in range(len(vectors) - len(base))]
+    # The grown documents' texts are their pairs' texts joined: what hybrid truths read.
+    ids = [d.id for d in documents]
+    texts = [d.text for d in documents]
     term_vectors = dict(zip(vocabulary, embedder.encode(vocabulary), strict=True))
     sample = random_queries(vocabulary, queries, random.Random(3))
     budget = SearchOptions().candidate_budget
+    cosine = TruthMap("clamp")
+    # Each variant is held to exact mode with its own truth values.
     variants = {
         # What `auto` did before the certificate: one combined search for an anchored query.
         "one round, no certificate": lambda query: SearchOptions(
             k=10, max_candidates=budget, plan="combined" if query.anchored else "auto"
         ),
-        "with certificate (default)": lambda query: SearchOptions(k=10),
+        "with certificate (default: hybrid truths)": lambda query: SearchOptions(k=10),
+        "with certificate, cosine truths": lambda query: SearchOptions(k=10, truth=cosine),
     }
     rows: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        index = _index(Path(keep or scratch) / f"cert-{len(ids)}", ids, vectors, embedder)
+        index = _index(Path(keep or scratch) / f"cert-{len(ids)}", ids, texts, vectors, embedder)
         for query in sample:
             shape = query_shape(query)
             qv = np.stack([term_vectors[t] for t in query.terms])
-            truth = index.search(query, qv, SearchOptions(k=10, mode="exact"))
-            if not truth:
+            exact = {
+                truth.kind: index.search(query, qv, SearchOptions(k=10, mode="exact", truth=truth))
+                for truth in (SearchOptions().truth, cosine)
+            }
+            if not exact[cosine.kind]:
                 continue
             for name, options in variants.items():
+                truth = exact[options(query).truth.kind]
                 timings = []
                 for _ in range(repeats):
                     started = time.perf_counter()
