@@ -150,6 +150,7 @@ def test_translate_parse_rewrite_and_healthz_answer_as_the_cli_does(service, dem
 
     health = service.get("/healthz").json()
     assert health["status"] == "ok" and health["count"] == demo_index.count()
+    assert health["encoder"] == demo_index.embedder.encoder
     assert service.get("/docs").status_code == 200
     assert "/search" in service.get("/openapi.json").json()["paths"]
 

@@ -255,6 +255,8 @@ def create_app(
             {
                 "status": "ok",
                 **index.to_dict(),
+                # What runs the model on the query path (torch, onnx, onnx-int8).
+                "encoder": index.embedder.encoder,
                 "count": count,
                 "term_cache": [stats.to_dict() for stats in term_cache_stats()],
                 **({"commit": commit} if commit else {}),
