@@ -90,13 +90,17 @@ def certificate(
         Path | None,
         typer.Option(help="Keep the index in this folder and reuse it in later runs."),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Also measure this OpenSearch cluster (it gets a throw-away index)."),
+    ] = None,
     out_file: OutFile = None,
 ) -> None:
     """knn mode with and without the certificate against exact mode, per query shape: top-10
     score agreement, p50 latency, and how the certificate ended."""
     from itlr.benchmarks.certificate import certificate_report
 
-    run_guarded(lambda: emit(certificate_report(passages, queries, repeats, keep), out_file))
+    run_guarded(lambda: emit(certificate_report(passages, queries, repeats, keep, url), out_file))
 
 
 @bench_app.command()
