@@ -83,8 +83,11 @@ def test_cli_search_on_the_foreign_index(opensearch_url, foreign) -> None:
     args = ["search", QUERY, "--url", opensearch_url, "--index", foreign, "--json"]
     result = CliRunner().invoke(app, [*args, "--vector-field", "vec", "--text-field", "body"])
     assert result.exit_code == 0, result.output
-    hits = json.loads(result.output)["hits"]
-    assert hits and set(hits[0]["fields"]) == {"year", "topic"}
+    answer = json.loads(result.stdout)
+    assert answer["hits"] and set(answer["hits"][0]["fields"]) == {"year", "topic"}
+    # No document carries the lexical fields: cosine truths, said on stderr and in the answer.
+    (said,) = [w for w in answer["warnings"] if "lexical fields" in w]
+    assert f"warning: {said}" in result.stderr
 
 
 def test_a_model_of_another_dimension_is_refused_in_one_line(opensearch_url, corpus) -> None:
