@@ -129,3 +129,14 @@ def test_below_the_threshold_no_graph_is_built(tmp_path) -> None:
     small = EmbeddedIndex.create(tmp_path / "small", "test-model", DIMS)
     small.add([f"d{i}" for i in range(100)], ["t"] * 100, clustered(100, seed=4))
     assert graph_files(small) == []
+
+
+def test_the_onnx_encoder_loads_after_the_graph_without_crashing_the_process() -> None:
+    # onnxruntime 1.32 imported after usearch 2.26 dies with SIGSEGV; usearch_index imports
+    # onnxruntime first. A fresh interpreter, since this one may have loaded both already.
+    import subprocess
+    import sys
+
+    script = "from itlr.engines.ann import usearch_index; usearch_index(); import onnxruntime"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-500:]

@@ -361,19 +361,48 @@ def test_hybrid_truths_are_certified_once_every_mentioning_row_is_a_candidate(
     assert hits.exact is True
 
 
-@pytest.mark.parametrize(("unmentioned", "best"), [(("apple",), 0.7 * 0.5), ((), 0.7 * 0.5 + 0.3)])
-def test_an_unseen_documents_lexical_truth_is_zero_only_for_terms_whose_mentions_were_gathered(
-    unmentioned: tuple[str, ...], best: float
+def test_hybrid_rounds_take_the_rows_of_highest_lexical_truth_not_every_mentioning_row(
+    tmp_path: Path,
+) -> None:
+    # 301 rows mention "zebra", more than a round of 50 takes: the lexical stream takes the 50
+    # that mention it most (doc300 first: twice, in a short passage) and bounds the rest by the
+    # 50th's lexical truth; the proof holds and the top 10 scores as exact mode's.
+    from itlr.engines.embedded_lexical import LexicalStream
+
+    ids, texts, vectors = zebra_corpus("alpha zebra")
+    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index.add(ids, texts, vectors)
+    rows = np.arange(len(ids))
+    taken, limits = LexicalStream(index, rows, ("zebra",)).top(50)
+    assert len(taken) == 50 and taken[0] == 300 and 0 < limits["zebra"] < 1
+    assert LexicalStream(index, rows, ("zebra",)).top(400)[1] == {"zebra": 0.0}
+    query = itlr.parse('"zebra" AND NOT "gamma"')
+    terms = np.eye(DIMS)[[0, 2]].astype(np.float32)
+    hybrid = TruthMap("hybrid", lexical=0.9)
+    exact = index.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
+    hits = index.search(query, terms, SearchOptions(k=10, candidates=50, truth=hybrid))
+    assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-9)
+    assert hits.exact is True
+
+
+@pytest.mark.parametrize(
+    ("limits", "best"),
+    [
+        ({"apple": 0.0}, 0.7 * 0.5),
+        ({"apple": 0.4}, 0.7 * 0.5 + 0.3 * 0.4),
+        ({}, 0.7 * 0.5 + 0.3),
+    ],
+)
+def test_an_unseen_documents_lexical_truth_is_bounded_by_what_the_lexical_stream_left(
+    limits: dict[str, float], best: float
 ) -> None:
     # "apple" at cosine <= 0.5 and, unless its mentions were gathered, any lexical truth; the
     # NOT at its best (0 for both kinds of evidence).
     query = itlr.parse('"apple" AND NOT "banana"')
     hybrid = TruthMap("hybrid", lexical=0.3, not_evidence="max")
     bounds = [SearchBound(("apple",), 0.5)]
-    assert unseen_cannot_beat(query, bounds, best + 0.005, SEARCH_OPERATORS, hybrid, unmentioned)
-    assert not unseen_cannot_beat(
-        query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, unmentioned
-    )
+    assert unseen_cannot_beat(query, bounds, best + 0.005, SEARCH_OPERATORS, hybrid, limits)
+    assert not unseen_cannot_beat(query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, limits)
 
 
 @pytest.mark.opensearch

@@ -9,8 +9,11 @@ bound on the document's cosines with those terms:
 
     sum over t in G of w_t cos(d, t)  <=  c * |sum over t in G of w_t t|
 
-With hybrid truths a term's lexical truth is bounded too: 0 for an unseen document when the
-engine gathered every document that mentions the term, anything in [0, 1] otherwise.
+With hybrid truths a term's lexical truth is bounded too, by a lexical stream beside the kNN
+searches: an engine that gathered the documents with the largest lexical truths for the term
+(the embedded engine: the top rows by lexical truth, as deep as the round's budget) knows that an
+unseen document's is at most the last one gathered, 0 when it gathered every document that
+mentions the term (a cluster), and anything in [0, 1] otherwise.
 
 So the best an unseen document can do is the maximum of the composed score over the cosines
 allowed by all the searches' bounds, terms that no search bounds (those only under a NOT)
@@ -34,7 +37,7 @@ threshold) give a proof; HNSW searches give one up to the graph's own recall.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -113,7 +116,7 @@ def out_of_reach(
     threshold: float,
     ops: Operators,
     truth: TruthMap,
-    unmentioned: Collection[str] = (),
+    lexical_limits: Mapping[str, float] | None = None,
 ) -> bool:
     """Whether deeper rounds look unable to prove the top k, judged from the last two: each
     search's bound (`before` at depth depths[0], `after` at depths[1], the same searches in the
@@ -128,7 +131,7 @@ def out_of_reach(
         replace(now, limit=now.limit - OPTIMISM * max(then.limit - now.limit, 0.0) * remaining)
         for then, now in zip(before, after, strict=True)
     ]
-    return not unseen_cannot_beat(query, projected, threshold, ops, truth, unmentioned)
+    return not unseen_cannot_beat(query, projected, threshold, ops, truth, lexical_limits)
 
 
 def round_plan(plan: Plan) -> Plan:
@@ -187,11 +190,12 @@ def unseen_cannot_beat(
     threshold: float,
     ops: Operators,
     truth: TruthMap,
-    unmentioned: Collection[str] = (),
+    lexical_limits: Mapping[str, float] | None = None,
 ) -> bool:
     """True when no document that none of the searches returned can score above `threshold`.
-    Only for queries that `uncertifiable` accepts. For hybrid truths, `unmentioned`: the terms
-    no unseen document mentions (lexical truth 0); any other term's may be anything in [0, 1]."""
+    Only for queries that `uncertifiable` accepts. For hybrid truths, `lexical_limits`: the most
+    an unseen document's lexical truth can be, per term (0: it mentions none of the term's
+    tokens); a term not in it may have any lexical truth in [0, 1]."""
     if any(b.exhausted for b in bounds):
         return True
     if uncertifiable(query, ops) is not None:
@@ -218,12 +222,13 @@ def unseen_cannot_beat(
 
     lexical = truth.uses_lexical
     shares = truth.lexical_weights(terms, negated_terms(query.root)) if lexical else None
-    quiet = np.array([t in unmentioned for t in terms])
+    limits = lexical_limits or {}
+    ceiling = np.array([min(1.0, max(0.0, limits.get(t, 1.0))) for t in terms])
 
     def words(count: int, most: bool) -> np.ndarray | None:
         if not lexical:
             return None
-        return np.where(quiet, 0.0, 1.0 if most else 0.0) * np.ones((count, len(terms)))
+        return (ceiling if most else np.zeros(len(terms))) * np.ones((count, len(terms)))
 
     def scores(corners: np.ndarray) -> np.ndarray:
         cos = cosines(corners, -1.0)

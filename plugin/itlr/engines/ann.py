@@ -56,6 +56,17 @@ def graph_path(folder: Path, generation: int) -> Path:
     return folder / f"ann.{generation}.usearch"
 
 
+def usearch_index() -> type:
+    """usearch's Index class. onnxruntime (the default encoder) is imported first when it is
+    installed: onnxruntime 1.32 imported after usearch 2.26 crashes the process (SIGSEGV, a clash
+    of their native libraries), the other order is safe (tests/test_ann.py)."""
+    with contextlib.suppress(ImportError):
+        import onnxruntime  # noqa: F401
+    from usearch.index import Index
+
+    return Index
+
+
 class AnnGraph:
     """The HNSW graph of one index directory, in memory once loaded."""
 
@@ -73,8 +84,7 @@ class AnnGraph:
         return 0 if self._graph is None else len(self._graph)
 
     def _new(self):
-        from usearch.index import Index
-
+        Index = usearch_index()
         return Index(
             ndim=self.dims,
             metric="ip",  # rows are unit vectors: inner product is the cosine
@@ -85,8 +95,7 @@ class AnnGraph:
         )
 
     def _load(self, generation: int, committed: int) -> None:
-        from usearch.index import Index
-
+        Index = usearch_index()
         self.generation = generation
         self._graph, self._saved_rows, self._viewed = None, 0, False
         path = graph_path(self.folder, generation)

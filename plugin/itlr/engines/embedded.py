@@ -33,7 +33,7 @@ from itlr.certificate import (
 )
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
-from itlr.engines.embedded_lexical import lexical_matrix, mentioning_rows
+from itlr.engines.embedded_lexical import LexicalStream, lexical_matrix
 from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
@@ -363,12 +363,12 @@ class EmbeddedIndex:
             )
         unit = dict(zip(query.terms, term_vectors, strict=True))
         seen = np.zeros(0, dtype=np.int64)
-        unmentioned: tuple[str, ...] = ()
-        if options.truth.uses_lexical:
-            # Hybrid truths: every row that mentions a positive term is a candidate, so an
-            # unseen row's lexical truth for those terms is 0 and the bound holds.
-            unmentioned = query.positive_terms
-            seen = np.intersect1d(mentioning_rows(self, unmentioned), rows)
+        # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
+        # truth, as deep as the round's budget, so an unseen row's lexical truth is bounded too.
+        stream = (
+            LexicalStream(self, rows, query.positive_terms) if options.truth.uses_lexical else None
+        )
+        limits: dict[str, float] | None = None
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
         for depth, budget in enumerate(rounds):
@@ -377,6 +377,9 @@ class EmbeddedIndex:
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
+            if stream is not None:
+                mentioning, limits = stream.top(budget)
+                seen = np.union1d(seen, mentioning)
             bounds += [
                 search_bound(s, unit, self._last_cosine(s, hits))
                 if len(hits) < len(rows)
@@ -385,9 +388,7 @@ class EmbeddedIndex:
             ]
             hits = self._scored(query, term_vectors, seen, options, exact=True)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(
-                query, bounds, threshold, options.ops, options.truth, unmentioned
-            ):
+            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
                 return hits
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 

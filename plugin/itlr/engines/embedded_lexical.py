@@ -43,9 +43,29 @@ def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...
     return cached.corpus.matrix(rows, terms, cached.stats)
 
 
-def mentioning_rows(index: EmbeddedIndex, terms: tuple[str, ...]) -> np.ndarray:
-    """Rows (live or not) whose text holds a token of any of these terms."""
-    return _corpus(index).corpus.mentioning(terms)
+class LexicalStream:
+    """Per term, the rows that mention it in order of lexical truth, best first: the lexical side
+    of knn mode's candidates for hybrid truths (itlr.certificate). A round of budget n takes
+    each term's first n rows; every row it leaves has a lexical truth at most the n-th's."""
+
+    def __init__(self, index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...]) -> None:
+        self.rows = rows
+        self.terms = terms
+        self.truths = lexical_matrix(index, rows, terms)
+        self.order = []
+        for column in self.truths.T:
+            mentioned = np.flatnonzero(column > 0)
+            self.order.append(mentioned[np.argsort(-column[mentioned], kind="stable")])
+
+    def top(self, budget: int) -> tuple[np.ndarray, dict[str, float]]:
+        """The rows of each term's first `budget`, and per term the most an untaken row's
+        lexical truth can be (0 once every row that mentions the term is taken)."""
+        taken = [self.rows[order[:budget]] for order in self.order]
+        limits = {
+            term: float(self.truths[order[budget - 1], j]) if len(order) > budget else 0.0
+            for j, (term, order) in enumerate(zip(self.terms, self.order, strict=True))
+        }
+        return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), limits
 
 
 def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
