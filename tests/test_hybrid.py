@@ -340,3 +340,19 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
         )
         remote = three_shards.dialect.hits(dict(response))
         assert_same_ranking(remote, embedded.search(query, vectors, options))
+
+
+def test_a_corpus_counts_a_token_per_row_and_keeps_only_the_last_tokens_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import itlr.lexical as lexical
+
+    corpus = lexical.LexicalCorpus(["zebra zebra lion", "lion", "", "zebra"])
+    rows = np.array([0, 1, 2, 3])
+    assert corpus.term_frequencies("zebra", rows).tolist() == [2, 0, 0, 1]
+    assert corpus.term_frequencies("lion", np.array([1, 3])).tolist() == [1, 0]
+    assert corpus.term_frequencies("tiger", rows).tolist() == [0, 0, 0, 0]
+    monkeypatch.setattr(lexical, "POSTINGS_KEPT", 2)
+    corpus.term_frequencies("zebra", rows)  # asked for again: now the newest
+    corpus.term_frequencies("eagle", rows)
+    assert list(corpus._postings) == ["zebra", "eagle"]
