@@ -342,15 +342,19 @@ def zebra_corpus(crowd_text: str) -> tuple[list[str], list[str], np.ndarray]:
     return [f"doc{i}" for i in range(len(texts))], texts, vectors
 
 
-def test_hybrid_truths_are_certified_once_every_mentioning_row_is_a_candidate(
+def zebra_index(path: Path, crowd_text: str) -> EmbeddedIndex:
+    index = EmbeddedIndex.create(path, "test-model", DIMS)
+    index.add(*zebra_corpus(crowd_text))
+    return index
+
+
+def test_hybrid_truths_are_certified_once_the_rows_that_mention_a_term_most_are_candidates(
     tmp_path: Path,
 ) -> None:
     # The one passage that mentions "zebra" is orthogonal to the term's vector: no kNN search
-    # finds it, yet its lexical truth makes it the best hit. Gathering the rows that mention a
-    # positive term puts it among the candidates, and then the proof holds.
-    ids, texts, vectors = zebra_corpus("alpha beta")
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
-    index.add(ids, texts, vectors)
+    # finds it, yet its lexical truth makes it the best hit. The lexical stream puts it among
+    # the candidates, and then the proof holds.
+    index = zebra_index(tmp_path / "idx", "alpha beta")
     query = itlr.parse('"zebra"')
     terms = np.eye(DIMS)[:1].astype(np.float32)
     hybrid = TruthMap("hybrid", lexical=0.9)
@@ -369,10 +373,8 @@ def test_hybrid_rounds_take_the_rows_of_highest_lexical_truth_not_every_mentioni
     # 50th's lexical truth; the proof holds and the top 10 scores as exact mode's.
     from itlr.engines.embedded_lexical import LexicalStream
 
-    ids, texts, vectors = zebra_corpus("alpha zebra")
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
-    index.add(ids, texts, vectors)
-    rows = np.arange(len(ids))
+    index = zebra_index(tmp_path / "idx", "alpha zebra")
+    rows = np.arange(index.count())
     taken, limits = LexicalStream(index, rows, ("zebra",)).top(50)
     assert len(taken) == 50 and taken[0] == 300 and 0 < limits["zebra"] < 1
     assert LexicalStream(index, rows, ("zebra",)).top(400)[1] == {"zebra": 0.0}
