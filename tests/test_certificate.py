@@ -368,9 +368,10 @@ def test_hybrid_truths_are_certified_once_the_rows_that_mention_a_term_most_are_
 def test_hybrid_rounds_take_the_rows_of_highest_lexical_truth_not_every_mentioning_row(
     tmp_path: Path,
 ) -> None:
-    # 301 rows mention "zebra", more than a round of 50 takes: the lexical stream takes the 50
-    # that mention it most (doc300 first: twice, in a short passage) and bounds the rest by the
-    # 50th's lexical truth; the proof holds and the top 10 scores as exact mode's.
+    # 301 rows mention "zebra", more than a stream of 50 takes: it takes the 50 that mention it
+    # most (doc300 first: twice, in a short passage) and bounds the rest by the 50th's lexical
+    # truth. A search whose first round takes 200 (LEXICAL_DEPTH x 20) proves its top 10, which
+    # scores as exact mode's.
     from itlr.engines.embedded_lexical import LexicalStream
 
     index = zebra_index(tmp_path / "idx", "alpha zebra")
@@ -382,7 +383,7 @@ def test_hybrid_rounds_take_the_rows_of_highest_lexical_truth_not_every_mentioni
     terms = np.eye(DIMS)[[0, 2]].astype(np.float32)
     hybrid = TruthMap("hybrid", lexical=0.9)
     exact = index.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
-    hits = index.search(query, terms, SearchOptions(k=10, candidates=50, truth=hybrid))
+    hits = index.search(query, terms, SearchOptions(k=10, candidates=20, truth=hybrid))
     assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-9)
     assert hits.exact is True
 

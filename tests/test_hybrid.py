@@ -352,6 +352,9 @@ def test_a_corpus_counts_a_token_per_row_and_keeps_only_the_last_tokens_asked_fo
     assert corpus.term_frequencies("zebra", rows).tolist() == [2, 0, 0, 1]
     assert corpus.term_frequencies("lion", np.array([1, 3])).tolist() == [1, 0]
     assert corpus.term_frequencies("tiger", rows).tolist() == [0, 0, 0, 0]
+    monkeypatch.setattr(lexical, "DENSE_ROWS", 2)  # the same counts gathered from a column
+    assert corpus.term_frequencies("zebra", rows).tolist() == [2, 0, 0, 1]
+    assert corpus.term_frequencies("lion", np.array([1, 3])).tolist() == [1, 0]
     monkeypatch.setattr(lexical, "POSTINGS_KEPT", 2)
     corpus.term_frequencies("zebra", rows)  # asked for again: now the newest
     corpus.term_frequencies("eagle", rows)

@@ -40,6 +40,8 @@ B = 0.75
 MAX_TOKEN_CHARS = 64
 # Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
 POSTINGS_KEPT = 4096
+# From this many rows on, LexicalCorpus.term_frequencies gathers from a dense column.
+DENSE_ROWS = 2048
 _WORD = re.compile(r"\w+")
 # Function words only: a NOT term such as "the Beatles" should weigh "beatles", and a term
 # made of stop words alone falls back to its cosine (weight 0, see term_tokens).
@@ -196,6 +198,12 @@ class LexicalCorpus:
     def term_frequencies(self, token: str, rows: np.ndarray) -> np.ndarray:
         """The token's count in each of these rows."""
         held, counts = self.postings(token)
+        if len(rows) > DENSE_ROWS:
+            # Many rows (an exact pass): scattering the postings into a column and gathering
+            # costs less than a binary search per row.
+            column = np.zeros(len(self.counts), dtype=np.float64)
+            column[held] = counts
+            return column[rows]
         out = np.zeros(len(rows), dtype=np.float64)
         if len(held):
             at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
