@@ -359,3 +359,37 @@ def test_a_corpus_counts_a_token_per_row_and_keeps_only_the_last_tokens_asked_fo
     corpus.term_frequencies("zebra", rows)  # asked for again: now the newest
     corpus.term_frequencies("eagle", rows)
     assert list(corpus._postings) == ["zebra", "eagle"]
+
+
+def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebuild_counts_them(
+    tmp_path,
+) -> None:
+    # Each commit tokenises only the rows it appended; the statistics and the lexical truths
+    # must equal those counted from scratch over the live rows.
+    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded_lexical import _Cached, lexical_matrix, lexical_stats
+
+    dims = 8
+    rng = np.random.default_rng(0)
+
+    def vectors(count: int) -> np.ndarray:
+        rows = rng.normal(size=(count, dims))
+        return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", dims)
+    index.add(["a", "b", "c"], ["zebra lion", "lion lion tiger", "eagle"], vectors(3))
+    terms = ("zebra", "lion tiger", "eagle")
+    lexical_matrix(index, index._live_rows(), terms)  # built here, caught up below
+    index.add(["d"], ["zebra zebra eagle"], vectors(1))
+    index.add(["b"], ["tiger"], vectors(1))  # an update: the old row dies
+    index.delete(["c"])
+    live = index._live_rows()
+    counted = lexical_stats(index)
+    fresh = _Cached(index).stats
+    counts = (counted.documents, counted.total_length)
+    assert counts == (fresh.documents, fresh.total_length) == (3, 6)
+    assert dict(counted.df) == dict(fresh.df) == {"zebra": 2, "lion": 1, "tiger": 1, "eagle": 1}
+    expected = LexicalCorpus([index.get(i)["text"] for i in ("a", "d", "b")]).matrix(
+        [0, 1, 2], terms, fresh
+    )
+    np.testing.assert_allclose(lexical_matrix(index, live, terms), expected, atol=1e-12)

@@ -42,6 +42,8 @@ MAX_TOKEN_CHARS = 64
 POSTINGS_KEPT = 4096
 # From this many rows on, LexicalCorpus.term_frequencies gathers from a dense column.
 DENSE_ROWS = 2048
+# LexicalCorpus.extend by more rows than this drops the kept postings rather than extend them.
+EXTEND_POSTINGS_ROWS = 1024
 _WORD = re.compile(r"\w+")
 # Function words only: a NOT term such as "the Beatles" should weigh "beatles", and a term
 # made of stop words alone falls back to its cosine (weight 0, see term_tokens).
@@ -159,6 +161,28 @@ class LexicalCorpus:
 
     def __len__(self) -> int:
         return len(self.counts)
+
+    def extend(self, texts: Sequence[str]) -> None:
+        """Rows appended after these: their counts, and the kept postings brought up to date
+        (a few rows are scanned for each kept token; many new rows drop the kept postings)."""
+        start = len(self.counts)
+        added = [Counter(tokenize(t)) for t in texts]
+        self.counts.extend(added)
+        self.lengths = np.concatenate(
+            [self.lengths, np.array([sum(c.values()) for c in added], dtype=np.float64)]
+        )
+        with self._lock:
+            if len(added) > EXTEND_POSTINGS_ROWS:
+                self._postings.clear()
+                return
+            for token, (rows, counts) in self._postings.items():
+                more = [(start + i, c[token]) for i, c in enumerate(added) if token in c]
+                if more:
+                    new_rows, new_counts = zip(*more, strict=True)
+                    self._postings[token] = (
+                        np.concatenate([rows, np.array(new_rows, dtype=np.int64)]),
+                        np.concatenate([counts, np.array(new_counts, dtype=np.float64)]),
+                    )
 
     @cached_property
     def full_stats(self) -> CorpusStats:

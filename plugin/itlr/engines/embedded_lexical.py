@@ -1,9 +1,11 @@
 """The embedded engine's lexical evidence: token counts of its rows and statistics over its live
-rows, kept per index object and rebuilt when a commit changed the rows (itlr.lexical)."""
+rows, kept per index object, caught up with the rows each commit appends and rebuilt after a
+compaction (itlr.lexical)."""
 
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,32 +17,74 @@ if TYPE_CHECKING:
 
 
 class _Cached:
-    def __init__(self, key: tuple[object, int], corpus: LexicalCorpus, stats: CorpusStats) -> None:
-        self.key = key
-        self.corpus = corpus
-        self.stats = stats
+    """The lexical corpus of an index's rows, the statistics over its live rows, and what they
+    were computed from: the store generation, the row count and which rows were live."""
+
+    def __init__(self, index: EmbeddedIndex) -> None:
+        self.generation = index.store.generation
+        self.corpus = LexicalCorpus(_texts(index, 0))
+        self.live = index._live_mask().copy()
+        self.df: Counter[str] = Counter()
+        self.total = 0
+        self._count(self.live, +1)
+
+    def _count(self, rows: np.ndarray, sign: int) -> None:
+        """Count (sign +1) or uncount (-1) the rows of this mask in the statistics."""
+        for row in np.flatnonzero(rows):
+            tokens = self.corpus.counts[row].keys()
+            if sign > 0:
+                self.df.update(tokens)
+            else:
+                self.df.subtract(tokens)
+            self.total += sign * int(self.corpus.lengths[row])
+
+    @property
+    def stats(self) -> CorpusStats:
+        return CorpusStats(int(self.live.sum()), self.total, +self.df)
+
+    def catch_up(self, index: EmbeddedIndex) -> None:
+        """Rows appended since (ingestion, updates, deletes): tokenise those only, and move the
+        statistics by the rows that died and the live rows that came."""
+        before = len(self.corpus)
+        self.corpus.extend(_texts(index, before))
+        live = index._live_mask()
+        died = self.live & ~live[:before]
+        came = np.concatenate([np.zeros(before, dtype=bool), live[before:]])
+        self._count(died, -1)
+        self._count(came, +1)
+        self.live = live.copy()
+
+
+def _texts(index: EmbeddedIndex, start: int) -> list[str]:
+    # Dead rows keep an empty text: they count in no statistic.
+    return [row.text if row is not None else "" for row in index._rows[start:]]
 
 
 _CACHE: weakref.WeakKeyDictionary[EmbeddedIndex, _Cached] = weakref.WeakKeyDictionary()
+_STATS: weakref.WeakKeyDictionary[EmbeddedIndex, tuple[int, int, CorpusStats]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _corpus(index: EmbeddedIndex) -> _Cached:
-    # Rows are only appended within a store generation, so (generation, rows) names the content.
-    key = (index.store.generation, index.committed_rows)
+def _corpus(index: EmbeddedIndex) -> tuple[LexicalCorpus, CorpusStats]:
+    """The index's lexical corpus and statistics: built on first use, caught up with rows
+    committed since (only those are tokenised), rebuilt after a compaction renumbered them."""
     cached = _CACHE.get(index)
-    if cached is None or cached.key != key:
-        # Dead rows keep an empty text: they count in no statistic.
-        texts = [row.text if row is not None else "" for row in index._rows]
-        corpus = LexicalCorpus(texts)
-        cached = _Cached(key, corpus, corpus.stats(index._live_rows()))
-        _CACHE[index] = cached
-    return cached
+    if cached is None or cached.generation != index.store.generation:
+        cached = _CACHE[index] = _Cached(index)
+    elif len(cached.corpus) != index.committed_rows:
+        cached.catch_up(index)
+    key = (cached.generation, len(cached.corpus))
+    held = _STATS.get(index)
+    if held is None or held[:2] != key:
+        held = _STATS[index] = (*key, cached.stats)
+    return cached.corpus, held[2]
 
 
 def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray:
     """(rows x terms) lexical truths, statistics over every live row of the index."""
-    cached = _corpus(index)
-    return cached.corpus.matrix(rows, terms, cached.stats)
+    corpus, stats = _corpus(index)
+    return corpus.matrix(rows, terms, stats)
 
 
 class LexicalStream:
@@ -69,4 +113,4 @@ class LexicalStream:
 
 
 def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
-    return _corpus(index).stats
+    return _corpus(index)[1]
