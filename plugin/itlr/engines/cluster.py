@@ -390,7 +390,6 @@ class ClusterBackend:
         only when the bound does not prove the top k. Hybrid truths: every round also gathers
         the documents that mention a positive term, so an unseen one mentions none."""
         hybrid = options.truth.uses_lexical
-        # Every document that mentions a positive term is gathered: an unseen one mentions none.
         unmentioned = dict.fromkeys(query.positive_terms, 0.0) if hybrid else None
         dialect = self.dialect
         unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
