@@ -346,9 +346,9 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
 def test_both_scripts_find_tokens_whatever_their_place_in_the_sorted_keyword_values(
     opensearch_url, tmp_path
 ) -> None:
-    # The scripts look a token up by binary search among a document's sorted keyword values,
-    # and scan when the token has a char from U+D800 on, where String order and the values'
-    # byte order part: U+FA0E sorts before U+20000 in bytes, after it in UTF-16.
+    # Tokens anywhere among a document's keyword values (kept sorted by their bytes), beyond
+    # the basic plane too: U+FA0E sorts before U+20000 in bytes, after it in UTF-16. (A binary
+    # search over the values, tried, saved nothing: loading them is the cost.)
     from itlr.engines.connection import Connection
     from itlr.engines.opensearch import OpenSearchBackend
 
