@@ -192,6 +192,11 @@ def counted_truths(
     )
 
 
+# What a document that mentions a query token adds to the candidate query's score (hybrid
+# truths): far above what the kNN and mention clauses can sum to (at most one per clause).
+MENTION_SCORE = 1_000_000.0
+
+
 def mention_clauses(terms: Sequence[str]) -> list[dict[str, Any]]:
     """Clauses matching the documents that hold a token of these terms: the keyword values are
     "<token> <count>", so a prefix "<token> " finds the token whatever its count."""
@@ -525,11 +530,21 @@ class Dialect:
         else:
             inner["must"] = [{"match_all": {}}]
         params = score_params(query, term_vectors, options, self.layout, lexical)
+        scored: dict[str, Any] = {"bool": inner}
+        tokens = mention_clauses(query.terms) if options.truth.uses_lexical else []
+        if tokens:
+            # Loading a document's token values is most of a hybrid script's cost (29 us a
+            # document): a document that mentions no query token gets MENTION_SCORE added to
+            # nothing, and the script reads its tokens only when _score says it mentions one.
+            mention = {"constant_score": {"filter": {"bool": {"should": tokens}}}}
+            mention["constant_score"]["boost"] = MENTION_SCORE
+            scored = {"bool": {"must": [scored], "should": [mention]}}
+            params["mention_score"] = MENTION_SCORE
         body: dict[str, Any] = {
             "size": options.k,
             "query": {
                 "script_score": {
-                    "query": {"bool": inner},
+                    "query": scored,
                     "script": self.score_script.reference(params, self.inline_script),
                 }
             },
