@@ -155,3 +155,14 @@ def sharded_backend(url: str, corpus, corpus_vectors, embedder, shards: int) -> 
     assert failures == {}
     backend.refresh()
     return backend
+
+
+def candidate_bool(body: dict) -> dict:
+    """The bool of a logical search body that gathers its candidates (filter, must_not, the kNN
+    clauses): with hybrid truths it sits under a bool whose `should` marks the documents that
+    mention a query token (dialect.MENTION_SCORE)."""
+    scored = body["query"]["script_score"]["query"]["bool"]
+    must = scored.get("must", [])
+    if len(must) == 1 and "bool" in must[0] and "constant_score" in str(scored.get("should")):
+        return must[0]["bool"]
+    return scored

@@ -20,6 +20,7 @@ from itlr.scoring import TruthMap
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
+    candidate_bool,
     term_vectors,
 )
 
@@ -108,7 +109,7 @@ def test_inline_mode_sends_the_fixed_source(opensearch_demo, embedder) -> None:
     vectors = embedder.encode(list(query.terms))
     body = inline.build_request(query, vectors, SearchOptions(hard_filter=0.5))
     assert body["query"]["script_score"]["script"]["source"] == SCORE_SCRIPT.source
-    exclusion = body["query"]["script_score"]["query"]["bool"]["must_not"][0]["script_score"]
+    exclusion = candidate_bool(body)["must_not"][0]["script_score"]
     assert exclusion["script"]["source"] == EXCLUDE_SCRIPT.source
     stored = opensearch_demo.search(query, vectors, SearchOptions(k=5))
     assert [h.id for h in inline.search(query, vectors, SearchOptions(k=5))] == [

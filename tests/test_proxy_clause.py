@@ -20,6 +20,7 @@ from itlr.parser import parse
 from itlr.proxy import ClauseError, check_exposure, find_logical_search
 from itlr.proxy.clause import LogicalSearch
 from itlr.proxy.rewrite import rewrite_body
+from parity import candidate_bool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "query_bar"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.json"))
@@ -143,7 +144,7 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
         assert rewritten.get(kept) == body.get(kept)
     script_score = rewritten["query"]["script_score"]
     assert script_score["script"]["id"].startswith("itlr-score")
-    inner = script_score["query"]["bool"]
+    inner = candidate_bool(rewritten)
     assert inner["filter"] == [found.rest]
     # One kNN clause per search of the default candidate plan.
     assert len(inner["should"]) == len(plan_candidates(found.query, vectors, 100))
@@ -161,7 +162,7 @@ def test_the_candidate_budget_covers_the_page_the_ui_asks_for() -> None:
     rewritten = rewrite_body(
         body, found, _dialect("opensearch"), vectors, SearchOptions(), STATISTICS
     )
-    knn = rewritten["query"]["script_score"]["query"]["bool"]["should"][0]["knn"]["embedding"]
+    knn = candidate_bool(rewritten)["should"][0]["knn"]["embedding"]
     assert knn["k"] == SearchOptions(k=60).candidate_budget
     assert (rewritten["from"], rewritten["size"]) == (40, 20)
     assert rewritten["sort"] == [{"_score": "desc"}, {"doc_id": "asc"}]
