@@ -158,12 +158,7 @@ def lexical_stats_body(query: Query) -> dict[str, Any]:
     """One aggregation over the whole index (every shard, live documents only): how many
     documents carry lexical fields, their summed length, and each query token's document
     frequency. Read the response with `lexical_stats`."""
-    filters = {
-        token: clause
-        for token, clause in zip(
-            query_tokens(query.terms), mention_clauses(query.terms), strict=True
-        )
-    }
+    filters = {token: mention_clause(token) for token in query_tokens(query.terms)}
     aggs: dict[str, Any] = {
         "documents": {"value_count": {"field": LENGTH_FIELD}},
         "length": {"sum": {"field": LENGTH_FIELD}},
@@ -197,10 +192,15 @@ def counted_truths(
 MENTION_SCORE = 1_000_000.0
 
 
-def mention_clauses(terms: Sequence[str]) -> list[dict[str, Any]]:
-    """Clauses matching the documents that hold a token of these terms: the keyword values are
+def mention_clause(token: str) -> dict[str, Any]:
+    """The clause matching the documents that hold this token: the keyword values are
     "<token> <count>", so a prefix "<token> " finds the token whatever its count."""
-    return [{"prefix": {TOKENS_FIELD: f"{token} "}} for token in query_tokens(terms)]
+    return {"prefix": {TOKENS_FIELD: f"{token} "}}
+
+
+def mention_clauses(terms: Sequence[str]) -> list[dict[str, Any]]:
+    """One `mention_clause` per distinct token of these terms."""
+    return [mention_clause(token) for token in query_tokens(terms)]
 
 
 def lexical_stats(response: dict[str, Any]) -> CorpusStats:
@@ -536,8 +536,9 @@ class Dialect:
             # Loading a document's token values is most of a hybrid script's cost (29 us a
             # document): a document that mentions no query token gets MENTION_SCORE added to
             # nothing, and the script reads its tokens only when _score says it mentions one.
-            mention = {"constant_score": {"filter": {"bool": {"should": tokens}}}}
-            mention["constant_score"]["boost"] = MENTION_SCORE
+            mention = {
+                "constant_score": {"filter": {"bool": {"should": tokens}}, "boost": MENTION_SCORE}
+            }
             scored = {"bool": {"must": [scored], "should": [mention]}}
             params["mention_score"] = MENTION_SCORE
         body: dict[str, Any] = {
