@@ -11,9 +11,9 @@ bound on the document's cosines with those terms:
 
 With hybrid truths a term's lexical truth is bounded too, by a lexical stream beside the kNN
 searches: an engine that gathered the documents with the largest lexical truths for the term
-(the embedded engine: the top rows by lexical truth, as deep as the round's budget) knows that an
-unseen document's is at most the last one gathered, 0 when it gathered every document that
-mentions the term (a cluster), and anything in [0, 1] otherwise.
+(the embedded engine: the top rows by lexical truth, ten times as deep as the round's kNN
+budget) knows that an unseen document's is at most the last one gathered, 0 when it gathered
+every document that mentions the term (a cluster), and anything in [0, 1] otherwise.
 
 So the best an unseen document can do is the maximum of the composed score over the cosines
 allowed by all the searches' bounds, terms that no search bounds (those only under a NOT)
