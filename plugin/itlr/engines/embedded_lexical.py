@@ -27,6 +27,7 @@ class _Cached:
         self.df: Counter[str] = Counter()
         self.total = 0
         self._count(self.live, +1)
+        self.stats = self._snapshot()
 
     def _count(self, rows: np.ndarray, sign: int) -> None:
         """Count (sign +1) or uncount (-1) the rows of this mask in the statistics."""
@@ -38,8 +39,8 @@ class _Cached:
                 self.df.subtract(tokens)
             self.total += sign * int(self.corpus.lengths[row])
 
-    @property
-    def stats(self) -> CorpusStats:
+    def _snapshot(self) -> CorpusStats:
+        # A copy (without zero counts): a search holding these statistics never sees them move.
         return CorpusStats(int(self.live.sum()), self.total, +self.df)
 
     def catch_up(self, index: EmbeddedIndex) -> None:
@@ -53,6 +54,7 @@ class _Cached:
         self._count(died, -1)
         self._count(came, +1)
         self.live = live.copy()
+        self.stats = self._snapshot()
 
 
 def _texts(index: EmbeddedIndex, start: int) -> list[str]:
@@ -61,9 +63,6 @@ def _texts(index: EmbeddedIndex, start: int) -> list[str]:
 
 
 _CACHE: weakref.WeakKeyDictionary[EmbeddedIndex, _Cached] = weakref.WeakKeyDictionary()
-_STATS: weakref.WeakKeyDictionary[EmbeddedIndex, tuple[int, int, CorpusStats]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def _corpus(index: EmbeddedIndex) -> tuple[LexicalCorpus, CorpusStats]:
@@ -74,11 +73,7 @@ def _corpus(index: EmbeddedIndex) -> tuple[LexicalCorpus, CorpusStats]:
         cached = _CACHE[index] = _Cached(index)
     elif len(cached.corpus) != index.committed_rows:
         cached.catch_up(index)
-    key = (cached.generation, len(cached.corpus))
-    held = _STATS.get(index)
-    if held is None or held[:2] != key:
-        held = _STATS[index] = (*key, cached.stats)
-    return cached.corpus, held[2]
+    return cached.corpus, cached.stats
 
 
 def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray:
@@ -96,7 +91,7 @@ class LexicalStream:
         self.rows = rows
         self.terms = terms
         self.truths = lexical_matrix(index, rows, terms)
-        self.order = []
+        self.order: list[np.ndarray] = []
         for column in self.truths.T:
             mentioned = np.flatnonzero(column > 0)
             self.order.append(mentioned[np.argsort(-column[mentioned], kind="stable")])
