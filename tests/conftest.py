@@ -68,6 +68,34 @@ def embedded(tmp_path_factory, corpus, corpus_vectors, embedder):
     return index
 
 
+@pytest.fixture()
+def opensearch_index(opensearch_url: str):
+    """A factory of empty OpenSearch indexes with itlr's mapping (`make(dims)`), deleted after
+    the test."""
+    import uuid
+
+    from itlr.engines.connection import Connection
+    from itlr.engines.opensearch import OpenSearchBackend
+
+    made = []
+
+    def make(dims: int) -> OpenSearchBackend:
+        backend = OpenSearchBackend(
+            Connection(opensearch_url).opensearch(),
+            f"itlr-test-{uuid.uuid4().hex[:8]}",
+            "test-model",
+            dims,
+            url=opensearch_url,
+        )
+        backend.ensure_index()
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+
+
 @pytest.fixture(scope="session")
 def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
     """The demo corpus in one OpenSearch index for the whole run: read-only, shared by the

@@ -238,35 +238,8 @@ def test_a_cap_below_the_first_round_is_refused() -> None:
 
 
 @pytest.fixture()
-def opensearch_index(opensearch_url: str):
-    """A factory of empty OpenSearch indexes of DIMS dimensions, deleted afterwards."""
-    import uuid
-
-    from itlr.engines.connection import Connection
-    from itlr.engines.opensearch import OpenSearchBackend
-
-    made = []
-
-    def make() -> OpenSearchBackend:
-        backend = OpenSearchBackend(
-            Connection(opensearch_url).opensearch(),
-            f"itlr-certificate-{uuid.uuid4().hex[:8]}",
-            "test-model",
-            DIMS,
-            url=opensearch_url,
-        )
-        backend.ensure_index()
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.client.indices.delete(index=backend.index)
-
-
-@pytest.fixture()
 def crowded_opensearch(opensearch_index, crowded: EmbeddedIndex):
-    backend = opensearch_index()
+    backend = opensearch_index(DIMS)
     ids = crowded.ids()
     assert backend.add(ids, [""] * len(ids), np.stack([crowded.vector(i) for i in ids])) == {}
     backend.refresh()
@@ -415,7 +388,7 @@ def test_opensearch_certifies_hybrid_truths_by_gathering_the_documents_that_ment
     # The kNN search for "zebra" never reaches doc300; only its words make it the best hit. The
     # cluster's rounds gather every document mentioning "zebra", so it is scored and proved.
     ids, texts, vectors = zebra_corpus("alpha beta")
-    backend = opensearch_index()
+    backend = opensearch_index(DIMS)
     assert backend.add(ids, texts, vectors) == {}
     backend.refresh()
     embedded = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
@@ -439,7 +412,7 @@ def test_opensearch_says_hybrid_truths_are_unproved_when_too_many_documents_ment
     # 301 passages mention "zebra": more than the 100 that a cap of 100 per positive term
     # gathers, so the search runs one round and says its top 10 is not proved.
     ids, texts, vectors = zebra_corpus("alpha zebra")
-    backend = opensearch_index()
+    backend = opensearch_index(DIMS)
     assert backend.add(ids, texts, vectors) == {}
     backend.refresh()
     query = itlr.parse('"zebra"')

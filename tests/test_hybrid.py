@@ -344,14 +344,11 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
 
 @pytest.mark.opensearch
 def test_both_scripts_find_tokens_whatever_their_place_in_the_sorted_keyword_values(
-    opensearch_url, tmp_path
+    opensearch_index, tmp_path
 ) -> None:
     # Tokens anywhere among a document's keyword values (kept sorted by their bytes), beyond
     # the basic plane too: U+FA0E sorts before U+20000 in bytes, after it in UTF-16. (A binary
     # search over the values, tried, saved nothing: loading them is the cost.)
-    from itlr.engines.connection import Connection
-    from itlr.engines.opensearch import OpenSearchBackend
-
     dims = 8
     texts = [
         "alpha \ufa0e \U00020000 zebra zebra omega",
@@ -361,39 +358,29 @@ def test_both_scripts_find_tokens_whatever_their_place_in_the_sorted_keyword_val
     ]
     ids = [f"d{i}" for i in range(len(texts))]
     vectors = np.eye(dims, dtype=np.float32)[: len(texts)]
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-lookup-{uuid.uuid4().hex[:8]}",
-        "m",
-        dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    try:
-        assert backend.add(ids, texts, vectors) == {}
-        backend.refresh()
-        embedded = EmbeddedIndex.create(tmp_path / "idx", "m", dims)
-        embedded.add(ids, texts, vectors)
-        es = ElasticsearchBackend(None, backend.index, "m", dims, version="8.19.0")
-        es_source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
-        only_words = TruthMap("hybrid", lexical=1.0, not_evidence="lexical")
-        options = SearchOptions(k=len(texts), mode="exact", ops=Operators(), truth=only_words)
-        for word in ("alpha", "zebra", "omega", "\ufa0e", "\U00020000", "w150", "absent"):
-            query = itlr.parse(f'"{word}"')
-            term = np.ones((1, dims), dtype=np.float32)
-            local = {h.id: h.score for h in embedded.search(query, term, options)}
-            assert any(local.values()) or word == "absent"
-            remote = {h.id: h.score for h in backend.search(query, term, options)}
-            body = es.dialect.search_body(query, term, options, backend.lexical_stats(query))
-            script = body["query"]["script_score"]["script"]
-            script.pop("id")
-            script.update(source=es_source, lang="painless")
-            found = backend.client.search(index=backend.index, body=body)
-            by_es = {h.id: h.score for h in backend.dialect.hits(dict(found))}
-            for scores in (remote, by_es):
-                assert max(abs(scores.get(i, 0.0) - local[i]) for i in local) < 1e-4, word
-    finally:
-        backend.client.indices.delete(index=backend.index)
+    backend = opensearch_index(dims)
+    assert backend.add(ids, texts, vectors) == {}
+    backend.refresh()
+    embedded = EmbeddedIndex.create(tmp_path / "idx", "m", dims)
+    embedded.add(ids, texts, vectors)
+    es = ElasticsearchBackend(None, backend.index, "m", dims, version="8.19.0")
+    es_source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
+    only_words = TruthMap("hybrid", lexical=1.0, not_evidence="lexical")
+    options = SearchOptions(k=len(texts), mode="exact", ops=Operators(), truth=only_words)
+    for word in ("alpha", "zebra", "omega", "\ufa0e", "\U00020000", "w150", "absent"):
+        query = itlr.parse(f'"{word}"')
+        term = np.ones((1, dims), dtype=np.float32)
+        local = {h.id: h.score for h in embedded.search(query, term, options)}
+        assert any(local.values()) or word == "absent"
+        remote = {h.id: h.score for h in backend.search(query, term, options)}
+        body = es.dialect.search_body(query, term, options, backend.lexical_stats(query))
+        script = body["query"]["script_score"]["script"]
+        script.pop("id")
+        script.update(source=es_source, lang="painless")
+        found = backend.client.search(index=backend.index, body=body)
+        by_es = {h.id: h.score for h in backend.dialect.hits(dict(found))}
+        for scores in (remote, by_es):
+            assert max(abs(scores.get(i, 0.0) - local[i]) for i in local) < 1e-4, word
 
 
 def test_a_corpus_counts_a_token_per_row_and_keeps_only_the_last_tokens_asked_for(
