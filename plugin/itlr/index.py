@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from warnings import warn
@@ -20,14 +21,14 @@ from itlr.documents import Document, Fields, check_document, document_from_recor
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout, counted_truths
+from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
-from itlr.translation import Request, Translation, translate_requests, without_statistics
+from itlr.translation import Request, Translation, translate_requests, truths_to_build
 
 if TYPE_CHECKING:
     from itlr.backfill import BackfillReport
@@ -339,14 +340,10 @@ class Index:
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]
         parsed = as_query(query)
-        statistics = None
-        notes: tuple[str, ...] = ()
-        if options.truth.uses_lexical and self.engine != "embedded":
-            statistics = self.backend.lexical_stats(parsed)  # type: ignore[attr-defined]
-            options, notes = counted_truths(options, statistics, self.name)
-        elif options.truth.uses_lexical:
-            options, note = without_statistics(options, explicit)
-            notes = (note,)
+        count = None
+        if self.engine != "embedded":
+            count = partial(self.backend.lexical_stats, parsed)  # type: ignore[attr-defined]
+        options, statistics, notes = truths_to_build(options, explicit, self.name, count)
         requests = translate_requests(
             parsed,
             engine,

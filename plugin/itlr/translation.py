@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from itlr.engines.dialect import IndexLayout
+from itlr.engines.dialect import IndexLayout, counted_truths
 from itlr.engines.factory import CLUSTER_ENGINES as ENGINES
 from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
@@ -52,6 +53,26 @@ def without_statistics(options: SearchOptions, truth_given: bool) -> tuple[Searc
     if truth_given:
         raise ConfigurationError(NO_STATISTICS)
     return replace(options, truth=replace(options.truth, kind=OFFLINE_TRUTH)), COSINE_INSTEAD
+
+
+def truths_to_build(
+    options: SearchOptions,
+    truth_given: bool,
+    index: str,
+    count: Callable[[], CorpusStats] | None,
+) -> tuple[SearchOptions, CorpusStats | None, tuple[str, ...]]:
+    """The options a translated request is built with, the token statistics it carries and
+    what to say: hybrid truths count the statistics with `count` (the cluster's, one request)
+    and fall back to cosine truths on an index without lexical fields (`counted_truths`);
+    with no cluster (`count` None), `without_statistics` decides."""
+    if not options.truth.uses_lexical:
+        return options, None, ()
+    if count is None:
+        options, note = without_statistics(options, truth_given)
+        return options, None, (note,)
+    statistics = count()
+    options, notes = counted_truths(options, statistics, index)
+    return options, statistics, notes
 
 
 def pretty_json(value: Any, indent: int = 2, level: int = 0) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import partial
 from typing import Annotated, Any
 
 import typer
@@ -12,7 +13,6 @@ from itlr.cli.app import ModelOpt, app, optional_connection_command, run_guarded
 from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import counted_truths
 from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import search_options
@@ -106,15 +106,14 @@ def translate(
         if output.value == "json" and with_install:
             raise ConfigurationError(JSON_IS_ONE_BODY)  # before the model loads
         parsed = Query.of(query_text(query, query_file))  # a syntax error shows first too
-        statistics = None
-        if options.truth.uses_lexical and connection is not None:
+        count = None
+        if connection is not None:
             layout = IndexLayout(vector_field, text_field)
-            statistics = count_statistics(connection, engine.value, index, parsed, layout)
-            options, notes = counted_truths(options, statistics, index)
-            for note in notes:
-                warn(note)
-        elif options.truth.uses_lexical:
-            options, note = translation.without_statistics(options, "truth" in option_values)
+            count = partial(count_statistics, connection, engine.value, index, parsed, layout)
+        options, statistics, notes = translation.truths_to_build(
+            options, "truth" in option_values, index, count
+        )
+        for note in notes:
             warn(note)
         requests = translation.translate_requests(
             parsed,
