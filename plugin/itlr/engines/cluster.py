@@ -358,14 +358,15 @@ class ClusterBackend:
         options: SearchOptions,
         lexical: CorpusStats | None,
     ) -> Hits:
-        knn = options.mode == "knn"
+        # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
+        # given one unless too many documents mention its terms to gather them.
+        asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
         too_many = unmentionable(query, options, lexical)
-        certify = knn and certifiable(query, options.ops, options.truth, too_many is None)
-        if not certify:
+        if not asked or too_many:
             request = self.dialect.search_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
             unproved: tuple[str, ...] = ()
-            if knn and too_many and certifiable(query, options.ops, options.truth, True):
+            if asked and too_many:
                 exact, unproved = False, (too_many,)
             found = self._hits(request.body, query, term_vectors, options, lexical)
             warnings = (
