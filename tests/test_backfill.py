@@ -18,7 +18,7 @@ from foreign_index import all_sources, bulk, create_index, delete_index, documen
 from itlr.cli import app
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import LENGTH_FIELD, TOKENS_FIELD, lexical_fields
+from itlr.lexical import LEXICAL_FIELDS, TOKEN_KEYS_FIELD, lexical_fields
 
 pytestmark = pytest.mark.opensearch
 
@@ -34,7 +34,7 @@ def check_every_vector_is_of_its_current_text(url, name, embedder, count) -> Non
     assert [sources[i][HASH_FIELD] for i in ids] == [content_hash(t, embedder.name) for t in texts]
     # The token counts hybrid truth values read, of the same text.
     for doc_id, text in zip(ids, texts, strict=True):
-        written = {k: sources[doc_id].get(k) for k in (TOKENS_FIELD, LENGTH_FIELD)}
+        written = {k: sources[doc_id].get(k) for k in LEXICAL_FIELDS}
         assert written == lexical_fields(text)
 
 
@@ -67,25 +67,28 @@ def test_backfill_in_place_embeds_every_document_and_a_rerun_embeds_only_a_chang
         delete_index(opensearch_url, name)
 
 
+@pytest.mark.parametrize(
+    "missing", [LEXICAL_FIELDS, (TOKEN_KEYS_FIELD,)], ids=["all lexical fields", "token keys"]
+)
 def test_a_rerun_adds_the_token_counts_to_documents_back_filled_without_them(
-    opensearch_url, corpus, embedder
+    missing, opensearch_url, corpus, embedder
 ) -> None:
     docs = documents(corpus, 12)
     name = create_index(opensearch_url, "opensearch", docs)
     try:
         itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
-        # As a back-fill from before the lexical fields left them: vector and hash only.
+        # As a back-fill from before the lexical fields (or the token keys) left them.
         strip = {
             "script": {
-                "source": "ctx._source.remove(params.a); ctx._source.remove(params.b)",
-                "params": {"a": TOKENS_FIELD, "b": LENGTH_FIELD},
+                "source": "for (f in params.fields) { ctx._source.remove(f) }",
+                "params": {"fields": list(missing)},
             },
             "query": {"match_all": {}},
         }
         httpx.post(
             f"{opensearch_url}/{name}/_update_by_query?refresh=true", json=strip, timeout=30
         ).raise_for_status()
-        assert all(LENGTH_FIELD not in s for s in all_sources(opensearch_url, name).values())
+        assert all(TOKEN_KEYS_FIELD not in s for s in all_sources(opensearch_url, name).values())
         again = itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
         assert (again.embedded, again.skipped, again.failed) == (0, 12, {})
         check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 12)

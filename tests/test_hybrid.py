@@ -23,6 +23,8 @@ from itlr.errors import ConfigurationError
 from itlr.lexical import (
     K1,
     LENGTH_FIELD,
+    MAX_KEYED_COUNT,
+    TOKEN_KEYS_FIELD,
     TOKENS_FIELD,
     B,
     CorpusStats,
@@ -31,6 +33,7 @@ from itlr.lexical import (
     lexical_fields,
     negated_terms,
     term_tokens,
+    token_key,
     tokenize,
 )
 from itlr.options import SearchOptions, search_options
@@ -48,7 +51,20 @@ def test_tokens_are_casefolded_unicode_words_without_stop_words() -> None:
 
 def test_a_document_stores_each_token_with_its_count_and_its_length() -> None:
     fields = lexical_fields("Vitamin D, vitamin C and the sun")
-    assert fields == {TOKENS_FIELD: ["c 1", "d 1", "sun 1", "vitamin 2"], LENGTH_FIELD: 5}
+    assert fields[TOKENS_FIELD] == ["c 1", "d 1", "sun 1", "vitamin 2"]
+    assert fields[LENGTH_FIELD] == 5
+    keyed = {token_key(t) | int(c) for t, c in (v.split() for v in fields[TOKENS_FIELD])}
+    assert fields[TOKEN_KEYS_FIELD] == sorted(keyed)
+
+
+def test_token_keys_are_stable_positive_longs_with_the_count_in_the_low_bits() -> None:
+    # Stored documents hold these keys: a change of the digest would silently zero every
+    # stored document's lexical truth until re-indexed.
+    assert token_key("vitamin") == 0x7931ADA3D4C50000
+    keys = [token_key(w) for w in ("a", "vitamin", "été", "x" * 64)]
+    assert all(0 < k < 2**63 and k & MAX_KEYED_COUNT == 0 for k in keys)
+    (capped,) = lexical_fields("spam " * 70_000)[TOKEN_KEYS_FIELD]
+    assert capped == token_key("spam") | MAX_KEYED_COUNT
 
 
 def lucene_bm25(tf: float, idf: float, length: float, avgdl: float) -> float:
@@ -343,12 +359,13 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
 
 
 @pytest.mark.opensearch
-def test_both_scripts_find_tokens_whatever_their_place_in_the_sorted_keyword_values(
-    opensearch_index, tmp_path
+@pytest.mark.parametrize("stored", ["keys", "keyword values only"])
+def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
+    stored, opensearch_index, tmp_path
 ) -> None:
-    # Tokens anywhere among a document's keyword values (kept sorted by their bytes), beyond
-    # the basic plane too: U+FA0E sorts before U+20000 in bytes, after it in UTF-16. (A binary
-    # search over the values, tried, saved nothing: loading them is the cost.)
+    # Tokens anywhere among a document's keys (sorted longs, binary-searched), beyond the basic
+    # plane too; and in the keyword values a document written before the keys has (sorted by
+    # their bytes: U+FA0E sorts before U+20000 in bytes, after it in UTF-16).
     dims = 8
     texts = [
         "alpha \ufa0e \U00020000 zebra zebra omega",
@@ -360,7 +377,21 @@ def test_both_scripts_find_tokens_whatever_their_place_in_the_sorted_keyword_val
     vectors = np.eye(dims, dtype=np.float32)[: len(texts)]
     backend = opensearch_index(dims)
     assert backend.add(ids, texts, vectors) == {}
+    if stored == "keys":
+        # Keyword values that say ten times the count: only a read of the keys scores right.
+        change = (
+            "List tenfold = new ArrayList(); "
+            "for (String v : ctx._source[params.f]) { tenfold.add(v + '0'); } "
+            "ctx._source[params.f] = tenfold;"
+        )
+        script = {"source": change, "params": {"f": TOKENS_FIELD}}
+    else:
+        script = {"source": "ctx._source.remove(params.f)", "params": {"f": TOKEN_KEYS_FIELD}}
     backend.refresh()
+    changed = backend.client.update_by_query(
+        index=backend.index, body={"script": script}, params={"refresh": "true"}
+    )
+    assert changed["updated"] == len(texts)
     embedded = EmbeddedIndex.create(tmp_path / "idx", "m", dims)
     embedded.add(ids, texts, vectors)
     es = ElasticsearchBackend(None, backend.index, "m", dims, version="8.19.0")

@@ -22,7 +22,7 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import LENGTH_FIELD, TOKENS_FIELD, lexical_fields
+from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD, lexical_fields
 
 BATCH_SIZE = 64
 
@@ -124,6 +124,7 @@ def _itlr_fields() -> dict[str, Any]:
     return {
         HASH_FIELD: {"type": "keyword", "index": False},
         TOKENS_FIELD: {"type": "keyword"},
+        TOKEN_KEYS_FIELD: {"type": "long", "index": False},
         LENGTH_FIELD: {"type": "integer"},
     }
 
@@ -188,7 +189,7 @@ def backfill(
         with backend._errors():
             on_total(int(backend.client.count(index=backend.index)["count"]))
     helpers = backend._bulk_helpers()
-    fields = None if into else [text_field, HASH_FIELD, LENGTH_FIELD]
+    fields = None if into else [text_field, HASH_FIELD, TOKEN_KEYS_FIELD]
 
     def documents() -> Iterator[dict[str, Any]]:
         with backend._errors():
@@ -228,9 +229,9 @@ def backfill(
                 digest = content_hash(text, embedder.name)
                 if stored.get(hit["_id"]) == digest:
                     report.skipped += 1
-                    if not into and LENGTH_FIELD not in source:
-                        # Back-filled before the lexical fields existed: the vector is current,
-                        # only the token counts are written.
+                    if not into and TOKEN_KEYS_FIELD not in source:
+                        # Back-filled before the lexical fields (or their keys) existed: the
+                        # vector is current, only the token counts are written.
                         yield {
                             "_op_type": "update",
                             "_index": target,

@@ -7,8 +7,11 @@ an engine's analyzer:
 - Tokens come from `tokenize` only (NFKC, casefold, unicode words, a short English stop list),
   at ingest for passages and at search time for terms.
 - A cluster stores them beside the vector as keyword values "<token> <count>" (TOKENS_FIELD,
-  doc values) plus the token count (LENGTH_FIELD): `lexical_fields(text)`. The stored script
-  reads both from doc values; keyword doc values are a set, hence the count inside the value.
+  indexed: the mention clauses and document frequencies query it), the same as longs
+  `token_key(token) | count` (TOKEN_KEYS_FIELD, doc values only: what the stored script reads)
+  and the token count (LENGTH_FIELD): `lexical_fields(text)`. Keyword doc values are a set,
+  hence the count inside the value; the script reads longs because a keyword value costs a
+  term-dictionary lookup each (docs/benchmarks.md, "Latency").
 - Statistics (documents, total length, document frequency of each query token) are counted over
   the live documents of the whole index: on a cluster by one aggregation request (global over
   shards, unlike Lucene's per-shard term statistics), in the embedded engine from its rows.
@@ -19,6 +22,7 @@ an engine's analyzer:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import threading
@@ -33,7 +37,16 @@ import numpy as np
 from itlr.tree import Node, Not, Term
 
 TOKENS_FIELD = "itlr_tokens"
+TOKEN_KEYS_FIELD = "itlr_token_keys"
 LENGTH_FIELD = "itlr_length"
+# What itlr writes beside a text (never a user's field).
+LEXICAL_FIELDS = (TOKENS_FIELD, TOKEN_KEYS_FIELD, LENGTH_FIELD)
+# A token key keeps the low COUNT_BITS of its long for the count (capped there: at 65,535
+# occurrences tf / (tf + k1 * norm) is within 1e-4 of its limit) and 47 digest bits above them,
+# so every key is a positive long. Two tokens share a key with odds 2^-47 a pair.
+COUNT_BITS = 16
+MAX_KEYED_COUNT = (1 << COUNT_BITS) - 1
+_DIGEST_BITS = 47
 K1 = 1.2
 B = 0.75
 # Longer "words" are base64, URLs or DNA: never worth a keyword value of their own.
@@ -58,12 +71,23 @@ def tokenize(text: str) -> list[str]:
     return [w for w in words if w not in STOPWORDS and len(w) <= MAX_TOKEN_CHARS]
 
 
+def token_key(token: str) -> int:
+    """The token's key: a digest, stable across processes and versions (stored documents
+    depend on it), shifted past the count bits."""
+    digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> (64 - _DIGEST_BITS)) << COUNT_BITS
+
+
 def lexical_fields(text: str) -> dict[str, object]:
-    """What a cluster document stores for its text: "<token> <count>" values and the length."""
+    """What a cluster document stores for its text: "<token> <count>" values, the same as
+    keyed longs, and the length."""
     tokens = tokenize(text)
-    counts = Counter(tokens)
+    counts = sorted(Counter(tokens).items())
     return {
-        TOKENS_FIELD: [f"{token} {count}" for token, count in sorted(counts.items())],
+        TOKENS_FIELD: [f"{token} {count}" for token, count in counts],
+        TOKEN_KEYS_FIELD: sorted(
+            token_key(token) | min(count, MAX_KEYED_COUNT) for token, count in counts
+        ),
         LENGTH_FIELD: len(tokens),
     }
 

@@ -27,6 +27,8 @@ from itlr.fingerprint import HASH_FIELD
 from itlr.lexical import (
     K1,
     LENGTH_FIELD,
+    LEXICAL_FIELDS,
+    TOKEN_KEYS_FIELD,
     TOKENS_FIELD,
     B,
     CorpusStats,
@@ -35,6 +37,7 @@ from itlr.lexical import (
     negated_terms,
     query_tokens,
     term_tokens,
+    token_key,
 )
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
@@ -143,6 +146,7 @@ def lexical_params(
     weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
     tokens = [term_tokens(term, lexical) for term in query.terms]
     return {
+        "keys_field": TOKEN_KEYS_FIELD,
         "tokens_field": TOKENS_FIELD,
         "length_field": LENGTH_FIELD,
         "k1": K1,
@@ -150,6 +154,7 @@ def lexical_params(
         "avgdl": lexical.average_length,
         "lex_weight": weights.tolist(),
         "lex_tokens": [[f"{token} " for token in t.tokens] for t in tokens],
+        "lex_keys": [[token_key(token) for token in t.tokens] for t in tokens],
         "lex_shares": [list(t.weights) for t in tokens],
     }
 
@@ -341,7 +346,7 @@ def _fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
     metadata = source.get(layout.metadata_field)
     if layout.tiebreak == "doc_id" and isinstance(metadata, dict):
         return dict(metadata)
-    skip = {layout.text_field, layout.vector_field, HASH_FIELD}
+    skip = {layout.text_field, layout.vector_field, HASH_FIELD, *LEXICAL_FIELDS}
     return {k: v for k, v in source.items() if k not in skip}
 
 
