@@ -43,9 +43,10 @@ from itlr.engines.dialect import (
     mapped_fields,
 )
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
 from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import CorpusStats
+from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
 
@@ -80,6 +81,8 @@ class ClusterBackend:
         self._scripts_ready = inline_script
         # The mapping's field paths, once check_index has read them.
         self.mapped: set[str] | None = None
+        # Hybrid truths' statistics as last counted: a search may be built from them.
+        self.remembered = RememberedStats()
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -328,7 +331,9 @@ class ClusterBackend:
             response = self.client.search(
                 index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
             )
-        return lexical_stats(dict(response))
+        counted = lexical_stats(dict(response))
+        self.remembered.record(counted)
+        return counted
 
     def search(
         self,
@@ -336,20 +341,65 @@ class ClusterBackend:
         term_vectors: np.ndarray,
         options: SearchOptions,
     ) -> Hits:
-        """The ranked hits, carrying this search's warnings (a capped candidate budget)."""
+        """The ranked hits, carrying this search's warnings (a capped candidate budget).
+        Hybrid truths: built from the remembered statistics where every token has been counted
+        (checked by a count sent along, itlr.engines.remembered_stats), else counted first."""
         if not self._scripts_ready:
             self.install_scripts(repair=False)
-        lexical = self.lexical_stats(query) if options.truth.uses_lexical else None
+        guessed = lexical = None
+        if options.truth.uses_lexical:
+            guessed = self.remembered.guess(query_tokens(query.terms))
+            lexical = guessed or self.lexical_stats(query)
+        try:
+            return self._counted_search(query, term_vectors, options, lexical, guessed)
+        except StaleStatistics as stale:
+            return self._counted_search(query, term_vectors, options, stale.fresh, None)
+
+    def _counted_search(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+        guessed: CorpusStats | None,
+    ) -> Hits:
         options, noted = counted_truths(options, lexical, self.index)
         try:
-            return self._search_once(query, term_vectors, options, lexical).noting(*noted)
+            return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
         except EngineError as failed:
             if self.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
             if not self.install_scripts(repair=False):
                 raise
-        return self._search_once(query, term_vectors, options, lexical).noting(*noted)
+        return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
+
+    def _responses(
+        self,
+        bodies: list[dict[str, Any]],
+        query: Query | None = None,
+        guessed: CorpusStats | None = None,
+    ) -> list[dict[str, Any]]:
+        """The responses to these search bodies; with `guessed` (the statistics they were
+        built from, remembered), a new count goes along and a different one raises
+        StaleStatistics."""
+        if guessed is None or query is None:
+            if len(bodies) == 1:
+                with self._errors():
+                    # A ranking from the shards that happened to answer (a node dying
+                    # mid-search) looks like any other: refuse it, so the client's retry asks
+                    # the re-routed cluster.
+                    response = self.client.search(
+                        index=self.index, body=bodies[0], allow_partial_search_results=False
+                    )
+                return [dict(response)]
+            return self._multi_search(bodies)
+        counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
+        fresh = lexical_stats(counted)
+        self.remembered.record(fresh)
+        if fresh != guessed:
+            raise StaleStatistics(fresh)
+        return responses
 
     def _search_once(
         self,
@@ -357,6 +407,7 @@ class ClusterBackend:
         term_vectors: np.ndarray,
         options: SearchOptions,
         lexical: CorpusStats | None,
+        guessed: CorpusStats | None = None,
     ) -> Hits:
         # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
         # given one unless too many documents mention its terms to gather them.
@@ -368,7 +419,8 @@ class ClusterBackend:
             unproved: tuple[str, ...] = ()
             if asked and too_many:
                 exact, unproved = False, (too_many,)
-            found = self._hits(request.body, query, term_vectors, options, lexical)
+            (response,) = self._responses([request.body], query, guessed)
+            found = self.dialect.hits(response, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,
                 *getattr(found, "warnings", ()),
@@ -376,7 +428,7 @@ class ClusterBackend:
                 *self.filter_warnings(options),
             )
             return Hits(found, warnings, exact=exact)
-        certified = self._certified(query, term_vectors, options, lexical)
+        certified = self._certified(query, term_vectors, options, lexical, guessed)
         return certified.noting(*self.filter_warnings(options))
 
     def _certified(
@@ -385,6 +437,7 @@ class ClusterBackend:
         term_vectors: np.ndarray,
         options: SearchOptions,
         lexical: CorpusStats | None,
+        guessed: CorpusStats | None = None,
     ) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
         query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
@@ -409,7 +462,9 @@ class ClusterBackend:
             )
             searches = request.searches
             probes = [dialect.probe_body(search, options.filter) for search in searches]
-            responses = self._multi_search([request.body, *probes])
+            # The first round carries the check of remembered statistics, if any.
+            responses = self._responses([request.body, *probes], query, guessed)
+            guessed = None
             hits = dialect.hits(responses[0], query, term_vectors, options, lexical)
             current = [
                 search_bound(search, unit, dialect.cosine(probe["hits"]["hits"][0]))
@@ -459,26 +514,10 @@ class ClusterBackend:
                 )
         return [dict(r) for r in responses]
 
-    def _hits(
-        self,
-        body: dict[str, Any],
-        query: Query | None,
-        term_vectors: np.ndarray | None,
-        options: SearchOptions | None,
-        lexical: CorpusStats | None = None,
-    ) -> list[Hit]:
-        """Run a search body; hits with truths when the query is given and vectors come back."""
-        with self._errors():
-            # A ranking from the shards that happened to answer (a node dying mid-search) looks
-            # like any other: refuse it, so the client's retry asks the re-routed cluster.
-            response = self.client.search(
-                index=self.index, body=body, allow_partial_search_results=False
-            )
-        return self.dialect.hits(dict(response), query, term_vectors, options, lexical)
-
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
     ) -> list[Hit]:
         """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
         gathers before the top k are kept (default k)."""
-        return self._hits(self.dialect.dense_body(vector, k, filter, candidates), None, None, None)
+        (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
+        return self.dialect.hits(response)
