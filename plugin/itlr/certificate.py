@@ -55,6 +55,9 @@ from itlr.tree import literals
 RESOLUTION = 1e-3
 # Boxes examined per proof at most; past it the bound counts as not proved.
 MAX_BOXES = 20_000
+# The points tried before any box is split (`_grid`): 21 per axis up to three searched terms.
+GRID_STEPS = 21
+GRID_DIMS = 3
 # Rounds stop before the cap when the searches' bounds, falling this many times faster than they
 # fell between the last two rounds, would still not prove the top k at the cap.
 OPTIMISM = 2.0
@@ -230,9 +233,19 @@ def unseen_cannot_beat(
             return None
         return (ceiling if most else np.zeros(len(terms))) * np.ones((count, len(terms)))
 
+    # The lexical truths of the best unseen document a corner stands for: as high as allowed
+    # for a term that only occurs outside a NOT (the score rises with it), 0 for the others.
+    # With 0 everywhere a corner would never reach the box's upper score, which counts the
+    # lexical ceiling, and boxes would be split to MAX_BOXES in vain.
+    raising = {t.text for t, negated in literals(query.root) if not negated} - {
+        t.text for t, negated in literals(query.root) if negated
+    }
+    best = np.array([ceiling[i] if t in raising else 0.0 for i, t in enumerate(terms)])
+
     def scores(corners: np.ndarray) -> np.ndarray:
         cos = cosines(corners, -1.0)
-        return compose(query, cos, ops, truth, lexical=words(len(cos), False)).scores
+        found = best * np.ones((len(cos), len(terms))) if lexical else None
+        return compose(query, cos, ops, truth, lexical=found).scores
 
     def greatest(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
         # Every truth map is non-decreasing in the cosine (and a hybrid one in the lexical
@@ -241,6 +254,14 @@ def unseen_cannot_beat(
         high = truth.apply(cosines(upper, 1.0), terms, words(len(upper), True), shares)
         return np.maximum(program_range(query.program, low, high, ops)[1], 0.0)
 
+    # Most queries that the bound cannot prove have unseen documents well above the threshold:
+    # a grid of points the bounds allow finds one in one composition, where splitting boxes down
+    # to RESOLUTION takes a dozen rounds of them.
+    probes = _grid(len(free))
+    for cols, coefficients, limit in groups:
+        probes = probes[probes[:, cols] @ coefficients <= limit + 1e-9]
+    if len(probes) and np.any(scores(probes) > threshold):
+        return False
     lower = np.full((1, len(free)), -1.0)
     upper = np.full((1, len(free)), 1.0)
     examined = 0
@@ -264,6 +285,15 @@ def unseen_cannot_beat(
             return False
         lower, upper = _split(lower, upper, widths)
     return True
+
+
+def _grid(dims: int) -> np.ndarray:
+    """Points spread over [-1, 1]^dims: a regular grid (step 0.1) up to three dimensions,
+    else a fixed pseudo-random sample of as many points."""
+    if dims <= GRID_DIMS:
+        axis = np.linspace(-1.0, 1.0, GRID_STEPS)
+        return np.stack(np.meshgrid(*[axis] * dims, indexing="ij"), axis=-1).reshape(-1, dims)
+    return np.random.default_rng(0).uniform(-1.0, 1.0, size=(GRID_STEPS**GRID_DIMS, dims))
 
 
 def _tightened(
