@@ -381,54 +381,6 @@ def test_an_unseen_documents_lexical_truth_is_bounded_by_what_the_lexical_stream
     assert not unseen_cannot_beat(query, bounds, best - 0.005, SEARCH_OPERATORS, hybrid, limits)
 
 
-def test_an_unprovable_hybrid_bound_is_decided_without_splitting_boxes(monkeypatch) -> None:
-    # An unseen document at cosines 0.25 with lexical truths at the stream's limit beats the
-    # threshold: a point the bounds allow says so at once. (Corners once took lexical truths of
-    # 0, never reached a box's upper score, and boxes were split to MAX_BOXES in vain.)
-    import itlr.certificate as certificate
-
-    def no_split(*_: object) -> None:
-        raise AssertionError("boxes were split")
-
-    monkeypatch.setattr(certificate, "_split", no_split)
-    query = itlr.parse('"apple" AND "pear"')
-    hybrid = TruthMap("hybrid", lexical=0.3)
-    bounds = [SearchBound(("apple", "pear"), 0.5, weights=(1.0, 1.0))]
-    limits = {"apple": 0.6, "pear": 0.6}
-    best = (0.7 * 0.25 + 0.3 * 0.6) ** 2  # the cosines' sum at its bound, shared equally
-    assert not unseen_cannot_beat(query, bounds, best - 0.01, SEARCH_OPERATORS, hybrid, limits)
-
-
-def test_a_proof_that_only_lacks_the_lexical_side_takes_the_stream_deeper_not_every_row(
-    tmp_path: Path, monkeypatch
-) -> None:
-    # 301 rows mention "zebra"; a round of 2 takes 20 of them (LEXICAL_DEPTH), too few to bound
-    # the rest. Were every mention taken the proof would hold: the stream goes deeper
-    # (DEEP_LEXICAL_DEPTH), with no second kNN round and no pass over every row.
-    import itlr.engines.embedded as embedded
-
-    index = zebra_index(tmp_path / "idx", "alpha zebra")
-    passes: list[int] = []
-    scored = EmbeddedIndex._scored
-
-    def counted(self, query, vectors, rows, options, exact):  # type: ignore[no-untyped-def]
-        passes.append(len(rows))
-        return scored(self, query, vectors, rows, options, exact)
-
-    monkeypatch.setattr(EmbeddedIndex, "_scored", counted)
-    monkeypatch.setattr(embedded, "LEXICAL_DEPTH", 10)
-    monkeypatch.setattr(embedded, "DEEP_LEXICAL_DEPTH", 200)
-    query = itlr.parse('"zebra"')
-    terms = np.eye(DIMS)[:1].astype(np.float32)
-    hybrid = TruthMap("hybrid", lexical=0.9)
-    exact = index.search(query, terms, SearchOptions(k=10, mode="exact", truth=hybrid))
-    passes.clear()
-    hits = index.search(query, terms, SearchOptions(k=10, candidates=2, truth=hybrid))
-    assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-9)
-    assert hits.exact is True
-    assert len(passes) == 2 and passes[0] < passes[1] < index.count()
-
-
 @pytest.mark.opensearch
 def test_opensearch_certifies_hybrid_truths_by_gathering_the_documents_that_mention_a_term(
     opensearch_index, tmp_path: Path

@@ -47,12 +47,6 @@ from itlr.query import Query
 # the rows left out lets the first round prove more often (100k benchmark corpus: 15 of 20
 # conjunctions scored over every row instead of 18 of 20 at the same depth as the kNN budget).
 LEXICAL_DEPTH = 10
-# When a round's proof fails only for the lexical side (it would hold were every row that
-# mentions a positive term scored), the stream is taken this much deeper than the kNN budget
-# before the next round: still no graph walk, where the next round past the graph's threshold
-# is a pass over every row. Single terms are proved at LEXICAL_DEPTH and do not pay for it
-# (docs/benchmarks.md, "Certificate").
-DEEP_LEXICAL_DEPTH = 100
 
 
 class EmbeddedIndex:
@@ -415,20 +409,6 @@ class EmbeddedIndex:
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
                 return hits
-            deeper_allowed = depth + 1 < len(rounds)  # one round asked for: none
-            if deeper_allowed and stream is not None and limits and any(limits.values()):
-                unmentioned = dict.fromkeys(limits, 0.0)
-                if unseen_cannot_beat(
-                    query, bounds, threshold, options.ops, options.truth, unmentioned
-                ):
-                    mentioning, limits = stream.top(budget * DEEP_LEXICAL_DEPTH)
-                    seen = np.union1d(seen, mentioning)
-                    hits = self._scored(query, term_vectors, seen, options, exact=True)
-                    threshold = hits[-1].score if len(hits) >= options.k else 0.0
-                    if unseen_cannot_beat(
-                        query, bounds, threshold, options.ops, options.truth, limits
-                    ):
-                        return hits
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
     def _scored(

@@ -97,17 +97,14 @@ class LexicalStream:
             self.order.append(mentioned[np.argsort(-column[mentioned], kind="stable")])
 
     def top(self, budget: int) -> tuple[np.ndarray, dict[str, float]]:
-        """The rows of each term's first `budget`, and `limits(budget)`."""
+        """The rows of each term's first `budget`, and per term the most an untaken row's
+        lexical truth can be (0 once every row that mentions the term is taken)."""
         taken = [self.rows[order[:budget]] for order in self.order]
-        return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), self.limits(budget)
-
-    def limits(self, budget: int) -> dict[str, float]:
-        """Per term, the most the lexical truth of a row outside its first `budget` can be
-        (0 once every row that mentions the term is taken)."""
-        return {
+        limits = {
             term: float(self.truths[order[budget - 1], j]) if len(order) > budget else 0.0
             for j, (term, order) in enumerate(zip(self.terms, self.order, strict=True))
         }
+        return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), limits
 
 
 def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
