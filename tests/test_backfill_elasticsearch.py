@@ -12,6 +12,7 @@ from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions
 
 pytestmark = pytest.mark.elasticsearch
@@ -70,6 +71,6 @@ def test_backfill_in_place_then_dense_search_finds_each_document_by_its_text(
         )
         assert body["sort"] == [{"_score": "desc"}, {"_doc": "asc"}]
         assert body["from"] == 5
-        assert body["_source"] == {"excludes": ["vec"]}
+        assert body["_source"] == {"excludes": ["vec", *LEXICAL_FIELDS]}
     finally:
         delete_index(elasticsearch_url, name)

@@ -40,6 +40,7 @@ from itlr.engines.elasticsearch import (
 )
 from itlr.engines.factory import EngineSpec, open_backend, remote_backend
 from itlr.errors import EngineError
+from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions
 from itlr.resources import data_file
 from parity import (
@@ -234,7 +235,7 @@ def test_scripts_compute_cosines_themselves_instead_of_class_bound_functions() -
 def test_explain_returns_vectors_and_asks_9_2_for_them_explicitly() -> None:
     query = itlr.parse('"vitamin D"')
     plain = offline("8.19.0").build_request(query, unit_vectors(1), cosine_options())
-    assert plain["_source"] == {"excludes": ["embedding"]}
+    assert plain["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}
     old = offline("8.19.0").build_request(query, unit_vectors(1), cosine_options(explain=True))
     assert old["_source"] == {"includes": ["*"]}
     new = offline("9.2.0").build_request(query, unit_vectors(1), cosine_options(explain=True))

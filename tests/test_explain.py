@@ -16,6 +16,7 @@ from itlr.cli import app
 from itlr.engines.connection import Connection
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.explain import recompute
+from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import search_options
 from itlr.parser import parse
 from itlr.service import create_app
@@ -207,7 +208,7 @@ def test_pasted_request_with_engine_explain_shows_truths_not_vectors(
         lexical=opensearch_backend.lexical_stats(query),  # what hybrid truths read
     )
     assert request.body["explain"] is True
-    assert request.body["_source"] == {"excludes": ["embedding"]}
+    assert request.body["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}
     answer = httpx.post(f"{opensearch_url}/{request.path}", json=request.body, timeout=60)
     assert answer.status_code == 200, answer.text
     hits = answer.json()["hits"]["hits"]

@@ -14,6 +14,7 @@ from itlr.engines.connection import Connection
 from itlr.engines.factory import EngineSpec, open_backend
 from itlr.engines.opensearch import EXCLUDE_SCRIPT, SCORE_SCRIPT, OpenSearchBackend
 from itlr.errors import EngineError
+from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions
 from itlr.resources import data_file
 from itlr.scoring import TruthMap
@@ -74,7 +75,7 @@ def test_hits_come_without_vectors_unless_explained(opensearch_demo, vocabulary_
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
     body = opensearch_demo.build_request(query, vectors, SearchOptions())
-    assert body["_source"] == {"excludes": ["embedding"]}
+    assert body["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}
     plain = opensearch_demo.search(query, vectors, SearchOptions(k=3))
     assert all(h.truths == {} for h in plain)
     explained = opensearch_demo.search(query, vectors, SearchOptions(k=3, explain=True))

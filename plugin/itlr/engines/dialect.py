@@ -572,14 +572,20 @@ class Dialect:
         tiebreak = self.layout.tiebreak
         return [{"_score": "desc"}] + ([{tiebreak: "asc"}] if tiebreak else [])
 
+    @property
+    def unshown(self) -> list[str]:
+        """Fields no hit shows: the vector and what itlr stores for hybrid truths (read from
+        doc values by the script; in _source they only add to every response)."""
+        return [self.layout.vector_field, *LEXICAL_FIELDS]
+
     def source(self, options: SearchOptions) -> Any:
-        """The hits' _source: every field but the vector (the hash is dropped when hits are
-        read, keeping the body itlr's indexes always had), or the chosen ones."""
+        """The hits' _source: every field but `unshown` (the hash is dropped when hits are
+        read), or the chosen ones."""
         if options.source_fields is None:
-            return {"excludes": [self.layout.vector_field]}
+            return {"excludes": self.unshown}
         if not options.source_fields:
             return False
-        return {"includes": list(options.source_fields), "excludes": [self.layout.vector_field]}
+        return {"includes": list(options.source_fields), "excludes": self.unshown}
 
     def highlight(self, words: Sequence[str]) -> dict[str, Any]:
         """The engine's highlighter on the text field, driven by the positive terms' words

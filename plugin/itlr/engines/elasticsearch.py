@@ -245,7 +245,7 @@ class ElasticsearchDialect(Dialect):
         self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
     ) -> dict[str, Any]:
         caps = self.capabilities
-        excludes = {"excludes": [self.layout.vector_field]}
+        excludes = {"excludes": self.unshown}
         if caps.knn_query:
             return {
                 "size": k,

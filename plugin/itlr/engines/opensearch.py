@@ -49,7 +49,7 @@ class OpenSearchDialect(Dialect):
         return {
             "size": k,
             "query": {"knn": {self.layout.vector_field: knn}},
-            "_source": {"excludes": [self.layout.vector_field]},
+            "_source": {"excludes": self.unshown},
         }
 
 
