@@ -237,8 +237,9 @@ def unseen_cannot_beat(
     # for a term that only occurs outside a NOT (the score rises with it), 0 for the others.
     # With 0 everywhere a corner would never reach the box's upper score, which counts the
     # lexical ceiling, and boxes would be split to MAX_BOXES in vain.
-    raising = {t.text for t, negated in literals(query.root) if not negated} - {
-        t.text for t, negated in literals(query.root) if negated
+    occurrences = [(term.text, negated) for term, negated in literals(query.root)]
+    raising = {t for t, negated in occurrences if not negated} - {
+        t for t, negated in occurrences if negated
     }
     best = np.array([ceiling[i] if t in raising else 0.0 for i, t in enumerate(terms)])
 
