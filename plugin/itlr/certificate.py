@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -288,13 +289,18 @@ def unseen_cannot_beat(
     return True
 
 
+@cache
 def _grid(dims: int) -> np.ndarray:
     """Points spread over [-1, 1]^dims: a regular grid (step 0.1) up to three dimensions,
-    else a fixed pseudo-random sample of as many points."""
+    else a fixed pseudo-random sample of as many points. Built once per dimension count (every
+    proof asks for it), read-only."""
     if dims <= GRID_DIMS:
         axis = np.linspace(-1.0, 1.0, GRID_STEPS)
-        return np.stack(np.meshgrid(*[axis] * dims, indexing="ij"), axis=-1).reshape(-1, dims)
-    return np.random.default_rng(0).uniform(-1.0, 1.0, size=(GRID_STEPS**GRID_DIMS, dims))
+        points = np.stack(np.meshgrid(*[axis] * dims, indexing="ij"), axis=-1).reshape(-1, dims)
+    else:
+        points = np.random.default_rng(0).uniform(-1.0, 1.0, size=(GRID_STEPS**GRID_DIMS, dims))
+    points.setflags(write=False)
+    return points
 
 
 def _tightened(

@@ -277,7 +277,10 @@ class LexicalCorpus:
 __all__ = [
     "K1",
     "LENGTH_FIELD",
+    "LEXICAL_FIELDS",
+    "MAX_KEYED_COUNT",
     "TOKENS_FIELD",
+    "TOKEN_KEYS_FIELD",
     "B",
     "CorpusStats",
     "LexicalCorpus",
@@ -288,5 +291,6 @@ __all__ = [
     "negated_terms",
     "query_tokens",
     "term_tokens",
+    "token_key",
     "tokenize",
 ]
