@@ -414,23 +414,48 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
             assert max(abs(scores.get(i, 0.0) - local[i]) for i in local) < 1e-4, word
 
 
-def test_a_corpus_counts_a_token_per_row_and_keeps_only_the_last_tokens_asked_for(
+def test_a_corpus_matrix_gives_each_row_its_bm25_truth_in_any_row_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import itlr.lexical as lexical
 
-    corpus = lexical.LexicalCorpus(["zebra zebra lion", "lion", "", "zebra"])
-    rows = np.array([0, 1, 2, 3])
-    assert corpus.term_frequencies("zebra", rows).tolist() == [2, 0, 0, 1]
-    assert corpus.term_frequencies("lion", np.array([1, 3])).tolist() == [1, 0]
-    assert corpus.term_frequencies("tiger", rows).tolist() == [0, 0, 0, 0]
-    monkeypatch.setattr(lexical, "DENSE_ROWS", 2)  # the same counts gathered from a column
-    assert corpus.term_frequencies("zebra", rows).tolist() == [2, 0, 0, 1]
-    assert corpus.term_frequencies("lion", np.array([1, 3])).tolist() == [1, 0]
+    texts = ["zebra zebra lion", "lion", "", "zebra", "lion tiger zebra", "tiger tiger"]
+    corpus = lexical.LexicalCorpus(texts)
+    stats = CorpusStats(
+        len(texts),
+        sum(len(tokenize(t)) for t in texts),
+        {
+            "zebra": 3,
+            "lion": 3,
+            "tiger": 2,
+        },
+    )
+    terms = ["zebra", "lion tiger", "eagle"]
+
+    def expected(rows: list[int]) -> list[list[float]]:
+        return [
+            [
+                bm25_truth(
+                    corpus.counts[r],
+                    int(corpus.lengths[r]),
+                    term_tokens(t, stats),
+                    stats.average_length,
+                )
+                for t in terms
+            ]
+            for r in rows
+        ]
+
+    # Ascending rows go by the postings; any other order (repeats too) row by row.
+    for rows in ([0, 1, 2, 3, 4, 5], [1, 4], [5, 0, 3], [4, 4, 0], [], [2]):
+        found = corpus.matrix(np.array(rows, dtype=np.int64), terms, stats)
+        assert found.shape == (len(rows), len(terms))
+        assert np.allclose(found, np.array(expected(rows)).reshape(len(rows), len(terms)))
+    assert corpus.matrix(np.array([0, 3]), ["zebra"], stats)[1, 0] > 0
     monkeypatch.setattr(lexical, "POSTINGS_KEPT", 2)
-    corpus.term_frequencies("zebra", rows)  # asked for again: now the newest
-    corpus.term_frequencies("eagle", rows)
-    assert list(corpus._postings) == ["zebra", "eagle"]
+    corpus.postings("zebra")  # asked for again: now the newest
+    corpus.postings("whale")
+    assert list(corpus._postings) == ["zebra", "whale"]
 
 
 def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebuild_counts_them(

@@ -53,8 +53,6 @@ B = 0.75
 MAX_TOKEN_CHARS = 64
 # Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
 POSTINGS_KEPT = 4096
-# From this many rows on, LexicalCorpus.term_frequencies gathers from a dense column.
-DENSE_ROWS = 2048
 # LexicalCorpus.extend by more rows than this drops the kept postings rather than extend them.
 EXTEND_POSTINGS_ROWS = 1024
 _WORD = re.compile(r"\w+")
@@ -243,33 +241,47 @@ class LexicalCorpus:
                 self._postings.popitem(last=False)
         return found
 
-    def term_frequencies(self, token: str, rows: np.ndarray) -> np.ndarray:
-        """The token's count in each of these rows."""
-        held, counts = self.postings(token)
-        if len(rows) > DENSE_ROWS:
-            # Many rows (an exact pass): scattering the postings into a column and gathering
-            # costs less than a binary search per row.
-            column = np.zeros(len(self.counts), dtype=np.float64)
-            column[held] = counts
-            return column[rows]
-        out = np.zeros(len(rows), dtype=np.float64)
-        if len(held):
-            at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
-            hit = held[at] == rows
-            out[hit] = counts[at[hit]]
-        return out
-
     def matrix(
         self, rows: Sequence[int] | np.ndarray, terms: Sequence[str], stats: CorpusStats
     ) -> np.ndarray:
-        """(rows x terms) lexical truths: bm25_truth for every pair, vectorised."""
+        """(rows x terms) lexical truths: bm25_truth for every pair, vectorised.
+
+        Only the rows in a token's postings get a truth above 0, so for ascending rows (every
+        engine's row sets) the work goes by the postings, not by the rows: a pass over every
+        row costs what its mentions cost."""
         rows = np.asarray(rows, dtype=np.int64)
+        if np.any(rows[1:] <= rows[:-1]):
+            return self._matrix_by_rows(rows, terms, stats)
+        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
+        length_scale = B / max(stats.average_length, 1e-9)
+        for j, term in enumerate(terms):
+            tokens = term_tokens(term, stats)
+            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
+                held, counts = self.postings(token)
+                if not len(held) or not len(rows):
+                    continue
+                at = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
+                hit = rows[at] == held
+                tf = counts[hit]
+                norm = K1 * (1.0 - B + length_scale * self.lengths[held[hit]])
+                out[at[hit], j] += weight * tf / (tf + norm)
+        return out
+
+    def _matrix_by_rows(
+        self, rows: np.ndarray, terms: Sequence[str], stats: CorpusStats
+    ) -> np.ndarray:
+        """`matrix` for rows in any order, repeats allowed: each row looked up in the postings."""
         out = np.zeros((len(rows), len(terms)), dtype=np.float64)
         norm = K1 * (1.0 - B + B * self.lengths[rows] / max(stats.average_length, 1e-9))
         for j, term in enumerate(terms):
             tokens = term_tokens(term, stats)
             for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
-                tf = self.term_frequencies(token, rows)
+                held, counts = self.postings(token)
+                tf = np.zeros(len(rows), dtype=np.float64)
+                if len(held):
+                    at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
+                    hit = held[at] == rows
+                    tf[hit] = counts[at[hit]]
                 out[:, j] += weight * tf / (tf + norm)
         return out
 

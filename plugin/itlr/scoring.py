@@ -212,12 +212,14 @@ class TruthMap:
         if self.kind == "hybrid":
             if lexical is None or weights is None:
                 raise ConfigurationError("hybrid truth values need the lexical evidence")
-            clamped = np.clip(cosines, 0.0, 1.0)
-            truths = np.where(
-                weights == MAX_EVIDENCE,
-                np.maximum(clamped, lexical),
-                (1.0 - weights) * clamped + weights * lexical,
-            )
+            # Column by column, each by its own rule: an exact pass maps every row of the index.
+            # Column-major: the program then runs on contiguous columns.
+            truths = np.clip(cosines, 0.0, 1.0, out=np.empty(cosines.shape, order="F"))
+            for j, weight in enumerate(weights):
+                if weight == MAX_EVIDENCE:
+                    np.maximum(truths[:, j], lexical[:, j], out=truths[:, j])
+                elif weight:
+                    truths[:, j] = (1.0 - weight) * truths[:, j] + weight * lexical[:, j]
         elif self.kind == "clamp":
             truths = np.clip(cosines, 0.0, 1.0)
         elif self.kind == "shift":
