@@ -227,3 +227,25 @@ def test_candidate_sized_and_whole_index_products_give_the_same_cosines(queries:
     assert whole.shape == (SINGLE_THREAD_ROWS + 1, queries)
     np.testing.assert_allclose(candidates, whole[:SINGLE_THREAD_ROWS], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(whole, rows.astype(np.float64) @ terms.T, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_tied_at_the_kth_score_are_taken_in_id_order_after_the_higher_ones(
+    tmp_path,
+) -> None:
+    created = EmbeddedIndex.create(tmp_path / "ties", "test-model", DIMS)
+    axis = np.eye(DIMS, dtype=np.float32)
+    # Three rows close to the term, three tied just below them, the rest orthogonal (score 0
+    # under clamp truths); ids written out of order so that row order is not id order.
+    close = [0.9 * axis[0] + 0.1 * axis[1], 0.8 * axis[0] + 0.2 * axis[1], axis[0] + axis[2]]
+    tied = [0.5 * axis[0] + 0.5 * axis[3]] * 3
+    vectors = np.stack([*close, *tied, *([axis[4]] * 40)])
+    ids = [f"c{i}" for i in range(3)] + ["t9", "t1", "t5"] + [f"z{i:02d}" for i in range(40, 0, -1)]
+    created.add(ids, ids, vectors)
+    query = itlr.parse('"term"')
+    term = axis[0][np.newaxis]
+    clamp = TruthMap("clamp")
+    five = created.search(query, term, SearchOptions(k=5, mode="exact", truth=clamp))
+    assert [h.id for h in five] == ["c0", "c1", "c2", "t1", "t5"]
+    ten = created.search(query, term, SearchOptions(k=10, mode="exact", truth=clamp))
+    assert [h.id for h in ten] == ["c0", "c1", "c2", "t1", "t5", "t9", "z01", "z02", "z03", "z04"]
+    assert [h.score for h in ten[6:]] == [0.0] * 4
