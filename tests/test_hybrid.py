@@ -404,7 +404,14 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         local = {h.id: h.score for h in embedded.search(query, term, options)}
         assert any(local.values()) or word == "absent"
         remote = {h.id: h.score for h in backend.search(query, term, options)}
-        body = es.dialect.search_body(query, term, options, backend.lexical_stats(query))
+        counted = backend.lexical_stats(query)
+        # Documents without keys are counted: only for them does the search mark mentions.
+        assert counted.unkeyed == (0 if stored == "keys" else len(texts))
+        marked = "constant_score" in json.dumps(
+            backend.dialect.search_body(query, term, options, counted)
+        )
+        assert marked == (stored != "keys")
+        body = es.dialect.search_body(query, term, options, counted)
         script = body["query"]["script_score"]["script"]
         script.pop("id")
         script.update(source=es_source, lang="painless")

@@ -92,11 +92,14 @@ def lexical_fields(text: str) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class CorpusStats:
-    """Live documents, their summed token count and the document frequency of some tokens."""
+    """Live documents, their summed token count and the document frequency of some tokens.
+    `unkeyed`: documents of a cluster index whose token counts are stored only as keyword
+    values (written before the token keys), which the scripts read slowly."""
 
     documents: int
     total_length: int
     df: Mapping[str, int]
+    unkeyed: int = 0
 
     @property
     def average_length(self) -> float:

@@ -186,6 +186,7 @@ class ClusterBackend:
             return int(self.client.count(index=self.index)["count"])
 
     def refresh(self) -> None:
+        self.remembered.written()  # what was written shows now: count again
         with self._errors():
             self.client.indices.refresh(index=self.index)
 
@@ -265,6 +266,8 @@ class ClusterBackend:
                     error = result.get("error", {})
                     reason = error.get("reason", str(error)) if isinstance(error, dict) else error
                     failures[str(result.get("_id"))] = str(reason)
+        # A count made while the actions went in may have missed some: count again after.
+        self.remembered.written()
         return failures
 
     def existing_ids(self, ids: list[str]) -> set[str]:
@@ -343,13 +346,17 @@ class ClusterBackend:
     ) -> Hits:
         """The ranked hits, carrying this search's warnings (a capped candidate budget).
         Hybrid truths: built from the remembered statistics where every token has been counted
-        (checked by a count sent along, itlr.engines.remembered_stats), else counted first."""
+        (checked by a count sent along unless counted moments ago,
+        itlr.engines.remembered_stats), else counted first."""
         if not self._scripts_ready:
             self.install_scripts(repair=False)
         guessed = lexical = None
         if options.truth.uses_lexical:
-            guessed = self.remembered.guess(query_tokens(query.terms))
+            tokens = query_tokens(query.terms)
+            guessed = self.remembered.guess(tokens)
             lexical = guessed or self.lexical_stats(query)
+            if guessed is not None and self.remembered.recent(tokens):
+                guessed = None  # counted moments ago: no new count goes along
         try:
             return self._counted_search(query, term_vectors, options, lexical, guessed)
         except StaleStatistics as stale:

@@ -161,12 +161,20 @@ def lexical_params(
 
 def lexical_stats_body(query: Query) -> dict[str, Any]:
     """One aggregation over the whole index (every shard, live documents only): how many
-    documents carry lexical fields, their summed length, and each query token's document
-    frequency. Read the response with `lexical_stats`."""
+    documents carry lexical fields, their summed length, how many have no token keys, and each
+    query token's document frequency. Read the response with `lexical_stats`."""
     filters = {token: mention_clause(token) for token in query_tokens(query.terms)}
     aggs: dict[str, Any] = {
         "documents": {"value_count": {"field": LENGTH_FIELD}},
         "length": {"sum": {"field": LENGTH_FIELD}},
+        "unkeyed": {
+            "filter": {
+                "bool": {
+                    "filter": [{"exists": {"field": TOKENS_FIELD}}],
+                    "must_not": [{"exists": {"field": TOKEN_KEYS_FIELD}}],
+                }
+            }
+        },
     }
     if filters:
         aggs["df"] = {"filters": {"filters": filters}}
@@ -215,6 +223,7 @@ def lexical_stats(response: dict[str, Any]) -> CorpusStats:
         documents=int(aggs["documents"]["value"]),
         total_length=round(aggs["length"]["value"] or 0),
         df={token: int(bucket["doc_count"]) for token, bucket in buckets.items()},
+        unkeyed=int(aggs.get("unkeyed", {}).get("doc_count", 0)),
     )
 
 
@@ -536,12 +545,14 @@ class Dialect:
             inner["must"] = [{"match_all": {}}]
         params = score_params(query, term_vectors, options, self.layout, lexical)
         scored: dict[str, Any] = {"bool": inner}
-        tokens = mention_clauses(query.terms) if options.truth.uses_lexical else []
+        unkeyed = options.truth.uses_lexical and (lexical is None or lexical.unkeyed > 0)
+        tokens = mention_clauses(query.terms) if unkeyed else []
         if tokens:
-            # Loading a document's tokens is most of a hybrid script's lexical cost (keyword
-            # values, read for documents written before the keys, about 29 us a document): a
+            # Where some documents were written before the token keys, loading their keyword
+            # values is most of a hybrid script's lexical cost (about 29 us a document): a
             # document that mentions no query token gets MENTION_SCORE added to nothing, and
-            # the script reads its tokens only when _score says it mentions one.
+            # the script reads its tokens only when _score says it mentions one. Keys load
+            # cheaply: without such documents the clause would cost more than it saves.
             mention = {
                 "constant_score": {"filter": {"bool": {"should": tokens}}, "boost": MENTION_SCORE}
             }

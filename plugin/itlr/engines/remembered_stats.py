@@ -3,9 +3,17 @@
 A search with hybrid truths needs the statistics of its tokens (documents, their summed length,
 each token's document frequency) before its body can be built: one request before the search.
 When every token of a query was counted before, the cluster backend builds the search from the
-remembered numbers and sends it in one `_msearch` with a new count; it keeps the hits only when
-the new count equals the remembered one, and otherwise builds the search again from the new
-count. The hits are always those of a search built from the statistics of that moment.
+remembered numbers:
+
+- counted at most `max_age` seconds ago (ITLR_STATS_MAX_AGE, default 1 s: a cluster's default
+  refresh interval, the time a write already takes to show in searches) and not since a write
+  through this backend: the search goes alone;
+- counted earlier: it goes in one `_msearch` with a new count, and its hits are kept only when
+  the new count equals the remembered one; otherwise the search is built again from the new
+  count.
+
+So a search's statistics are never older than `max_age` (0: always counted with the search),
+and writes through the same backend show at once.
 
 While the index is being written to, every count differs from the last and a guess would cost a
 wasted search: guesses are made only after two counts in a row agreed.
@@ -13,14 +21,36 @@ wasted search: guesses are made only after two counts in a row agreed.
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from time import monotonic
 
+from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 
 # Tokens remembered per index (each an int: a few hundred kB at most).
 REMEMBERED_TOKENS = 4096
+# Seconds a count is trusted without a new one sent along (see the module's docstring).
+STATS_MAX_AGE = 1.0
+
+
+def stats_max_age() -> float:
+    """ITLR_STATS_MAX_AGE, or STATS_MAX_AGE."""
+    raw = os.environ.get("ITLR_STATS_MAX_AGE")
+    if not raw:
+        return STATS_MAX_AGE
+    try:
+        age = float(raw)
+    except ValueError:
+        age = -1.0
+    if not age >= 0.0:
+        raise ConfigurationError(
+            f"ITLR_STATS_MAX_AGE={raw!r}: give the seconds a statistics count is trusted, >= 0"
+        )
+    return age
 
 
 class StaleStatistics(Exception):
@@ -34,12 +64,17 @@ class StaleStatistics(Exception):
 class RememberedStats:
     """Statistics counted earlier on one index (thread-safe; bounded, least recent first out)."""
 
-    def __init__(self, capacity: int = REMEMBERED_TOKENS) -> None:
+    def __init__(self, capacity: int = REMEMBERED_TOKENS, max_age: float | None = None) -> None:
         self.capacity = capacity
+        self.max_age = stats_max_age() if max_age is None else max_age
         self._lock = threading.Lock()
-        self._df: OrderedDict[str, int] = OrderedDict()
-        self._totals: tuple[int, int] | None = None
+        # token -> (document frequency, when it was counted)
+        self._df: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        # (documents, summed length, documents without token keys)
+        self._totals: tuple[int, int, int] | None = None
+        self._totals_at = -math.inf
         self._steady = False
+        self._written_at = -math.inf
 
     def guess(self, tokens: Sequence[str]) -> CorpusStats | None:
         """The remembered statistics of these tokens, or None when some token was never
@@ -51,20 +86,44 @@ class RememberedStats:
                 return None
             for token in tokens:
                 self._df.move_to_end(token)
-            documents, length = self._totals
-            return CorpusStats(documents, length, {token: self._df[token] for token in tokens})
+            documents, length, unkeyed = self._totals
+            df = {token: self._df[token][0] for token in tokens}
+            return CorpusStats(documents, length, df, unkeyed)
+
+    def recent(self, tokens: Sequence[str]) -> bool:
+        """Every one of these tokens was counted at most `max_age` seconds ago, and nothing was
+        written through this backend since: a search needs no new count."""
+        now = monotonic()
+        with self._lock:
+            times = [self._totals_at]
+            for token in tokens:
+                counted = self._df.get(token)
+                if counted is None:
+                    return False
+                times.append(counted[1])
+            oldest = min(times)
+            return self._steady and oldest > self._written_at and now - oldest <= self.max_age
+
+    def written(self) -> None:
+        """This backend wrote to the index: the next search counts again."""
+        with self._lock:
+            self._written_at = monotonic()
 
     def record(self, counted: CorpusStats) -> None:
         """Remember a count; the index is steady when it agrees with what was remembered."""
+        now = monotonic()
         with self._lock:
-            totals = (counted.documents, counted.total_length)
+            totals = (counted.documents, counted.total_length, counted.unkeyed)
             agreed = self._totals == totals and all(
-                self._df.get(token, df) == df for token, df in counted.df.items()
+                self._df.get(token, (df, now))[0] == df for token, df in counted.df.items()
             )
-            self._totals = totals
+            self._totals, self._totals_at = totals, now
             self._steady = agreed
             for token, df in counted.df.items():
-                self._df[token] = df
+                self._df[token] = (df, now)
                 self._df.move_to_end(token)
             while len(self._df) > self.capacity:
                 self._df.popitem(last=False)
+
+
+__all__ = ["STATS_MAX_AGE", "RememberedStats", "StaleStatistics", "stats_max_age"]
