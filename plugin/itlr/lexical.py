@@ -31,10 +31,14 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 
 from itlr.tree import Node, Not, Term
+
+# One passage's token count, or an array of them (length_norm takes either).
+LengthT = TypeVar("LengthT", float, np.ndarray)
 
 TOKENS_FIELD = "itlr_tokens"
 TOKEN_KEYS_FIELD = "itlr_token_keys"
@@ -139,7 +143,8 @@ def term_tokens(term: str, stats: CorpusStats) -> TermTokens:
     return TermTokens(tokens, tuple(i / total for i in idfs))
 
 
-def length_norm(length: float, average_length: float) -> float:
+def length_norm(length: LengthT, average_length: float) -> LengthT:
+    """BM25's length normalisation of one passage's token count, or of an array of them."""
     return K1 * (1.0 - B + B * length / max(average_length, 1e-9))
 
 
@@ -256,17 +261,18 @@ class LexicalCorpus:
         if np.any(rows[1:] <= rows[:-1]):
             return self._matrix_by_rows(rows, terms, stats)
         out = np.zeros((len(rows), len(terms)), dtype=np.float64)
-        length_scale = B / max(stats.average_length, 1e-9)
+        if not len(rows):
+            return out
         for j, term in enumerate(terms):
             tokens = term_tokens(term, stats)
             for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
                 held, counts = self.postings(token)
-                if not len(held) or not len(rows):
+                if not len(held):
                     continue
                 at = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
                 hit = rows[at] == held
                 tf = counts[hit]
-                norm = K1 * (1.0 - B + length_scale * self.lengths[held[hit]])
+                norm = length_norm(self.lengths[held[hit]], stats.average_length)
                 out[at[hit], j] += weight * tf / (tf + norm)
         return out
 
@@ -275,7 +281,7 @@ class LexicalCorpus:
     ) -> np.ndarray:
         """`matrix` for rows in any order, repeats allowed: each row looked up in the postings."""
         out = np.zeros((len(rows), len(terms)), dtype=np.float64)
-        norm = K1 * (1.0 - B + B * self.lengths[rows] / max(stats.average_length, 1e-9))
+        norm = length_norm(self.lengths[rows], stats.average_length)
         for j, term in enumerate(terms):
             tokens = term_tokens(term, stats)
             for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
