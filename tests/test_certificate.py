@@ -299,9 +299,66 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
     assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == "best"
     assert hits.exact is True and not hits.warnings
-    assert len(walks) == 1  # the first round only
+    assert len(walks) == 1  # the probe only: its bounds fall too slowly for the round to prove
     capped = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
     assert "best" not in {h.id for h in capped} and capped.exact is False
+
+
+def graph_walks(index: EmbeddedIndex) -> list[list[int]]:
+    """The neighbour counts of every graph search the index makes from now on."""
+    index.ann_min_rows = 0
+    walks: list[list[int]] = []
+    graph_lists = index._ann_lists
+
+    def counted(queries: np.ndarray, budgets: list[int]) -> list[np.ndarray]:
+        walks.append(list(budgets))
+        return graph_lists(queries, budgets)
+
+    index._ann_lists = counted  # type: ignore[method-assign]
+    return walks
+
+
+def test_on_the_graph_a_probe_of_a_fifth_of_the_budget_proves_an_easy_query(
+    crowded: EmbeddedIndex,
+) -> None:
+    walks = graph_walks(crowded)
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    hits = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=10, candidates=100))
+    exact = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=10, mode="exact"))
+    # 300 rows at cosine 0.97: which of them come first is a matter of rounding.
+    assert hits.exact is True
+    assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-6)
+    assert walks == [[20]]
+
+
+@pytest.mark.parametrize(("reachable", "expected_walks"), [(True, [[20], [100]]), (False, [[20]])])
+def test_on_the_graph_the_full_round_follows_the_probe_only_where_its_bounds_could_prove(
+    crowded: EmbeddedIndex,
+    monkeypatch: pytest.MonkeyPatch,
+    reachable: bool,
+    expected_walks: list[list[int]],
+) -> None:
+    from itlr.engines import embedded
+
+    walks = graph_walks(crowded)
+    monkeypatch.setattr(embedded, "out_of_reach", lambda *args: not reachable)
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
+    exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
+    # Proved by the round or scored over every row: exact either way.
+    assert hits.exact is True and [h.id for h in hits] == [h.id for h in exact]
+    assert walks == expected_walks
+
+
+def test_on_the_graph_a_cap_at_the_budget_means_one_round_without_a_probe(
+    crowded: EmbeddedIndex,
+) -> None:
+    walks = graph_walks(crowded)
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
+    assert walks == [[100]]
 
 
 def zebra_corpus(crowd_text: str) -> tuple[list[str], list[str], np.ndarray]:

@@ -27,6 +27,7 @@ from itlr.certificate import (
     SearchBound,
     certifiable,
     not_proved,
+    out_of_reach,
     round_plan,
     search_bound,
     unseen_cannot_beat,
@@ -47,6 +48,11 @@ from itlr.query import Query
 # the rows left out lets the first round prove more often (100k benchmark corpus: 15 of 20
 # conjunctions scored over every row instead of 18 of 20 at the same depth as the kNN budget).
 LEXICAL_DEPTH = 10
+# On the graph, the certificate first searches this share of the round's budget: a probe that
+# proves most single terms, and whose bounds at half and at full depth tell whether the whole
+# budget could prove the rest; queries it cannot go straight to the pass over every row
+# (docs/benchmarks.md, "Certificate", sixth round).
+PROBE_SHARE = 5
 
 
 class EmbeddedIndex:
@@ -370,9 +376,11 @@ class EmbeddedIndex:
     ) -> Hits:
         """knn mode: score the candidates; for a query the certificate applies to, prove that no
         other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
-        cap. Past the graph's threshold a query the first round does not prove is scored over
-        every row instead: one pass over the vectors costs less than graph walks thousands
-        deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
+        cap. On the graph, when the cap allows more than one round: a probe (the budget's
+        `PROBE_SHARE`-th part), the budget's round only where the probe's bounds, extrapolated,
+        say it could prove the top k, and otherwise the query scored over every row: one pass
+        over the vectors costs less than graph walks thousands deep, and does not trust the
+        graph's recall (docs/benchmarks.md, "Certificate")."""
         if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
@@ -390,25 +398,53 @@ class EmbeddedIndex:
         limits: dict[str, float] | None = None
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds()
+        graph = options.filter is None and self._uses_ann()
+        if graph and len(rounds) > 1:
+            probe = max(options.k, rounds[0] // PROBE_SHARE)
+            rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
         for depth, budget in enumerate(rounds):
-            if depth and options.filter is None and self._uses_ann():
-                return self._scored(query, term_vectors, rows, options, exact=True)
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
             if stream is not None:
                 mentioning, limits = stream.top(budget * LEXICAL_DEPTH)
                 seen = np.union1d(seen, mentioning)
-            bounds += [
-                search_bound(s, unit, self._last_cosine(s, hits))
+            cosines = [
+                self._depth_cosines(s, hits) for s, hits in zip(searches, found, strict=True)
+            ]
+            current = [
+                search_bound(s, unit, last)
                 if len(hits) < len(rows)
                 else SearchBound(s.terms, 0.0, exhausted=True)
-                for s, hits in zip(searches, found, strict=True)
+                for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
             ]
+            bounds += current
             hits = self._scored(query, term_vectors, seen, options, exact=True)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
                 return hits
+            if not graph or options.candidate_cap <= budget:
+                continue
+            if depth + 1 < len(rounds):
+                halfway = [
+                    replace(bound, limit=search_bound(s, unit, half).limit)
+                    for s, bound, (half, _) in zip(searches, current, cosines, strict=True)
+                ]
+                deeper = rounds[depth + 1]
+                ahead = stream.top(deeper * LEXICAL_DEPTH)[1] if stream is not None else None
+                if not out_of_reach(
+                    query,
+                    halfway,
+                    current,
+                    (max(1, budget // 2), budget),
+                    deeper,
+                    threshold,
+                    options.ops,
+                    options.truth,
+                    ahead,
+                ):
+                    continue
+            return self._scored(query, term_vectors, rows, options, exact=True)
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
     def _scored(
@@ -449,12 +485,17 @@ class EmbeddedIndex:
             )
         return self._knn_lists(rows, searches)
 
-    def _last_cosine(self, search: CandidateSearch, rows: np.ndarray) -> float:
-        """The cosine of the search's farthest returned row: every row it did not return is
-        at most this close (for a graph search: as far as the graph's recall goes)."""
+    def _depth_cosines(self, search: CandidateSearch, rows: np.ndarray) -> tuple[float, float]:
+        """The cosines with the search's vector of its returned row halfway down and of its
+        farthest: every row it did not return is at most the second close (for a graph search:
+        as far as the graph's recall goes); the first is the bound it would have given at half
+        the depth."""
         if not len(rows):
-            return 1.0
-        return float(cosine_matrix(self._matrix(rows), search.vector[np.newaxis]).min())
+            return 1.0, 1.0
+        found = cosine_matrix(self._matrix(rows), search.vector[np.newaxis])[:, 0]
+        # The (m // 2)-th closest of m, at ascending position m - m // 2.
+        middle = min(len(found) - 1, len(found) - len(found) // 2)
+        return float(np.partition(found, middle)[middle]), float(found.min())
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
