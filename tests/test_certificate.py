@@ -310,9 +310,11 @@ def graph_walks(index: EmbeddedIndex) -> list[list[int]]:
     walks: list[list[int]] = []
     graph_lists = index._ann_lists
 
-    def counted(queries: np.ndarray, budgets: list[int]) -> list[np.ndarray]:
+    def counted(
+        queries: np.ndarray, budgets: list[int], widths: list[int] | None = None
+    ) -> list[np.ndarray]:
         walks.append(list(budgets))
-        return graph_lists(queries, budgets)
+        return graph_lists(queries, budgets, widths)
 
     index._ann_lists = counted  # type: ignore[method-assign]
     return walks

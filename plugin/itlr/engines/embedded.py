@@ -241,8 +241,11 @@ class EmbeddedIndex:
     def _uses_ann(self) -> bool:
         return self.count() >= self.ann_min_rows
 
-    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
-        """Live rows among each query's `budget` graph neighbours.
+    def _ann_lists(
+        self, queries: np.ndarray, budgets: Sequence[int], widths: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
+        """Live rows among each query's `budget` graph neighbours, searched as broadly as for
+        `widths` neighbours where that is more (see AnnGraph.search).
 
         Dead rows stay in the graph, so each search asks for more neighbours in proportion to
         them."""
@@ -250,9 +253,12 @@ class EmbeddedIndex:
         live = self._live_rows()
         share = len(live) / max(1, self.committed_rows)
         counts = [int(np.ceil(budget / share)) for budget in budgets]
+        if widths is not None:
+            widths = [int(np.ceil(width / share)) for width in widths]
         mask = self._live_mask()
         return [
-            found[mask[found]] for found in self._ann.search(queries, counts, self.committed_rows)
+            found[mask[found]]
+            for found in self._ann.search(queries, counts, self.committed_rows, widths)
         ]
 
     def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
@@ -393,7 +399,9 @@ class EmbeddedIndex:
         # truth, LEXICAL_DEPTH times as deep as the round's budget (no graph walk: a sort of
         # the term's postings), so an unseen row's lexical truth is bounded too.
         stream = (
-            LexicalStream(self, rows, query.positive_terms) if options.truth.uses_lexical else None
+            LexicalStream(self, rows, query.terms, query.positive_terms)
+            if options.truth.uses_lexical
+            else None
         )
         limits: dict[str, float] | None = None
         bounds: list[SearchBound] = []
@@ -404,7 +412,10 @@ class EmbeddedIndex:
             rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
         for depth, budget in enumerate(rounds):
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
-            found = self._candidate_lists(rows, searches, options.filter)
+            # The probe's graph search looks as broadly as the round's would: its proofs trust
+            # the graph's recall no less.
+            breadth = rounds[-1] // budget if graph else 1
+            found = self._candidate_lists(rows, searches, options.filter, breadth)
             seen = np.union1d(seen, np.concatenate(found))
             if stream is not None:
                 mentioning, limits = stream.top(budget * LEXICAL_DEPTH)
@@ -419,7 +430,9 @@ class EmbeddedIndex:
                 for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
             ]
             bounds += current
-            hits = self._scored(query, term_vectors, seen, options, exact=True)
+            # The stream holds every row's lexical truths (rows ascending, seen among them).
+            lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
+            hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
             if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
                 return hits
@@ -444,7 +457,8 @@ class EmbeddedIndex:
                     ahead,
                 ):
                     continue
-            return self._scored(query, term_vectors, rows, options, exact=True)
+            lexical = stream.truths if stream is not None else None
+            return self._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
 
     def _scored(
@@ -454,10 +468,13 @@ class EmbeddedIndex:
         rows: np.ndarray,
         options: SearchOptions,
         exact: bool | None,
+        lexical: np.ndarray | None = None,
     ) -> Hits:
+        """The top k of these rows; `lexical`: their lexical truths when already computed."""
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
-        lexical = lexical_matrix(self, rows, query.terms) if options.truth.uses_lexical else None
+        if lexical is None and options.truth.uses_lexical:
+            lexical = lexical_matrix(self, rows, query.terms)
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
         scores, truths = scored.scores, scored.truths
         if not scored.kept.all():
@@ -475,13 +492,19 @@ class EmbeddedIndex:
         )
 
     def _candidate_lists(
-        self, rows: np.ndarray, searches: Sequence[CandidateSearch], filter: dict | None
+        self,
+        rows: np.ndarray,
+        searches: Sequence[CandidateSearch],
+        filter: dict | None,
+        breadth: int = 1,
     ) -> list[np.ndarray]:
-        """Each search's `budget` nearest rows among `rows`: from the graph when it is in use,
-        else by an exact scan."""
+        """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
+        (searched as broadly as for `breadth` times the budget), else by an exact scan."""
         if filter is None and self._uses_ann():
             return self._ann_lists(
-                np.stack([s.vector for s in searches]), [s.budget for s in searches]
+                np.stack([s.vector for s in searches]),
+                [s.budget for s in searches],
+                [s.budget * breadth for s in searches],
             )
         return self._knn_lists(rows, searches)
 

@@ -83,26 +83,36 @@ def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...
 
 
 class LexicalStream:
-    """Per term, the rows that mention it in order of lexical truth, best first: the lexical side
-    of knn mode's candidates for hybrid truths (itlr.certificate). A round of budget n takes
-    each term's first n rows; every row it leaves has a lexical truth at most the n-th's."""
+    """Per streamed term, the rows that mention it in order of lexical truth, best first: the
+    lexical side of knn mode's candidates for hybrid truths (itlr.certificate). A round of
+    budget n takes each streamed term's first n rows; every row it leaves has a lexical truth
+    at most the n-th's. `truths` holds every one of `terms` (streamed or not) for every row, so
+    that a pass over every row need not compute them again."""
 
-    def __init__(self, index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        index: EmbeddedIndex,
+        rows: np.ndarray,
+        terms: tuple[str, ...],
+        streamed: tuple[str, ...] | None = None,
+    ) -> None:
         self.rows = rows
-        self.terms = terms
+        self.streamed = terms if streamed is None else streamed
         self.truths = lexical_matrix(index, rows, terms)
         self.order: list[np.ndarray] = []
-        for column in self.truths.T:
+        for term in self.streamed:
+            column = self.truths[:, terms.index(term)]
             mentioned = np.flatnonzero(column > 0)
             self.order.append(mentioned[np.argsort(-column[mentioned], kind="stable")])
+        self._columns = [terms.index(term) for term in self.streamed]
 
     def top(self, budget: int) -> tuple[np.ndarray, dict[str, float]]:
-        """The rows of each term's first `budget`, and per term the most an untaken row's
-        lexical truth can be (0 once every row that mentions the term is taken)."""
+        """The rows of each streamed term's first `budget`, and per streamed term the most an
+        untaken row's lexical truth can be (0 once every row that mentions it is taken)."""
         taken = [self.rows[order[:budget]] for order in self.order]
         limits = {
             term: float(self.truths[order[budget - 1], j]) if len(order) > budget else 0.0
-            for j, (term, order) in enumerate(zip(self.terms, self.order, strict=True))
+            for term, order, j in zip(self.streamed, self.order, self._columns, strict=True)
         }
         return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), limits
 
