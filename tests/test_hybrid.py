@@ -447,8 +447,9 @@ def test_a_corpus_matrix_gives_each_row_its_bm25_truth_in_any_row_order(
             for r in rows
         ]
 
-    # Ascending rows go by the postings; any other order (repeats too) row by row.
-    for rows in ([0, 1, 2, 3, 4, 5], [1, 4], [5, 0, 3], [4, 4, 0], [], [2]):
+    # Ascending rows go by the postings (every row, a prefix of them, others); any other order
+    # (repeats too) row by row.
+    for rows in ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3], [1, 4], [5, 0, 3], [4, 4, 0], [], [2]):
         found = corpus.matrix(np.array(rows, dtype=np.int64), terms, stats)
         assert found.shape == (len(rows), len(terms))
         assert np.allclose(found, np.array(expected(rows)).reshape(len(rows), len(terms)))

@@ -263,17 +263,23 @@ class LexicalCorpus:
         out = np.zeros((len(rows), len(terms)), dtype=np.float64)
         if not len(rows):
             return out
+        # Strictly ascending, ending at len - 1 and as many as the texts: every row, row r at
+        # position r (postings may hold any of the texts' rows).
+        every = len(rows) == len(self.counts) and rows[-1] == len(rows) - 1
         for j, term in enumerate(terms):
             tokens = term_tokens(term, stats)
             for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
                 held, counts = self.postings(token)
                 if not len(held):
                     continue
-                at = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
-                hit = rows[at] == held
-                tf = counts[hit]
-                norm = length_norm(self.lengths[held[hit]], stats.average_length)
-                out[at[hit], j] += weight * tf / (tf + norm)
+                if every:
+                    at, tf, lengths = held, counts, self.lengths[held]
+                else:
+                    found = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
+                    hit = rows[found] == held
+                    at, tf, lengths = found[hit], counts[hit], self.lengths[held[hit]]
+                norm = length_norm(lengths, stats.average_length)
+                out[at, j] += weight * tf / (tf + norm)
         return out
 
     def _matrix_by_rows(
