@@ -207,20 +207,26 @@ class TruthMap:
     ) -> np.ndarray:
         """Map a (documents x terms) cosine matrix to truth values, column j being terms[j].
         Hybrid truths also need the lexical truths (same shape) and `lexical_weights`."""
-        cosines = np.asarray(cosines, dtype=np.float64)
         truths: np.ndarray
         if self.kind == "hybrid":
             if lexical is None or weights is None:
                 raise ConfigurationError("hybrid truth values need the lexical evidence")
-            # Column by column, each by its own rule: an exact pass maps every row of the index.
+            # Column by column, each by its own rule, in place: an exact pass maps every row of
+            # the index, where each temporary of its size costs as much as the arithmetic.
             # Column-major: the program then runs on contiguous columns.
-            truths = np.clip(cosines, 0.0, 1.0, out=np.empty(cosines.shape, order="F"))
+            given = np.asarray(cosines)
+            truths = np.empty(given.shape, order="F")
             for j, weight in enumerate(weights):
+                column = truths[:, j]
+                np.clip(given[:, j], 0.0, 1.0, out=column)
                 if weight == MAX_EVIDENCE:
-                    np.maximum(truths[:, j], lexical[:, j], out=truths[:, j])
+                    np.maximum(column, lexical[:, j], out=column)
                 elif weight:
-                    truths[:, j] = (1.0 - weight) * truths[:, j] + weight * lexical[:, j]
-        elif self.kind == "clamp":
+                    column *= 1.0 - weight
+                    column += weight * lexical[:, j]
+            return truths
+        cosines = np.asarray(cosines, dtype=np.float64)
+        if self.kind == "clamp":
             truths = np.clip(cosines, 0.0, 1.0)
         elif self.kind == "shift":
             truths = np.clip((1.0 + cosines) / 2.0, 0.0, 1.0)
