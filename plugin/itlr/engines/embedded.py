@@ -443,23 +443,39 @@ class EmbeddedIndex:
                     replace(bound, limit=search_bound(s, unit, half).limit)
                     for s, bound, (half, _) in zip(searches, current, cosines, strict=True)
                 ]
-                deeper = rounds[depth + 1]
-                ahead = stream.top(deeper * LEXICAL_DEPTH)[1] if stream is not None else None
-                if not out_of_reach(
-                    query,
-                    halfway,
-                    current,
-                    (max(1, budget // 2), budget),
-                    deeper,
-                    threshold,
-                    options.ops,
-                    options.truth,
-                    ahead,
+                if self._round_could_prove(
+                    query, (halfway, current), budget, rounds[depth + 1], threshold, options, stream
                 ):
                     continue
             lexical = stream.truths if stream is not None else None
             return self._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
         return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
+
+    @staticmethod
+    def _round_could_prove(
+        query: Query,
+        bounds: tuple[list[SearchBound], list[SearchBound]],
+        budget: int,
+        deeper: int,
+        threshold: float,
+        options: SearchOptions,
+        stream: LexicalStream | None,
+    ) -> bool:
+        """Whether a round of `deeper` neighbours per term could prove the top k, judged from
+        the searches of `budget` read at half and at full depth (`bounds`), falling onwards
+        twice as fast as they just did (itlr.certificate.out_of_reach), with the lexical
+        stream taken as deep as that round would take it."""
+        ahead = stream.top(deeper * LEXICAL_DEPTH)[1] if stream is not None else None
+        return not out_of_reach(
+            query,
+            *bounds,
+            (max(1, budget // 2), budget),
+            deeper,
+            threshold,
+            options.ops,
+            options.truth,
+            ahead,
+        )
 
     def _scored(
         self,
