@@ -304,8 +304,9 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     assert "best" not in {h.id for h in capped} and capped.exact is False
 
 
-def graph_walks(index: EmbeddedIndex) -> list[list[int]]:
-    """The neighbour counts of every graph search the index makes from now on."""
+def graph_walks(index: EmbeddedIndex, widths_seen: list | None = None) -> list[list[int]]:
+    """The neighbour counts of every graph search the index makes from now on (and into
+    `widths_seen`, how broadly each was searched)."""
     index.ann_min_rows = 0
     walks: list[list[int]] = []
     graph_lists = index._ann_lists
@@ -314,23 +315,28 @@ def graph_walks(index: EmbeddedIndex) -> list[list[int]]:
         queries: np.ndarray, budgets: list[int], widths: list[int] | None = None
     ) -> list[np.ndarray]:
         walks.append(list(budgets))
+        if widths_seen is not None:
+            widths_seen.append(list(widths or budgets))
         return graph_lists(queries, budgets, widths)
 
     index._ann_lists = counted  # type: ignore[method-assign]
     return walks
 
 
+@pytest.mark.parametrize(("k", "probe"), [(10, 20), (30, 30)])
 def test_on_the_graph_a_probe_of_a_fifth_of_the_budget_proves_an_easy_query(
-    crowded: EmbeddedIndex,
+    crowded: EmbeddedIndex, k: int, probe: int
 ) -> None:
-    walks = graph_walks(crowded)
+    widths: list[list[int]] = []
+    walks = graph_walks(crowded, widths)
     terms = np.eye(DIMS)[:1].astype(np.float32)
-    hits = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=10, candidates=100))
-    exact = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=10, mode="exact"))
+    hits = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=k, candidates=100))
+    exact = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=k, mode="exact"))
     # 300 rows at cosine 0.97: which of them come first is a matter of rounding.
     assert hits.exact is True
     assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-6)
-    assert walks == [[20]]
+    # The probe (at least k) searched as broadly as the round of 100 would have been.
+    assert walks == [[probe]] and widths == [[100]]
 
 
 @pytest.mark.parametrize(("reachable", "expected_walks"), [(True, [[20], [100]]), (False, [[20]])])

@@ -414,7 +414,7 @@ class EmbeddedIndex:
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
             # The probe's graph search looks as broadly as the round's would: its proofs trust
             # the graph's recall no less.
-            breadth = rounds[-1] // budget if graph else 1
+            breadth = rounds[-1] / budget if graph else 1.0
             found = self._candidate_lists(rows, searches, options.filter, breadth)
             seen = np.union1d(seen, np.concatenate(found))
             if stream is not None:
@@ -512,7 +512,7 @@ class EmbeddedIndex:
         rows: np.ndarray,
         searches: Sequence[CandidateSearch],
         filter: dict | None,
-        breadth: int = 1,
+        breadth: float = 1.0,
     ) -> list[np.ndarray]:
         """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
         (searched as broadly as for `breadth` times the budget), else by an exact scan."""
@@ -520,7 +520,7 @@ class EmbeddedIndex:
             return self._ann_lists(
                 np.stack([s.vector for s in searches]),
                 [s.budget for s in searches],
-                [s.budget * breadth for s in searches],
+                [int(np.ceil(s.budget * breadth)) for s in searches],
             )
         return self._knn_lists(rows, searches)
 
