@@ -81,20 +81,6 @@ def test_plain_knn_through_the_graph_ranks_like_an_exact_scan(index) -> None:
     assert [h.id for h in through_graph] == [f"d{i}" for i in np.argsort(-scores)[:10]]
 
 
-def test_a_shallow_search_can_look_as_broadly_as_a_deeper_one(index) -> None:
-    from itlr.engines.ann import breadth
-
-    query, vectors = queries()[0]
-    index.search(query, vectors, SearchOptions(k=10, mode="knn"))  # builds the graph
-    graph = index._ann
-    vector = clustered(1, seed=5)
-    shallow = graph.search(vector, [20], index.committed_rows)
-    assert graph._graph.expansion_search == breadth(20)
-    broad = graph.search(vector, [20], index.committed_rows, widths=[1000])
-    assert graph._graph.expansion_search == breadth(1000) > breadth(20)
-    assert len(shallow[0]) == len(broad[0]) == 20
-
-
 def test_rows_added_after_the_graph_was_saved_are_caught_up(index, tmp_path) -> None:
     more = clustered(200, seed=2)
     index.add([f"n{i}" for i in range(200)], ["new"] * 200, more)

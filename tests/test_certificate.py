@@ -299,74 +299,74 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
     assert [h.id for h in hits] == [h.id for h in exact] and hits[0].id == "best"
     assert hits.exact is True and not hits.warnings
-    assert len(walks) == 1  # the probe only: its bounds fall too slowly for the round to prove
+    assert len(walks) == 1  # one walk: the probe says the round could not prove, so every row
     capped = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
     assert "best" not in {h.id for h in capped} and capped.exact is False
 
 
-def graph_walks(index: EmbeddedIndex, widths_seen: list | None = None) -> list[list[int]]:
-    """The neighbour counts of every graph search the index makes from now on (and into
-    `widths_seen`, how broadly each was searched)."""
+def graph_walks(index: EmbeddedIndex) -> tuple[list[list[int]], list[int]]:
+    """From now on: the neighbour counts of every graph search the index makes, and how many
+    rows each scoring step scores (a probe, a round, or every row)."""
     index.ann_min_rows = 0
     walks: list[list[int]] = []
-    graph_lists = index._ann_lists
+    scored: list[int] = []
+    graph_lists, score = index._ann_lists, index._scored
 
-    def counted(
-        queries: np.ndarray, budgets: list[int], widths: list[int] | None = None
-    ) -> list[np.ndarray]:
+    def counted(queries: np.ndarray, budgets: list[int]) -> list[np.ndarray]:
         walks.append(list(budgets))
-        if widths_seen is not None:
-            widths_seen.append(list(widths or budgets))
-        return graph_lists(queries, budgets, widths)
+        return graph_lists(queries, budgets)
+
+    def scoring(query, term_vectors, rows, *args, **kwargs):  # type: ignore[no-untyped-def]
+        scored.append(len(rows))
+        return score(query, term_vectors, rows, *args, **kwargs)
 
     index._ann_lists = counted  # type: ignore[method-assign]
-    return walks
+    index._scored = scoring  # type: ignore[method-assign]
+    return walks, scored
 
 
 @pytest.mark.parametrize(("k", "probe"), [(10, 20), (30, 30)])
 def test_on_the_graph_a_probe_of_a_fifth_of_the_budget_proves_an_easy_query(
     crowded: EmbeddedIndex, k: int, probe: int
 ) -> None:
-    widths: list[list[int]] = []
-    walks = graph_walks(crowded, widths)
+    walks, scored = graph_walks(crowded)
     terms = np.eye(DIMS)[:1].astype(np.float32)
     hits = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=k, candidates=100))
+    # One graph walk as deep as the round, of which the probe (at least k) scored the nearest.
+    assert walks == [[100]] and scored == [probe]
     exact = crowded.search(itlr.parse('"a"'), terms, cosine_options(k=k, mode="exact"))
     # 300 rows at cosine 0.97: which of them come first is a matter of rounding.
     assert hits.exact is True
     assert [h.score for h in hits] == pytest.approx([h.score for h in exact], abs=1e-6)
-    # The probe (at least k) searched as broadly as the round of 100 would have been.
-    assert walks == [[probe]] and widths == [[100]]
 
 
-@pytest.mark.parametrize(("reachable", "expected_walks"), [(True, [[20], [100]]), (False, [[20]])])
+@pytest.mark.parametrize(("reachable", "steps"), [(True, [20, 100, 1001]), (False, [20, 1001])])
 def test_on_the_graph_the_full_round_follows_the_probe_only_where_its_bounds_could_prove(
-    crowded: EmbeddedIndex,
-    monkeypatch: pytest.MonkeyPatch,
-    reachable: bool,
-    expected_walks: list[list[int]],
+    crowded: EmbeddedIndex, monkeypatch: pytest.MonkeyPatch, reachable: bool, steps: list[int]
 ) -> None:
     from itlr.engines import embedded
 
-    walks = graph_walks(crowded)
+    walks, scored = graph_walks(crowded)
     monkeypatch.setattr(embedded, "out_of_reach", lambda *args: not reachable)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
+    # One walk of the round's 100 (50 per positive term). The probe scores the nearest 20; the
+    # round, where it is tried, all 100 (here it does not prove: the best document is not
+    # among them); then every row (1,001).
+    assert walks == [[100]] and scored == steps
     exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
-    # Proved by the round or scored over every row: exact either way.
     assert hits.exact is True and [h.id for h in hits] == [h.id for h in exact]
-    assert walks == expected_walks
 
 
 def test_on_the_graph_a_cap_at_the_budget_means_one_round_without_a_probe(
     crowded: EmbeddedIndex,
 ) -> None:
-    walks = graph_walks(crowded)
+    walks, scored = graph_walks(crowded)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
-    assert walks == [[100]]
+    assert walks == [[100]] and scored == [100]
 
 
 def zebra_corpus(crowd_text: str) -> tuple[list[str], list[str], np.ndarray]:

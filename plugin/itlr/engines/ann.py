@@ -130,26 +130,18 @@ class AnnGraph:
         return committed - start
 
     def search(
-        self,
-        queries: np.ndarray,
-        counts: Iterable[int],
-        total_rows: int,
-        widths: Iterable[int] | None = None,
+        self, queries: np.ndarray, counts: Iterable[int], total_rows: int
     ) -> list[np.ndarray]:
-        """Row numbers of each query's `count` nearest rows (fewer if the graph has fewer),
-        each searched as broadly as a search for its `widths` entry of neighbours would be
-        when that is more (a shallow search as sure of its neighbours as a deeper one)."""
+        """Row numbers of each query's `count` nearest rows (fewer if the graph has fewer)."""
         found = []
-        counts = list(counts)
-        widths = list(widths) if widths is not None else counts
-        for query, count, width in zip(queries, counts, widths, strict=True):
+        for query, count in zip(queries, counts, strict=True):
             count = min(int(count), total_rows)
             if count <= 0:
                 found.append(np.zeros(0, dtype=np.int64))
                 continue
             # Set per search: a concurrent search may read another's breadth, which changes how
             # much it looks at, never what it returns for what it saw.
-            self._graph.expansion_search = breadth(max(count, int(width)))
+            self._graph.expansion_search = breadth(count)
             matches = self._graph.search(np.asarray(query, dtype=np.float32), count)
             found.append(np.asarray(matches.keys, dtype=np.int64))
         return found

@@ -241,11 +241,8 @@ class EmbeddedIndex:
     def _uses_ann(self) -> bool:
         return self.count() >= self.ann_min_rows
 
-    def _ann_lists(
-        self, queries: np.ndarray, budgets: Sequence[int], widths: Sequence[int] | None = None
-    ) -> list[np.ndarray]:
-        """Live rows among each query's `budget` graph neighbours, searched as broadly as for
-        `widths` neighbours where that is more (see AnnGraph.search).
+    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
+        """Live rows among each query's `budget` graph neighbours, nearest first.
 
         Dead rows stay in the graph, so each search asks for more neighbours in proportion to
         them."""
@@ -253,12 +250,9 @@ class EmbeddedIndex:
         live = self._live_rows()
         share = len(live) / max(1, self.committed_rows)
         counts = [int(np.ceil(budget / share)) for budget in budgets]
-        if widths is not None:
-            widths = [int(np.ceil(width / share)) for width in widths]
         mask = self._live_mask()
         return [
-            found[mask[found]]
-            for found in self._ann.search(queries, counts, self.committed_rows, widths)
+            found[mask[found]] for found in self._ann.search(queries, counts, self.committed_rows)
         ]
 
     def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
@@ -410,12 +404,21 @@ class EmbeddedIndex:
         if graph and len(rounds) > 1:
             probe = max(options.k, rounds[0] // PROBE_SHARE)
             rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
+        deepest: list[np.ndarray] | None = None
         for depth, budget in enumerate(rounds):
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
-            # The probe's graph search looks as broadly as the round's would: its proofs trust
-            # the graph's recall no less.
-            breadth = rounds[-1] / budget if graph else 1.0
-            found = self._candidate_lists(rows, searches, options.filter, breadth)
+            if graph:
+                # One graph search as deep as the last round serves every round, the probe
+                # reading the nearest of its neighbours: as sure of them as the round is, and
+                # the round needs no second walk.
+                if deepest is None:
+                    last = plan_candidates(
+                        query, term_vectors, rounds[-1], round_plan(options.plan)
+                    )
+                    deepest = self._candidate_lists(rows, last, None)
+                found = [near[: s.budget] for near, s in zip(deepest, searches, strict=True)]
+            else:
+                found = self._candidate_lists(rows, searches, options.filter)
             seen = np.union1d(seen, np.concatenate(found))
             if stream is not None:
                 mentioning, limits = stream.top(budget * LEXICAL_DEPTH)
@@ -508,19 +511,13 @@ class EmbeddedIndex:
         )
 
     def _candidate_lists(
-        self,
-        rows: np.ndarray,
-        searches: Sequence[CandidateSearch],
-        filter: dict | None,
-        breadth: float = 1.0,
+        self, rows: np.ndarray, searches: Sequence[CandidateSearch], filter: dict | None
     ) -> list[np.ndarray]:
         """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
-        (searched as broadly as for `breadth` times the budget), else by an exact scan."""
+        (nearest first), else by an exact scan."""
         if filter is None and self._uses_ann():
             return self._ann_lists(
-                np.stack([s.vector for s in searches]),
-                [s.budget for s in searches],
-                [int(np.ceil(s.budget * breadth)) for s in searches],
+                np.stack([s.vector for s in searches]), [s.budget for s in searches]
             )
         return self._knn_lists(rows, searches)
 
