@@ -48,10 +48,10 @@ from itlr.query import Query
 # the rows left out lets the first round prove more often (100k benchmark corpus: 15 of 20
 # conjunctions scored over every row instead of 18 of 20 at the same depth as the kNN budget).
 LEXICAL_DEPTH = 10
-# On the graph, the certificate first searches this share of the round's budget: a probe that
-# proves most single terms, and whose bounds at half and at full depth tell whether the whole
-# budget could prove the rest; queries it cannot go straight to the pass over every row
-# (docs/benchmarks.md, "Certificate", sixth round).
+# On the graph, the certificate first scores the nearest this-th part of the round's walk: a
+# probe that proves most single terms, and whose bounds at half and at full depth tell whether
+# the whole round could prove the rest; queries it cannot go straight to the pass over every
+# row (docs/benchmarks.md, "Certificate", sixth round).
 PROBE_SHARE = 5
 
 
@@ -376,9 +376,10 @@ class EmbeddedIndex:
     ) -> Hits:
         """knn mode: score the candidates; for a query the certificate applies to, prove that no
         other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
-        cap. On the graph, when the cap allows more than one round: a probe (the budget's
-        `PROBE_SHARE`-th part), the budget's round only where the probe's bounds, extrapolated,
-        say it could prove the top k, and otherwise the query scored over every row: one pass
+        cap. On the graph, when the cap allows more than one round: one walk as deep as the
+        round, a probe scoring its nearest `PROBE_SHARE`-th part, the whole round only where
+        the probe's bounds, extrapolated, say it could prove the top k, and otherwise the query
+        scored over every row: one pass
         over the vectors costs less than graph walks thousands deep, and does not trust the
         graph's recall (docs/benchmarks.md, "Certificate")."""
         if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
