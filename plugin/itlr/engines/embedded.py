@@ -379,9 +379,8 @@ class EmbeddedIndex:
         cap. On the graph, when the cap allows more than one round: one walk as deep as the
         round, a probe scoring its nearest `PROBE_SHARE`-th part, the whole round only where
         the probe's bounds, extrapolated, say it could prove the top k, and otherwise the query
-        scored over every row: one pass
-        over the vectors costs less than graph walks thousands deep, and does not trust the
-        graph's recall (docs/benchmarks.md, "Certificate")."""
+        scored over every row: one pass over the vectors costs less than graph walks thousands
+        deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
         if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
