@@ -243,7 +243,7 @@ class EmbeddedIndex:
 
     def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
         """Live rows among each query's `budget` graph neighbours, nearest first (by the
-        graph's own half-precision distances: within about 1e-4 of the cosines' order).
+        graph's own half-precision distances: nearly, not exactly, the cosines' order).
 
         Dead rows stay in the graph, so each search asks for more neighbours in proportion to
         them."""
