@@ -469,7 +469,7 @@ class EmbeddedIndex:
         the searches of `budget` read at half and at full depth (`bounds`), falling onwards
         twice as fast as they just did (itlr.certificate.out_of_reach), with the lexical
         stream taken as deep as that round would take it."""
-        ahead = stream.top(deeper * LEXICAL_DEPTH)[1] if stream is not None else None
+        ahead = stream.limits(deeper * LEXICAL_DEPTH) if stream is not None else None
         return not out_of_reach(
             query,
             *bounds,

@@ -107,14 +107,17 @@ class LexicalStream:
         self._columns = [terms.index(term) for term in self.streamed]
 
     def top(self, budget: int) -> tuple[np.ndarray, dict[str, float]]:
-        """The rows of each streamed term's first `budget`, and per streamed term the most an
-        untaken row's lexical truth can be (0 once every row that mentions it is taken)."""
+        """The rows of each streamed term's first `budget`, and their `limits`."""
         taken = [self.rows[order[:budget]] for order in self.order]
-        limits = {
+        return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), self.limits(budget)
+
+    def limits(self, budget: int) -> dict[str, float]:
+        """Per streamed term, the most the lexical truth of a row outside its first `budget`
+        can be (0 once every row that mentions it is taken)."""
+        return {
             term: float(self.truths[order[budget - 1], j]) if len(order) > budget else 0.0
             for term, order, j in zip(self.streamed, self.order, self._columns, strict=True)
         }
-        return np.concatenate([np.zeros(0, dtype=np.int64), *taken]), limits
 
 
 def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
