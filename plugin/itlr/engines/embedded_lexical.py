@@ -99,12 +99,12 @@ class LexicalStream:
         self.rows = rows
         self.streamed = terms if streamed is None else streamed
         self.truths = lexical_matrix(index, rows, terms)
+        self._columns = [terms.index(term) for term in self.streamed]
         self.order: list[np.ndarray] = []
-        for term in self.streamed:
-            column = self.truths[:, terms.index(term)]
+        for j in self._columns:
+            column = self.truths[:, j]
             mentioned = np.flatnonzero(column > 0)
             self.order.append(mentioned[np.argsort(-column[mentioned], kind="stable")])
-        self._columns = [terms.index(term) for term in self.streamed]
 
     def top(self, budget: int) -> tuple[np.ndarray, dict[str, float]]:
         """The rows of each streamed term's first `budget`, and their `limits`."""
