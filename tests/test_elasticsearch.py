@@ -232,6 +232,18 @@ def test_scripts_compute_cosines_themselves_instead_of_class_bound_functions() -
         assert "vectorValue" in code
 
 
+def test_both_engines_score_scripts_differ_only_in_how_they_read_the_vector() -> None:
+    from itlr.engines import opensearch
+
+    def code(source: str) -> list[str]:
+        return [line for line in strip_comments(source).splitlines() if line.strip()]
+
+    es = code(SCORE_SCRIPT.source)
+    os_ = code(opensearch.SCORE_SCRIPT.source)
+    differing = [(a, b) for a, b in zip(es, os_, strict=True) if a != b]
+    assert differing == [("float[] v = field.vectorValue;", "float[] v = field.value;")]
+
+
 def test_explain_returns_vectors_and_asks_9_2_for_them_explicitly() -> None:
     query = itlr.parse('"vitamin D"')
     plain = offline("8.19.0").build_request(query, unit_vectors(1), cosine_options())
