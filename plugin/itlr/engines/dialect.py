@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -71,7 +72,7 @@ class StoredScript:
     def load(cls, name: str, filename: str) -> StoredScript:
         return cls(name, painless_file(filename).read_text())
 
-    @property
+    @cached_property  # hashed once: every search names it
     def id(self) -> str:
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:10]
         return f"itlr-{self.name}-v{SCRIPT_FORMAT}-{digest}"
