@@ -351,12 +351,31 @@ def test_on_the_graph_the_full_round_follows_the_probe_only_where_its_bounds_cou
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
-    # One walk of the round's 100 (50 per positive term). The probe scores the nearest 20; the
-    # round, where it is tried, all 100 (here it does not prove: the best document is not
-    # among them); then every row (1,001).
-    assert walks == [[100]] and scored == steps
+    # Two positive terms: the probe walks its own 20 (10 per term) and scores them; the round,
+    # where it is tried, walks and scores its 100 (50 per term; here it does not prove: the
+    # best document is not among them); then every row (1,001).
+    assert walks == ([[20], [100]] if reachable else [[20]]) and scored == steps
     exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
     assert hits.exact is True and [h.id for h in hits] == [h.id for h in exact]
+
+
+def test_on_the_graph_a_probe_of_several_positive_terms_routes_and_never_proves(
+    crowded: EmbeddedIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its walk is as shallow as itself, so its neighbours are trusted less than a round's: even
+    # a bound that would hold there is only read as "a round could prove", and the proof comes
+    # from the round's own, deeper walk.
+    from itlr.engines import embedded
+
+    walks, scored = graph_walks(crowded)
+    proofs: list[int] = []
+    monkeypatch.setattr(embedded, "out_of_reach", lambda *args: False)
+    monkeypatch.setattr(embedded, "unseen_cannot_beat", lambda *args: proofs.append(1) or True)
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
+    assert walks == [[20], [100]] and scored[0] == 20 and scored[1] >= 100
+    assert len(proofs) == 1 and hits.exact is True
 
 
 def test_on_the_graph_a_cap_at_the_budget_means_one_round_without_a_probe(

@@ -48,10 +48,10 @@ from itlr.query import Query
 # the rows left out lets the first round prove more often (100k benchmark corpus: 15 of 20
 # conjunctions scored over every row instead of 18 of 20 at the same depth as the kNN budget).
 LEXICAL_DEPTH = 10
-# On the graph, the certificate first scores the nearest this-th part of the round's walk: a
-# probe that proves most single terms, and whose bounds at half and at full depth tell whether
-# the whole round could prove the rest; queries it cannot go straight to the pass over every
-# row (docs/benchmarks.md, "Certificate", sixth round).
+# On the graph, the certificate first scores this-th part of the round's budget: a probe that
+# proves most single terms, and whose bounds at half and at full depth tell whether the whole
+# round could prove the rest; queries it cannot go straight to the pass over every row
+# (docs/benchmarks.md, "Certificate", sixth and seventh rounds).
 PROBE_SHARE = 5
 
 
@@ -377,11 +377,13 @@ class EmbeddedIndex:
     ) -> Hits:
         """knn mode: score the candidates; for a query the certificate applies to, prove that no
         other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
-        cap. On the graph, when the cap allows more than one round: one walk as deep as the
-        round, a probe scoring its nearest `PROBE_SHARE`-th part, the whole round only where
-        the probe's bounds, extrapolated, say it could prove the top k, and otherwise the query
-        scored over every row: one pass over the vectors costs less than graph walks thousands
-        deep, and does not trust the graph's recall (docs/benchmarks.md, "Certificate")."""
+        cap. On the graph, when the cap allows more than one round: a probe of a
+        `PROBE_SHARE`-th of the budget, the whole round only where the probe's bounds,
+        extrapolated, say it could prove the top k, and otherwise the query scored over every
+        row: one pass over the vectors costs less than graph walks thousands deep, and does not
+        trust the graph's recall (docs/benchmarks.md, "Certificate"). A single positive term's
+        probe reads the nearest part of one walk as deep as the round and may prove; with
+        several, the probe walks only its own depth and decides where to go."""
         if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
@@ -405,10 +407,16 @@ class EmbeddedIndex:
         if graph and len(rounds) > 1:
             probe = max(options.k, rounds[0] // PROBE_SHARE)
             rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
+        # With several positive terms no search ranks rows by the score itself, so the probe
+        # seldom proves and most such queries end in the pass: the probe walks only as deep as
+        # itself, to decide, and proves nothing; the round walks deep if it comes to one.
+        routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
         deepest: list[np.ndarray] | None = None
         for depth, budget in enumerate(rounds):
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
-            if graph:
+            if routing and depth == 0:
+                found = self._candidate_lists(rows, searches, None)
+            elif graph:
                 # One graph search as deep as the last round serves every round, the probe
                 # reading the nearest of its neighbours: as sure of them as the round is, and
                 # the round needs no second walk.
@@ -433,13 +441,16 @@ class EmbeddedIndex:
                 else SearchBound(s.terms, 0.0, exhausted=True)
                 for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
             ]
-            bounds += current
+            # A routing walk's bounds decide where to go and prove nothing, now or later.
+            trusted = not (routing and depth == 0)
             # The stream holds every row's lexical truths (rows ascending, seen among them).
             lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
             hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
             threshold = hits[-1].score if len(hits) >= options.k else 0.0
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
-                return hits
+            if trusted:
+                bounds += current
+                if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
+                    return hits
             if not graph or options.candidate_cap <= budget:
                 continue
             if depth + 1 < len(rounds):
