@@ -723,7 +723,10 @@ class LocalCluster:
         node.process.wait(30)
 
     def wait_for(self, status: str, nodes: int, timeout: float = DEFAULT_START_TIMEOUT) -> dict:
-        """Wait until the cluster reports `status` (or better) with `nodes` nodes."""
+        """Wait until the cluster reports `status` (or better) with `nodes` nodes, and every
+        running node answers on its own HTTP port: a node counts in the cluster's health once
+        it has joined, which is before it opens its HTTP port, so a request sent to it at once
+        could be refused."""
         rank = {"red": 0, "yellow": 1, "green": 2}
         deadline = time.monotonic() + timeout
         last: dict | None = None
@@ -733,6 +736,7 @@ class LocalCluster:
                 last
                 and rank.get(str(last.get("status")), -1) >= rank[status]
                 and last.get("number_of_nodes") == nodes
+                and all(n.health() is not None for n in self.nodes if n.running())
             ):
                 return last
             time.sleep(0.5)
