@@ -232,16 +232,19 @@ def test_scripts_compute_cosines_themselves_instead_of_class_bound_functions() -
         assert "vectorValue" in code
 
 
-def test_both_engines_score_scripts_differ_only_in_how_they_read_the_vector() -> None:
+def test_both_engines_scripts_differ_only_in_how_they_read_the_vector() -> None:
     from itlr.engines import opensearch
 
     def code(source: str) -> list[str]:
         return [line for line in strip_comments(source).splitlines() if line.strip()]
 
-    es = code(SCORE_SCRIPT.source)
-    os_ = code(opensearch.SCORE_SCRIPT.source)
-    differing = [(a, b) for a, b in zip(es, os_, strict=True) if a != b]
-    assert differing == [("float[] v = field.vectorValue;", "float[] v = field.value;")]
+    for es, os_ in (
+        (SCORE_SCRIPT, opensearch.SCORE_SCRIPT),
+        (EXCLUDE_SCRIPT, opensearch.EXCLUDE_SCRIPT),
+    ):
+        pairs = zip(code(es.source), code(os_.source), strict=True)
+        differing = [(a, b) for a, b in pairs if a != b]
+        assert differing == [("float[] v = field.vectorValue;", "float[] v = field.value;")]
 
 
 def test_explain_returns_vectors_and_asks_9_2_for_them_explicitly() -> None:
