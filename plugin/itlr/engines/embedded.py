@@ -421,8 +421,12 @@ class EmbeddedIndex:
                 # reading the nearest of its neighbours: as sure of them as the round is, and
                 # the round needs no second walk.
                 if deepest is None:
-                    last = plan_candidates(
-                        query, term_vectors, rounds[-1], round_plan(options.plan)
+                    last = (
+                        searches
+                        if budget == rounds[-1]
+                        else plan_candidates(
+                            query, term_vectors, rounds[-1], round_plan(options.plan)
+                        )
                     )
                     deepest = self._candidate_lists(rows, last, None)
                 found = [near[: s.budget] for near, s in zip(deepest, searches, strict=True)]
