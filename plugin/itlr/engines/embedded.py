@@ -414,7 +414,9 @@ class EmbeddedIndex:
         deepest: list[np.ndarray] | None = None
         for depth, budget in enumerate(rounds):
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
-            if routing and depth == 0:
+            # A routing walk's bounds decide where to go and prove nothing, now or later.
+            trusted = not (routing and depth == 0)
+            if not trusted:
                 found = self._candidate_lists(rows, searches, None)
             elif graph:
                 # One graph search as deep as the last round serves every round, the probe
@@ -445,8 +447,6 @@ class EmbeddedIndex:
                 else SearchBound(s.terms, 0.0, exhausted=True)
                 for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
             ]
-            # A routing walk's bounds decide where to go and prove nothing, now or later.
-            trusted = not (routing and depth == 0)
             # The stream holds every row's lexical truths (rows ascending, seen among them).
             lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
             hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
