@@ -289,7 +289,7 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
 ) -> None:
     # Through the graph, a deeper round would trust the graph's recall and cost walks thousands
     # deep: the engine scores every row instead, so the top k is exact by construction.
-    crowded.ann_min_rows = 0
+    crowded.ann_min_rows = crowded.routing_min_rows = 0
     walks = []
     graph_lists = crowded._ann_lists
     crowded._ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
@@ -307,7 +307,7 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
 def graph_walks(index: EmbeddedIndex) -> tuple[list[list[int]], list[int]]:
     """From now on: the neighbour counts of every graph search the index makes, and how many
     rows each scoring step scores (a probe, a round, or every row)."""
-    index.ann_min_rows = 0
+    index.ann_min_rows = index.routing_min_rows = 0
     walks: list[list[int]] = []
     scored: list[int] = []
     graph_lists, score = index._ann_lists, index._scored
@@ -376,6 +376,31 @@ def test_on_the_graph_a_probe_of_several_positive_terms_routes_and_never_proves(
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
     assert walks == [[20], [100]] and scored[0] == 20 and scored[1] >= 100
     assert len(proofs) == 1 and hits.exact is True
+
+
+@pytest.mark.parametrize("text", ['"a" AND "b"', '("a" OR "b") AND NOT "c"'])
+def test_below_the_routing_threshold_several_positive_terms_are_scored_without_a_walk(
+    crowded: EmbeddedIndex, text: str
+) -> None:
+    walks, scored = graph_walks(crowded)
+    crowded.routing_min_rows = crowded.count() + 1
+    query = itlr.parse(text)
+    terms = np.eye(DIMS)[: len(query.terms)].astype(np.float32)
+    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
+    assert walks == [] and scored == [crowded.count()]
+    exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
+    assert hits.exact is True and [h.id for h in hits] == [h.id for h in exact]
+    # A single positive term is still probed: its probe proves most such queries.
+    crowded.search(itlr.parse('"a"'), terms[:1], cosine_options(k=10, candidates=50))
+    assert walks == [[50]]
+
+
+def test_the_routing_threshold_is_read_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ITLR_ROUTING_MIN_ROWS", "0")
+    index = EmbeddedIndex.create(tmp_path / "index", "test-model", DIMS)
+    assert index.routing_min_rows == 0
 
 
 def test_on_the_graph_a_cap_at_the_budget_means_one_round_without_a_probe(

@@ -53,6 +53,12 @@ LEXICAL_DEPTH = 10
 # round could prove the rest; queries it cannot go straight to the pass over every row
 # (docs/benchmarks.md, "Certificate", sixth and seventh rounds).
 PROBE_SHARE = 5
+# Below this many rows a certifiable query with several positive terms is scored over every row
+# at once, with no probe: its probe seldom sends it to a round (15 of 71 conjunctions on the
+# 100k benchmark corpus), and what the round saves there was less than the probe cost every
+# query it sent to the pass, at every size measured (100k to 1M rows: docs/benchmarks.md,
+# "Certificate", eighth round). Past that, where one pass takes seconds, the probe routes.
+ROUTING_MIN_ROWS = 2_000_000
 
 
 class EmbeddedIndex:
@@ -62,6 +68,9 @@ class EmbeddedIndex:
     def __init__(self, store: VectorStore) -> None:
         # ITLR_ANN_MIN_ROWS moves the threshold (0: always use the graph; a huge value: never).
         self.ann_min_rows = int(os.environ.get("ITLR_ANN_MIN_ROWS") or ANN_MIN_ROWS)
+        # ITLR_ROUTING_MIN_ROWS likewise (0: always probe; a huge value: never for several
+        # positive terms).
+        self.routing_min_rows = int(os.environ.get("ITLR_ROUTING_MIN_ROWS") or ROUTING_MIN_ROWS)
         self.store = store
         self._ann = AnnGraph(store.path, store.dims)
         self._writing_depth = 0
@@ -383,13 +392,25 @@ class EmbeddedIndex:
         row: one pass over the vectors costs less than graph walks thousands deep, and does not
         trust the graph's recall (docs/benchmarks.md, "Certificate"). A single positive term's
         probe reads the nearest part of one walk as deep as the round and may prove; with
-        several, the probe walks only its own depth and decides where to go."""
+        several, the probe walks only its own depth and decides where to go, and below
+        `routing_min_rows` rows there is no probe: every row is scored."""
         if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
             searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
             found = self._candidate_lists(rows, searches, options.filter)
             return self._scored(
                 query, term_vectors, np.unique(np.concatenate(found)), options, None
             )
+        rounds = options.candidate_rounds()
+        graph = options.filter is None and self._uses_ann()
+        if graph and len(rounds) > 1:
+            probe = max(options.k, rounds[0] // PROBE_SHARE)
+            rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
+        # With several positive terms no search ranks rows by the score itself, so the probe
+        # seldom proves and most such queries end in the pass: the probe walks only as deep as
+        # itself, to decide, and proves nothing; the round walks deep if it comes to one.
+        routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
+        if routing and len(rows) < self.routing_min_rows:
+            return self._scored(query, term_vectors, rows, options, exact=True)
         unit = dict(zip(query.terms, term_vectors, strict=True))
         seen = np.zeros(0, dtype=np.int64)
         # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
@@ -402,15 +423,6 @@ class EmbeddedIndex:
         )
         limits: dict[str, float] | None = None
         bounds: list[SearchBound] = []
-        rounds = options.candidate_rounds()
-        graph = options.filter is None and self._uses_ann()
-        if graph and len(rounds) > 1:
-            probe = max(options.k, rounds[0] // PROBE_SHARE)
-            rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
-        # With several positive terms no search ranks rows by the score itself, so the probe
-        # seldom proves and most such queries end in the pass: the probe walks only as deep as
-        # itself, to decide, and proves nothing; the round walks deep if it comes to one.
-        routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
         deepest: list[np.ndarray] | None = None
         for depth, budget in enumerate(rounds):
             searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
