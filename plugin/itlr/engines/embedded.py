@@ -55,10 +55,11 @@ LEXICAL_DEPTH = 10
 PROBE_SHARE = 5
 # Below this many rows a certifiable query with several positive terms is scored over every row
 # at once, with no probe: its probe seldom sends it to a round (15 of 71 conjunctions on the
-# 100k benchmark corpus), and what the round saves there was less than the probe cost every
-# query it sent to the pass, at every size measured (100k to 1M rows: docs/benchmarks.md,
-# "Certificate", eighth round). Past that, where one pass takes seconds, the probe routes.
-ROUTING_MIN_ROWS = 2_000_000
+# 100k benchmark corpus), and what the round saves there is less than the probe costs every
+# query it sends to the pass. A pass grows with the rows, a probe's walk does not: at 1M rows
+# the probe paid for itself with cosine truths and cost about what it saved with hybrid ones
+# (docs/benchmarks.md, "Certificate", eighth round).
+ROUTING_MIN_ROWS = 1_000_000
 
 
 class EmbeddedIndex:
