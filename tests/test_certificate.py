@@ -395,12 +395,17 @@ def test_below_the_routing_threshold_several_positive_terms_are_scored_without_a
     assert walks == [[50]]
 
 
-def test_the_routing_threshold_is_read_from_the_environment(
+def test_the_routing_threshold_is_read_from_the_environment_and_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ITLR_ROUTING_MIN_ROWS", "0")
     index = EmbeddedIndex.create(tmp_path / "index", "test-model", DIMS)
     assert index.routing_min_rows == 0
+    index.close()
+    for wrong in ("many", "-5"):
+        monkeypatch.setenv("ITLR_ROUTING_MIN_ROWS", wrong)
+        with pytest.raises(ConfigurationError, match=r"ITLR_ROUTING_MIN_ROWS=.*integer >= 0"):
+            EmbeddedIndex.open(tmp_path / "index")
 
 
 def test_on_the_graph_a_cap_at_the_budget_means_one_round_without_a_probe(

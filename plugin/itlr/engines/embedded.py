@@ -67,11 +67,15 @@ class EmbeddedIndex:
     `ann_min_rows` documents, and by an exact scan below that or when a filter is given."""
 
     def __init__(self, store: VectorStore) -> None:
-        # ITLR_ANN_MIN_ROWS moves the threshold (0: always use the graph; a huge value: never).
-        self.ann_min_rows = int(os.environ.get("ITLR_ANN_MIN_ROWS") or ANN_MIN_ROWS)
-        # ITLR_ROUTING_MIN_ROWS likewise (0: always probe; a huge value: never for several
-        # positive terms).
-        self.routing_min_rows = int(os.environ.get("ITLR_ROUTING_MIN_ROWS") or ROUTING_MIN_ROWS)
+        try:
+            # ITLR_ANN_MIN_ROWS moves the threshold (0: always use the graph; a huge value:
+            # never); ITLR_ROUTING_MIN_ROWS likewise (0: always probe; a huge value: never for
+            # several positive terms).
+            self.ann_min_rows = _rows_setting("ITLR_ANN_MIN_ROWS", ANN_MIN_ROWS)
+            self.routing_min_rows = _rows_setting("ITLR_ROUTING_MIN_ROWS", ROUTING_MIN_ROWS)
+        except ConfigurationError:
+            store.close()  # the caller never gets an index to close
+            raise
         self.store = store
         self._ann = AnnGraph(store.path, store.dims)
         self._writing_depth = 0
@@ -710,6 +714,20 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
         warnings.simplefilter("ignore", UserWarning)
         left = torch.from_numpy(vectors)
     return (left @ torch.from_numpy(right).T).numpy()[:, :count]
+
+
+def _rows_setting(name: str, default: int) -> int:
+    """A row-count threshold from the environment variable `name`, or `default`."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        rows = int(raw)
+    except ValueError:
+        rows = -1
+    if rows < 0:
+        raise ConfigurationError(f"{name}={raw!r}: give a number of rows, an integer >= 0")
+    return rows
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
