@@ -15,6 +15,7 @@ Three tiers, because not every Elasticsearch runs Painless:
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import urllib.request
@@ -189,7 +190,8 @@ def test_hard_filter_is_a_script_score_with_min_score_in_must_not_per_root_not_t
     assert [c["min_score"] for c in scripted] == [0.4, 0.4]
     for clause, term in zip(scripted, ("bone health", "sleep"), strict=True):
         assert clause["script"]["id"] == EXCLUDE_SCRIPT.id
-        assert np.allclose(clause["script"]["params"]["vector"], vectors[query.terms.index(term)])
+        packed = base64.b64decode(clause["script"]["params"]["vector"])
+        assert np.array_equal(np.frombuffer(packed, "<f4"), vectors[query.terms.index(term)])
     phrases = [c["match_phrase"]["text"] for c in must_not if "match_phrase" in c]
     assert phrases == ["bone health", "sleep"]
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -96,6 +98,21 @@ def test_hostile_terms_change_nothing_but_their_vectors(opensearch_demo, embedde
     assert not any(t in serialized or json.dumps(t)[1:-1] in serialized for t in HOSTILE_TERMS)
     hits = opensearch_demo.search(query, vectors, SearchOptions(k=5))
     assert len(hits) == 5
+
+
+def test_term_vectors_travel_packed_as_the_exact_float32_values(opensearch_demo, embedder) -> None:
+    query = itlr.parse('("vitamin D" OR "sleep") AND NOT "bone health"')
+    vectors = embedder.encode(list(query.terms))
+    body = opensearch_demo.build_request(query, vectors, SearchOptions(hard_filter=0.5))
+    params = body["query"]["script_score"]["script"]["params"]
+    unpacked = np.frombuffer(base64.b64decode(params["vectors"]), "<f4")
+    assert params["dims"] == embedder.dims
+    assert np.array_equal(unpacked.reshape(len(query.terms), -1), vectors.astype(np.float32))
+    exclusion = candidate_bool(body)["must_not"][0]["script_score"]["script"]["params"]
+    excluded = np.frombuffer(base64.b64decode(exclusion["vector"]), "<f4")
+    assert np.array_equal(excluded, vectors[query.terms.index("bone health")])
+    # A fifth of a list of numbers' length: what the engine parses for every search.
+    assert len(params["vectors"]) * 4 < len(json.dumps(vectors.tolist()))
 
 
 def test_inline_mode_sends_the_fixed_source(opensearch_demo, embedder) -> None:
