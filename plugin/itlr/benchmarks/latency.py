@@ -102,6 +102,12 @@ def measure_backend(
     calls["plain kNN (1 vector, 100 candidates)"] = lambda i: backend.search_vector(
         pool[i % 64], k, candidates=100
     )
+    # As many neighbours as the 3-term query's candidate search gathers (the budget per
+    # positive term, two of them): the graph walk's share of that query, without the scoring.
+    gathered = SearchOptions(k=k).candidate_budget * len(parse(QUERIES[3]).positive_terms)
+    calls[f"plain kNN (1 vector, {gathered} candidates)"] = lambda i: backend.search_vector(
+        pool[i % 64], k, candidates=gathered
+    )
     for terms, text in QUERIES.items():
         query = parse(text)
         variants = {
