@@ -30,7 +30,7 @@ import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TypeVar
 
 import numpy as np
@@ -55,6 +55,8 @@ K1 = 1.2
 B = 0.75
 # Longer "words" are base64, URLs or DNA: never worth a keyword value of their own.
 MAX_TOKEN_CHARS = 64
+# Query terms whose tokens are remembered (term_words).
+QUERY_TERMS_REMEMBERED = 4096
 # Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
 POSTINGS_KEPT = 4096
 # LexicalCorpus.extend by more rows than this drops the kept postings rather than extend them.
@@ -73,6 +75,13 @@ def tokenize(text: str) -> list[str]:
     return [w for w in words if w not in STOPWORDS and len(w) <= MAX_TOKEN_CHARS]
 
 
+@lru_cache(maxsize=QUERY_TERMS_REMEMBERED)
+def term_words(term: str) -> tuple[str, ...]:
+    """A query term's tokens (`tokenize`), remembered: every search reads them several times."""
+    return tuple(tokenize(term))
+
+
+@lru_cache(maxsize=1 << 14)
 def token_key(token: str) -> int:
     """The token's key: a digest, stable across processes and versions (stored documents
     depend on it), shifted past the count bits."""
@@ -125,7 +134,7 @@ class TermTokens:
 
 def query_tokens(terms: Iterable[str]) -> list[str]:
     """Every distinct token of these terms: what the statistics request counts."""
-    return list(dict.fromkeys(t for term in terms for t in tokenize(term)))
+    return list(dict.fromkeys(t for term in terms for t in term_words(term)))
 
 
 def mentions_at_most(terms: Iterable[str], stats: CorpusStats) -> int:
@@ -135,7 +144,7 @@ def mentions_at_most(terms: Iterable[str], stats: CorpusStats) -> int:
 
 
 def term_tokens(term: str, stats: CorpusStats) -> TermTokens:
-    tokens = tuple(dict.fromkeys(tokenize(term)))
+    tokens = tuple(dict.fromkeys(term_words(term)))
     idfs = [stats.idf(t) for t in tokens]
     total = sum(idfs)
     if not tokens or total <= 0:
@@ -318,6 +327,7 @@ __all__ = [
     "negated_terms",
     "query_tokens",
     "term_tokens",
+    "term_words",
     "token_key",
     "tokenize",
 ]

@@ -178,7 +178,7 @@ class TruthMap:
         """Each term's lexical share w (0 unless hybrid); `negated` as lexical.negated_terms."""
         if not self.uses_lexical:
             return np.zeros(len(terms))
-        from itlr.lexical import tokenize
+        from itlr.lexical import term_words
 
         not_share = {
             "lexical": 1.0,
@@ -188,7 +188,10 @@ class TruthMap:
         }[self.not_evidence]
         # A term of stop words only has no lexical side: its truth is its cosine's.
         return np.array(
-            [0.0 if not tokenize(t) else not_share if t in negated else self.lexical for t in terms]
+            [
+                0.0 if not term_words(t) else not_share if t in negated else self.lexical
+                for t in terms
+            ]
         )
 
     def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
