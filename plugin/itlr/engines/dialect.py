@@ -143,7 +143,7 @@ def packed_floats(values: np.ndarray) -> str:
     """Floats for a script's params as one string: float32, little-endian, base64, in row-major
     order. The engine parses a JSON list of numbers into one boxed object per number for every
     search, before the script runs; the scripts decode this string once per segment, to the same
-    float32 values, and the body is a quarter of the size (docs/benchmarks.md, "Latency")."""
+    float32 values. It takes a quarter of the list's bytes (docs/benchmarks.md, "Latency")."""
     return base64.b64encode(np.ascontiguousarray(values, dtype="<f4").tobytes()).decode("ascii")
 
 
