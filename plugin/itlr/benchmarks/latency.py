@@ -6,10 +6,11 @@ recall measurement uses real text instead, because there it matters.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,30 +33,48 @@ class Timing:
     name: str
     p50_ms: float
     p95_ms: float
+    # Milliseconds per round, in round order (time_interleaved): for paired comparisons.
+    rounds_ms: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
     def ratio_to(self, reference: Timing) -> float:
         return self.p50_ms / reference.p50_ms if reference.p50_ms else float("nan")
 
+    def paired_ratio_to(self, reference: Timing) -> float:
+        """The median of this call's time over the reference's in the same round: a machine
+        whose speed drifts during a run moves both alike, where the ratio of p50s takes the
+        drift of each whole run."""
+        pairs = [
+            mine / theirs
+            for mine, theirs in zip(self.rounds_ms, reference.rounds_ms, strict=False)
+            if theirs > 0
+        ]
+        return statistics.median(pairs) if pairs else float("nan")
+
 
 def time_interleaved(
-    calls: dict[str, Callable[[int], object]], repeats: int, warmup: int = 10
+    calls: dict[str, Callable[[int], object]], repeats: int, warmup: int = 10, seed: int = 0
 ) -> list[Timing]:
     """p50/p95 of each call, timed round-robin so that caches warming up, merges finishing or a
-    busy neighbour weigh on every measurement alike rather than on whichever ran first."""
+    busy neighbour weigh on every measurement alike rather than on whichever ran first. The
+    order is shuffled every round (seeded): in a fixed order each call would always follow the
+    same one, and a light query after a heavy scan pays for the scan's garbage."""
     for i in range(warmup):
         for call in calls.values():
             call(i)
+    order = list(calls)
+    shuffle = random.Random(seed).shuffle
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for i in range(repeats):
-        for name, call in calls.items():
+        shuffle(order)
+        for name in order:
             started = time.perf_counter()
-            call(i)
+            calls[name](i)
             samples[name].append((time.perf_counter() - started) * 1000)
     timings = []
     for name, values in samples.items():
-        values.sort()
-        p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
-        timings.append(Timing(name, statistics.median(values), p95))
+        ranked = sorted(values)
+        p95 = ranked[min(len(ranked) - 1, round(0.95 * (len(ranked) - 1)))]
+        timings.append(Timing(name, statistics.median(ranked), p95, tuple(values)))
     return timings
 
 

@@ -148,7 +148,8 @@ def latency_report(
             lines += [
                 "",
                 f"3-term knn mode / fastest plain kNN ({fastest.name}): "
-                f"{knn3.ratio_to(fastest):.2f}x",
+                f"{knn3.ratio_to(fastest):.2f}x (p50s); {knn3.paired_ratio_to(fastest):.2f}x "
+                "(median of the two timed in the same round)",
                 "",
             ]
     return lines
