@@ -31,7 +31,6 @@ from itlr.lexical import (
     LexicalCorpus,
     bm25_truth,
     lexical_fields,
-    negated_terms,
     term_tokens,
     token_key,
     tokenize,
@@ -115,11 +114,11 @@ def test_a_term_of_stop_words_only_keeps_its_cosine() -> None:
 
 def test_not_evidence_chooses_the_lexical_share_of_negated_terms() -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND ("sun" OR NOT NOT "fish")')
-    assert negated_terms(query.root) == {"bone health"}
+    assert query.negated_terms == {"bone health"}
     terms = query.terms
     for evidence, expected in (("lexical", 1.0), ("cosine", 0.0), ("mixed", 0.3)):
         weights = TruthMap("hybrid", lexical=0.3, not_evidence=evidence).lexical_weights(
-            terms, negated_terms(query.root)
+            terms, query.negated_terms
         )
         assert weights.tolist() == [0.3, expected, 0.3, 0.3]
     assert TruthMap("clamp").lexical_weights(terms, ()).tolist() == [0.0] * 4

@@ -16,7 +16,6 @@ from itlr.composition import compose, explain
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.explain import recompute
-from itlr.lexical import negated_terms
 from itlr.options import OPTIONS, SearchOptions, search_options
 from itlr.scoring import MAX_EVIDENCE, Operators, TruthMap
 from parity import VOCABULARY, assert_same_ranking, sharded_backend, term_vectors
@@ -41,7 +40,7 @@ def test_max_evidence_applies_to_negated_terms_only_and_never_to_stop_word_terms
     query = itlr.parse(
         '"vitamin D" AND NOT "bone health" AND NOT "the" AND ("sun" OR NOT NOT "fish")'
     )
-    weights = MAX_NOT.lexical_weights(query.terms, negated_terms(query.root))
+    weights = MAX_NOT.lexical_weights(query.terms, query.negated_terms)
     assert weights.tolist() == [0.3, MAX_EVIDENCE, 0.0, 0.3, 0.3]
 
 

@@ -32,7 +32,7 @@ a combined vector lies nearer none of them than each term's own does: it keeps p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Literal
@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 
 from itlr.query import Query
-from itlr.tree import Term, fold_nnf, literals
+from itlr.tree import Term, fold_nnf
 
 Plan = Literal["auto", "per-term", "per-branch", "combined"]
 PLANS: tuple[Plan, ...] = ("auto", "per-term", "per-branch", "combined")
@@ -129,17 +129,8 @@ def plan_candidates(
     if limit is not None and share > limit:
         groups, share = [(term,) for term in positive], budget
     vectors = np.asarray(term_vectors, dtype=np.float32)
-    weights = positive_weights(query)
+    weights = query.positive_weights
     return tuple(_search(query, vectors, group, share, weights) for group in groups)
-
-
-def positive_weights(query: Query) -> dict[str, float]:
-    """Each positive term's weight (the largest where it occurs more than once)."""
-    weights: dict[str, float] = {}
-    for term, negated in literals(query.root):
-        if not negated:
-            weights[term.text] = max(weights.get(term.text, 0.0), term.weight)
-    return weights
 
 
 def _search(
@@ -147,7 +138,7 @@ def _search(
     vectors: np.ndarray,
     terms: Sequence[str],
     budget: int,
-    weights: dict[str, float],
+    weights: Mapping[str, float],
 ) -> CandidateSearch:
     if len(terms) == 1:
         # The term's own vector: a cosine search does not care for its norm, and single-term
@@ -179,5 +170,4 @@ __all__ = [
     "Plan",
     "branches",
     "plan_candidates",
-    "positive_weights",
 ]

@@ -46,7 +46,7 @@ import numpy as np
 from itlr.candidates import CandidateSearch, Plan
 from itlr.composition import compose
 from itlr.interval import program_range
-from itlr.lexical import CorpusStats, mentions_at_most, negated_terms
+from itlr.lexical import CorpusStats, mentions_at_most
 from itlr.options import SearchOptions
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
@@ -225,7 +225,7 @@ def unseen_cannot_beat(
         return full
 
     lexical = truth.uses_lexical
-    shares = truth.lexical_weights(terms, negated_terms(query.root)) if lexical else None
+    shares = truth.lexical_weights(terms, query.negated_terms) if lexical else None
     limits = lexical_limits or {}
     ceiling = np.array([min(1.0, max(0.0, limits.get(t, 1.0))) for t in terms])
 

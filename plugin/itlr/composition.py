@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from itlr.explain import explain_score
-from itlr.lexical import negated_terms
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 
@@ -37,7 +36,7 @@ def compose(
     """Score documents from their (documents x query.terms) cosines, and for hybrid truths
     their lexical truths (itlr.lexical, same shape)."""
     terms = query.terms
-    weights = truth.lexical_weights(terms, negated_terms(query.root))
+    weights = truth.lexical_weights(terms, query.negated_terms)
     truths = truth.apply(cosines, terms, lexical, weights)
     kept = np.ones(len(truths), dtype=bool)
     if hard_filter is not None:

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from itlr.lexical import negated_terms
 from itlr.program import Op
 from itlr.query import Query
 from itlr.scoring import MAX_EVIDENCE, Operators, TruthMap
@@ -165,7 +164,7 @@ def explain_score(
     """The explanation tree of one document from its per-term inputs (each input name -> one
     value per query term, in query.terms order; "cosine" is always there)."""
     cosines = np.asarray(inputs["cosine"], dtype=np.float64)
-    shares = truth.lexical_weights(query.terms, negated_terms(query.root))
+    shares = truth.lexical_weights(query.terms, query.negated_terms)
     lexical = inputs.get("lexical")
     truths = truth.apply(
         cosines[np.newaxis, :],

@@ -35,8 +35,6 @@ from typing import TypeVar
 
 import numpy as np
 
-from itlr.tree import Node, Not, Term
-
 # One passage's token count, or an array of them (length_norm takes either).
 LengthT = TypeVar("LengthT", float, np.ndarray)
 
@@ -166,24 +164,6 @@ def bm25_truth(counts: Mapping[str, int], length: int, term: TermTokens, avgdl: 
         if tf:
             value += weight * tf / (tf + norm)
     return value
-
-
-def negated_terms(root: Node) -> frozenset[str]:
-    """Terms every occurrence of which sits under an odd number of NOTs: the NOT evidence."""
-    negated: set[str] = set()
-    positive: set[str] = set()
-
-    def visit(node: Node, under_not: bool) -> None:
-        if isinstance(node, Term):
-            (negated if under_not else positive).add(node.text)
-        elif isinstance(node, Not):
-            visit(node.operand, not under_not)
-        else:
-            for child in node.operands:
-                visit(child, under_not)
-
-    visit(root, False)
-    return frozenset(negated - positive)
 
 
 class LexicalCorpus:
@@ -324,7 +304,6 @@ __all__ = [
     "bm25_truth",
     "lexical_fields",
     "mentions_at_most",
-    "negated_terms",
     "query_tokens",
     "term_tokens",
     "term_words",

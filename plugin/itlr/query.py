@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 
@@ -88,6 +89,26 @@ class Query:
     def positive_terms(self) -> tuple[str, ...]:
         """Terms reached through an even number of NOTs: the ones that gather candidates."""
         return tuple(dict.fromkeys(t.text for t, negated in literals(self.root) if not negated))
+
+    @cached_property
+    def negated_terms(self) -> frozenset[str]:
+        """Terms every occurrence of which sits under an odd number of NOTs: the ones whose
+        lexical evidence counts against a document (TruthMap.lexical_weights)."""
+        negated: set[str] = set()
+        positive: set[str] = set()
+        for term, under_not in literals(self.root):
+            (negated if under_not else positive).add(term.text)
+        return frozenset(negated - positive)
+
+    @cached_property
+    def positive_weights(self) -> Mapping[str, float]:
+        """Each positive term's weight (the largest where it occurs more than once): how much
+        of it a candidate search's summed vector carries (itlr.candidates)."""
+        weights: dict[str, float] = {}
+        for term, negated in literals(self.root):
+            if not negated:
+                weights[term.text] = max(weights.get(term.text, 0.0), term.weight)
+        return MappingProxyType(weights)
 
     @cached_property
     def excluded_terms(self) -> tuple[str, ...]:

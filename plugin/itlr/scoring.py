@@ -143,7 +143,7 @@ class TruthMap:
     sigmoid: 1 / (1 + exp(-(cos - tau) * lam)) with a global (tau, lam) or one per term
     hybrid:  (default) (1 - w) * max(0, cos) + w * lex, lex the term's BM25 scaled to [0, 1]
              (itlr.lexical); w = `lexical` for terms in positive position, and for terms
-             under a NOT (itlr.lexical.negated_terms) by `not_evidence`: lexical (w = 1, BM25
+             under a NOT (itlr.query.Query.negated_terms) by `not_evidence`: lexical (w = 1, BM25
              alone), cosine (w = 0), mixed (w = `lexical`, as positive terms) or max (truth =
              max(max(0, cos), lex): mentioned or semantically close; w = MAX_EVIDENCE). A term
              with no token (stop words only) keeps w = 0.
@@ -175,7 +175,7 @@ class TruthMap:
         return self.kind == "hybrid"
 
     def lexical_weights(self, terms: Sequence[str], negated: Collection[str]) -> np.ndarray:
-        """Each term's lexical share w (0 unless hybrid); `negated` as lexical.negated_terms."""
+        """Each term's lexical share w (0 unless hybrid); `negated`: Query.negated_terms."""
         if not self.uses_lexical:
             return np.zeros(len(terms))
         from itlr.lexical import term_words

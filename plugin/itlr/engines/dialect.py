@@ -36,7 +36,6 @@ from itlr.lexical import (
     CorpusStats,
     bm25_truth,
     lexical_fields,
-    negated_terms,
     query_tokens,
     term_tokens,
     token_key,
@@ -155,7 +154,7 @@ def lexical_params(
             "hybrid truth values need the index's token statistics: count them on the cluster "
             "(`lexical_stats_body`, read by `lexical_stats`) and pass them as `lexical`"
         )
-    weights = options.truth.lexical_weights(query.terms, negated_terms(query.root))
+    weights = options.truth.lexical_weights(query.terms, query.negated_terms)
     tokens = [term_tokens(term, lexical) for term in query.terms]
     return {
         "keys_field": TOKEN_KEYS_FIELD,
@@ -317,7 +316,7 @@ def hits_from_response(
                 cosines,
                 query.terms,
                 found,
-                options.truth.lexical_weights(query.terms, negated_terms(query.root)),
+                options.truth.lexical_weights(query.terms, query.negated_terms),
             )[0]
             truths = {t: float(v) for t, v in zip(query.terms, values, strict=True)}
             if options.explain:
