@@ -132,7 +132,13 @@ class TermTokens:
 
 def query_tokens(terms: Iterable[str]) -> list[str]:
     """Every distinct token of these terms: what the statistics request counts."""
-    return list(dict.fromkeys(t for term in terms for t in term_words(term)))
+    return list(_distinct_tokens(tuple(terms)))
+
+
+@lru_cache(maxsize=QUERY_TERMS_REMEMBERED)
+def _distinct_tokens(terms: tuple[str, ...]) -> tuple[str, ...]:
+    # A search asks three times (remembered statistics, their age, the certificate's check).
+    return tuple(dict.fromkeys(t for term in terms for t in term_words(term)))
 
 
 def mentions_at_most(terms: Iterable[str], stats: CorpusStats) -> int:

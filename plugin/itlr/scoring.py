@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -134,6 +135,19 @@ DEFAULT_LEXICAL_SHARE = 0.3
 DEFAULT_NOT_EVIDENCE: NotEvidence = "max"
 
 
+@lru_cache(maxsize=1024)
+def _lexical_shares(
+    terms: tuple[str, ...], negated: frozenset[str], lexical: float, not_evidence: NotEvidence
+) -> tuple[float, ...]:
+    from itlr.lexical import term_words
+
+    not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": lexical, "max": MAX_EVIDENCE}[not_evidence]
+    # A term of stop words only has no lexical side: its truth is its cosine's.
+    return tuple(
+        0.0 if not term_words(t) else not_share if t in negated else lexical for t in terms
+    )
+
+
 @dataclass(frozen=True)
 class TruthMap:
     """How a cosine similarity in [-1, 1] becomes a truth value in [0, 1].
@@ -176,23 +190,14 @@ class TruthMap:
 
     def lexical_weights(self, terms: Sequence[str], negated: Collection[str]) -> np.ndarray:
         """Each term's lexical share w (0 unless hybrid); `negated`: Query.negated_terms."""
-        if not self.uses_lexical:
-            return np.zeros(len(terms))
-        from itlr.lexical import term_words
+        return np.array(self.lexical_shares(terms, negated), dtype=np.float64)
 
-        not_share = {
-            "lexical": 1.0,
-            "cosine": 0.0,
-            "mixed": self.lexical,
-            "max": MAX_EVIDENCE,
-        }[self.not_evidence]
-        # A term of stop words only has no lexical side: its truth is its cosine's.
-        return np.array(
-            [
-                0.0 if not term_words(t) else not_share if t in negated else self.lexical
-                for t in terms
-            ]
-        )
+    def lexical_shares(self, terms: Sequence[str], negated: Collection[str]) -> tuple[float, ...]:
+        """`lexical_weights` as plain numbers, for a script's params: worked out once per query
+        shape, as every search of a query asks again."""
+        if not self.uses_lexical:
+            return (0.0,) * len(terms)
+        return _lexical_shares(tuple(terms), frozenset(negated), self.lexical, self.not_evidence)
 
     def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-term (tau, lam) arrays, falling back to the global pair."""
@@ -239,8 +244,14 @@ class TruthMap:
         return truths
 
     def to_params(self, terms: Sequence[str]) -> dict[str, object]:
-        taus, lams = self.parameters(terms)
-        return {"truth": TRUTH_CODES[self.kind], "tau": taus.tolist(), "lam": lams.tolist()}
+        # Plain numbers, as `parameters` gives them: a request builds these on every search, and
+        # a numpy call costs tens of microseconds there, its code cold after the engine ran.
+        pairs = [self.per_term.get(term, (self.tau, self.lam)) for term in terms]
+        return {
+            "truth": TRUTH_CODES[self.kind],
+            "tau": [float(tau) for tau, _ in pairs],
+            "lam": [float(lam) for _, lam in pairs],
+        }
 
     def to_dict(self) -> dict[str, object]:
         return {

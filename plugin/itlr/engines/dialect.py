@@ -154,7 +154,7 @@ def lexical_params(
             "hybrid truth values need the index's token statistics: count them on the cluster "
             "(`lexical_stats_body`, read by `lexical_stats`) and pass them as `lexical`"
         )
-    weights = options.truth.lexical_weights(query.terms, query.negated_terms)
+    weights = options.truth.lexical_shares(query.terms, query.negated_terms)
     tokens = [term_tokens(term, lexical) for term in query.terms]
     return {
         "keys_field": TOKEN_KEYS_FIELD,
@@ -163,7 +163,7 @@ def lexical_params(
         "k1": K1,
         "b": B,
         "avgdl": lexical.average_length,
-        "lex_weight": weights.tolist(),
+        "lex_weight": list(weights),
         "lex_tokens": [[f"{token} " for token in t.tokens] for t in tokens],
         "lex_keys": [[token_key(token) for token in t.tokens] for t in tokens],
         "lex_shares": [list(t.weights) for t in tokens],
