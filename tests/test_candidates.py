@@ -64,6 +64,19 @@ def test_a_combined_search_uses_the_normalised_sum_of_the_positive_terms() -> No
     assert search.terms == ("a", "b") and search.budget == 100
 
 
+def test_a_weighted_combined_vector_is_the_float32_weighted_sum_scaled_to_length_one() -> None:
+    # Bit for bit: the kNN clause sends these numbers, and the embedded engine searches with
+    # the same plan, so a change in how they are computed must not change them.
+    query = itlr.parse('("a"^0.5 OR "b") AND NOT "c" AND "d"^2')
+    vectors = unit(4, seed=7)
+    (search,) = plan_candidates(query, vectors, 100, "combined")
+    summed = np.asarray([0.5, 1.0, 2.0], dtype=np.float32) @ vectors[[0, 1, 3]]
+    expected = summed / np.float32(np.sqrt(float(summed @ summed)))
+    assert search.vector.dtype == np.float32
+    assert np.array_equal(search.vector, expected)
+    assert search.terms == ("a", "b", "d") and search.weights == (0.5, 1.0, 2.0)
+
+
 def test_a_single_term_search_sends_the_term_vector_unchanged() -> None:
     query = itlr.parse('"a" AND NOT "b"')
     vectors = unit(2, seed=3) * 3.0  # not unit: the request must still carry it as given
