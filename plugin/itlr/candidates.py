@@ -147,9 +147,8 @@ def _search(
     # Weighted like the query: `"a"^0.5 AND "b"` is scored mostly by b, so its best documents
     # lie nearer b than the plain sum (the first-order change of a weighted product).
     coefficients = tuple(weights.get(t, 1.0) for t in terms)
-    # One product of a coefficient per query term (0 for the others) with the unit vectors
-    # from the encoder: few numpy calls, each of which costs tens of microseconds right after
-    # the engine ran (its code cold in the caches), against about one in a tight loop.
+    # One product of a row of coefficients (0 for the query's other terms) with the encoder's
+    # unit vectors: the group's rows need no gathering first.
     row = [0.0] * len(query.terms)
     for term, coefficient in zip(terms, coefficients, strict=True):
         row[query.terms.index(term)] = coefficient

@@ -199,9 +199,12 @@ class TruthMap:
             return (0.0,) * len(terms)
         return _lexical_shares(tuple(terms), frozenset(negated), self.lexical, self.not_evidence)
 
+    def _pairs(self, terms: Sequence[str]) -> list[tuple[float, float]]:
+        return [self.per_term.get(term, (self.tau, self.lam)) for term in terms]
+
     def parameters(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-term (tau, lam) arrays, falling back to the global pair."""
-        pairs = [self.per_term.get(term, (self.tau, self.lam)) for term in terms]
+        pairs = self._pairs(terms)
         taus = np.array([p[0] for p in pairs], dtype=np.float64)
         lams = np.array([p[1] for p in pairs], dtype=np.float64)
         return taus, lams
@@ -244,9 +247,8 @@ class TruthMap:
         return truths
 
     def to_params(self, terms: Sequence[str]) -> dict[str, object]:
-        # Plain numbers, as `parameters` gives them: a request builds these on every search, and
-        # a numpy call costs tens of microseconds there, its code cold after the engine ran.
-        pairs = [self.per_term.get(term, (self.tau, self.lam)) for term in terms]
+        # The request needs lists: `parameters`' arrays would be made only to be undone.
+        pairs = self._pairs(terms)
         return {
             "truth": TRUTH_CODES[self.kind],
             "tau": [float(tau) for tau, _ in pairs],
