@@ -53,7 +53,7 @@ K1 = 1.2
 B = 0.75
 # Longer "words" are base64, URLs or DNA: never worth a keyword value of their own.
 MAX_TOKEN_CHARS = 64
-# Query terms whose tokens are remembered (term_words).
+# Query terms whose tokens are remembered (term_words), and sets of them (query_tokens).
 QUERY_TERMS_REMEMBERED = 4096
 # Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
 POSTINGS_KEPT = 4096

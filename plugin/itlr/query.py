@@ -88,7 +88,7 @@ class Query:
     @cached_property
     def positive_terms(self) -> tuple[str, ...]:
         """Terms reached through an even number of NOTs: the ones that gather candidates."""
-        return tuple(dict.fromkeys(t.text for t, negated in literals(self.root) if not negated))
+        return tuple(self.positive_weights)
 
     @cached_property
     def negated_terms(self) -> frozenset[str]:
@@ -102,8 +102,9 @@ class Query:
 
     @cached_property
     def positive_weights(self) -> Mapping[str, float]:
-        """Each positive term's weight (the largest where it occurs more than once): how much
-        of it a candidate search's summed vector carries (itlr.candidates)."""
+        """Each positive term's weight (the largest where it occurs more than once), in order of
+        first appearance: how much of it a candidate search's summed vector carries
+        (itlr.candidates)."""
         weights: dict[str, float] = {}
         for term, negated in literals(self.root):
             if not negated:
