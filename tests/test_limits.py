@@ -21,6 +21,7 @@ from itlr.cli import app as cli
 from itlr.embed import FairSlots
 from itlr.engines.connection import Connection
 from itlr.engines.opensearch import OpenSearchBackend
+from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS, LimitError, Limits, json_depth, query_shape
 from itlr.proxy import create_proxy_app
 from itlr.service import create_app
@@ -79,7 +80,7 @@ def test_every_limit_comes_from_its_environment_variable(monkeypatch) -> None:
     with pytest.raises(LimitError, match=r"the query has 4 terms; the limit is 3 \(max_terms"):
         limits.check_query_text("a OR b OR c OR d")
     monkeypatch.setenv("ITLR_MAX_TERMS", "many")
-    with pytest.raises(LimitError, match="ITLR_MAX_TERMS='many' is not a whole number"):
+    with pytest.raises(ConfigurationError, match=r"ITLR_MAX_TERMS='many': .*an integer >= 1"):
         Limits.from_env()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from itlr.errors import ConfigurationError, EmbeddingError
+from itlr.settings import env_number
 from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -55,8 +56,12 @@ class FairSlots:
 
 
 def _encode_slots() -> int:
-    raw = os.environ.get("ITLR_ENCODE_SLOTS", "").strip()
-    return max(1, int(raw)) if raw.isdigit() else max(1, min(4, os.cpu_count() or 1))
+    return env_number(
+        "ITLR_ENCODE_SLOTS",
+        max(1, min(4, os.cpu_count() or 1)),
+        least=1,
+        meaning="the encoder calls that may run at once",
+    )
 
 
 # Process-wide: every Embedder of the process shares the same cores.

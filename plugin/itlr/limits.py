@@ -17,26 +17,13 @@ the encoder), so a hostile input costs a linear pass over at most its bytes.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from itlr.errors import ItlrError
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise LimitError(f"{name}={raw!r} is not a whole number", name, 0, 0) from None
-    if value < 1:
-        raise LimitError(f"{name}={raw!r} must be at least 1", name, value, 1)
-    return value
+from itlr.settings import env_number
 
 
 class LimitError(ItlrError, ValueError):
@@ -74,7 +61,12 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         base = cls()
-        return cls(**{name: _env_int(env, getattr(base, name)) for name, env in ENV.items()})
+        return cls(
+            **{
+                name: env_number(env, getattr(base, name), least=1, meaning=f"the {name} limit")
+                for name, env in ENV.items()
+            }
+        )
 
     def refuse(self, name: str, value: int, what: str) -> LimitError:
         """The one-line error for `what` (e.g. "the query has 70 terms") over limit `name`."""

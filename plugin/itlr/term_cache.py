@@ -12,7 +12,6 @@ dimensions; 0 turns the cache off); `set_term_cache_size` changes it at run time
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -21,22 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from itlr.errors import ConfigurationError
+from itlr.settings import env_number
 
 DEFAULT_SIZE = 4096
 SIZE_ENV = "ITLR_TERM_CACHE_SIZE"
 
 
 def _size_from_env() -> int:
-    raw = os.environ.get(SIZE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_SIZE
-    try:
-        size = int(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"{SIZE_ENV} must be a whole number of vectors (0 turns the cache off), got {raw!r}"
-        ) from None
-    return _checked(size)
+    return env_number(
+        SIZE_ENV, DEFAULT_SIZE, least=0, meaning="the vectors a model's cache keeps (0: off)"
+    )
 
 
 def _checked(size: int) -> int:

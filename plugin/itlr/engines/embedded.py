@@ -13,7 +13,6 @@ cache built on `committed_rows` (how many rows are committed, live or dead) and 
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -42,6 +41,7 @@ from itlr.fingerprint import content_hash
 from itlr.highlight import fragments, query_words
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
+from itlr.settings import env_number
 
 # How much deeper than a round's kNN budget the lexical stream of hybrid truths goes: its rows
 # cost a sort and their scoring, not a graph walk, and a lower bound on the lexical truth of
@@ -71,8 +71,12 @@ class EmbeddedIndex:
             # ITLR_ANN_MIN_ROWS moves the threshold (0: always use the graph; a huge value:
             # never); ITLR_ROUTING_MIN_ROWS likewise (0: always probe; a huge value: never for
             # several positive terms).
-            self.ann_min_rows = _rows_setting("ITLR_ANN_MIN_ROWS", ANN_MIN_ROWS)
-            self.routing_min_rows = _rows_setting("ITLR_ROUTING_MIN_ROWS", ROUTING_MIN_ROWS)
+            self.ann_min_rows = env_number(
+                "ITLR_ANN_MIN_ROWS", ANN_MIN_ROWS, least=0, meaning="a number of rows"
+            )
+            self.routing_min_rows = env_number(
+                "ITLR_ROUTING_MIN_ROWS", ROUTING_MIN_ROWS, least=0, meaning="a number of rows"
+            )
         except ConfigurationError:
             store.close()  # the caller never gets an index to close
             raise
@@ -714,20 +718,6 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
         warnings.simplefilter("ignore", UserWarning)
         left = torch.from_numpy(vectors)
     return (left @ torch.from_numpy(right).T).numpy()[:, :count]
-
-
-def _rows_setting(name: str, default: int) -> int:
-    """A row-count threshold from the environment variable `name`, or `default`."""
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        rows = int(raw)
-    except ValueError:
-        rows = -1
-    if rows < 0:
-        raise ConfigurationError(f"{name}={raw!r}: give a number of rows, an integer >= 0")
-    return rows
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:

@@ -22,14 +22,13 @@ wasted search: guesses are made only after two counts in a row agreed.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from time import monotonic
 
-from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
+from itlr.settings import env_number
 
 # Tokens remembered per index (each an int: a few hundred kB at most).
 REMEMBERED_TOKENS = 4096
@@ -39,18 +38,12 @@ STATS_MAX_AGE = 1.0
 
 def stats_max_age() -> float:
     """ITLR_STATS_MAX_AGE, or STATS_MAX_AGE."""
-    raw = os.environ.get("ITLR_STATS_MAX_AGE")
-    if not raw:
-        return STATS_MAX_AGE
-    try:
-        age = float(raw)
-    except ValueError:
-        age = -1.0
-    if not age >= 0.0:
-        raise ConfigurationError(
-            f"ITLR_STATS_MAX_AGE={raw!r}: give the seconds a statistics count is trusted, >= 0"
-        )
-    return age
+    return env_number(
+        "ITLR_STATS_MAX_AGE",
+        STATS_MAX_AGE,
+        least=0.0,
+        meaning="the seconds a statistics count is trusted",
+    )
 
 
 class StaleStatistics(Exception):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from itlr.errors import ConfigurationError
+from itlr.settings import env_number
 
 log = logging.getLogger("itlr.server")
 
@@ -63,13 +63,7 @@ class ReadTimeouts:
 
 
 def _env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value is None or not value.strip():
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise ConfigurationError(f"{name}={value!r} is not a number of seconds") from None
+    return env_number(name, default, least=0.0, meaning="a read time-out in seconds")
 
 
 TIMEOUT_RESPONSE = (
