@@ -55,6 +55,29 @@ def test_the_bound_is_the_best_score_an_unseen_document_can_reach(
     assert not unseen_cannot_beat(parsed, bounds, best_unseen - 0.005, SEARCH_OPERATORS, CLAMP)
 
 
+def test_a_proof_that_cannot_hold_fails_where_every_search_allows_its_most(
+    monkeypatch,
+) -> None:
+    # The best unseen document sits at the bounds' limits, off the grid's steps: it is tried
+    # first, so no box is halved to find it; a threshold just above it is still proved.
+    import itlr.certificate as certificate
+
+    parsed = itlr.parse('"a" AND "b" AND NOT "c"')
+    bounds = [SearchBound(("a",), 0.1159), SearchBound(("b",), 0.1205)]
+    best_unseen = 0.1159 * 0.1205  # c at -1: its NOT is 1
+    halved = []
+    real_split = certificate._split
+
+    def split(*args: Any) -> Any:
+        halved.append(1)
+        return real_split(*args)
+
+    monkeypatch.setattr(certificate, "_split", split)
+    assert not unseen_cannot_beat(parsed, bounds, best_unseen - 1e-5, SEARCH_OPERATORS, CLAMP)
+    assert not halved
+    assert unseen_cannot_beat(parsed, bounds, best_unseen + 1e-5, SEARCH_OPERATORS, CLAMP)
+
+
 def test_a_search_that_returned_every_document_leaves_nothing_unseen() -> None:
     bounds = [SearchBound(("a",), 0.0, exhausted=True)]
     assert unseen_cannot_beat(itlr.parse('"a"'), bounds, 0.0, SEARCH_OPERATORS, CLAMP)
