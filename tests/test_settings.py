@@ -67,3 +67,15 @@ def test_a_bad_setting_read_when_the_cli_loads_is_one_line_and_status_2(
     assert finished.returncode == 2
     (line,) = finished.stderr.strip().splitlines()
     assert line.startswith(f"error: {name}={value!r}: give ")
+
+
+def test_the_package_exports_load_on_first_use_and_are_listed_before() -> None:
+    # `import itlr` loads no module that reads a setting; `itlr.Index` loads it on first use.
+    code = (
+        "import sys, itlr; print('itlr.limits' in sys.modules, 'Index' in dir(itlr)); "
+        "itlr.Index; print('itlr.limits' in sys.modules)"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert finished.stdout.split() == ["False", "True", "True"]
