@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,13 +100,19 @@ def query_vectors(query: Query, dims: int, seed: int) -> np.ndarray:
 
 
 def measure_backend(
-    backend, dims: int, repeats: int, k: int = 10, floor: np.ndarray | None = None
+    backend,
+    dims: int,
+    repeats: int,
+    k: int = 10,
+    floor: np.ndarray | None = None,
+    extra: Mapping[str, Callable[[int], object]] | None = None,
 ) -> list[Timing]:
     """Plain kNN, then 1/3/5-term logical queries in knn and exact mode, on one backend.
 
     With `floor` (the backend's vectors), the first timing is one memory pass over them (numpy's
     gemv): the least any exact scoring must cost. It is timed on its own, before the rounds, as
-    the search calls' torch threads would otherwise slow it down.
+    the search calls' torch threads would otherwise slow it down. `extra`: more calls, timed in
+    the same rounds (`request_parts`).
     """
     pool = random_unit(64, dims, seed=99)
     reference = []
@@ -159,7 +165,78 @@ def measure_backend(
                 return backend.search(query, query_vectors(query, dims, seed=i % 64), options)
 
             calls[name] = run
+    calls.update(extra or {})
     return reference + time_interleaved(calls, repeats)
+
+
+# The request-parts lines' scripts (`request_parts`): fixed sources, as every script itlr sends.
+SCRIPT_RETURNING_SCORE = "return _score;"
+# What the score script reads of each candidate, and nothing else: the vector, the token keys and
+# the token count (each doc[...] loads the document's values).
+SCRIPT_READING_CANDIDATES = """
+def vector = doc[params.field];
+if (vector.size() == 0) {
+    return 0.0;
+}
+float[] v = vector.value;
+double read = v[0];
+if (doc.containsKey(params.keys_field)) {
+    read += doc[params.keys_field].size();
+}
+if (doc.containsKey(params.length_field)) {
+    read += doc[params.length_field].size();
+}
+// Multiplied by 0 but kept: 0 * NaN is NaN, so the reads cannot be optimised away.
+return _score + 0.0 * read;
+"""
+
+
+def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], object]]:
+    """The default 3-term query on a cluster, taken apart: its requests built before the timing
+    (the same 64 as the "itlr 3-term, knn mode" line's), sent as they are, then with the score
+    script swapped for one that returns the kNN score (the candidate search, the script_score
+    wrapper and the sort) and for one that only reads what the score script reads of each
+    candidate. Each response is read into hits, as plain kNN's are."""
+    query = parse(QUERIES[3])
+    options = SearchOptions(k=k, mode="knn")
+    lexical = backend.lexical_stats(query) if options.truth.uses_lexical else None
+    built = [
+        backend.dialect.search_request(query, query_vectors(query, dims, seed=i), options, lexical)
+        for i in range(64)
+    ]
+
+    def scripted(body: dict, source: str) -> dict:
+        score = body["query"]["script_score"]
+        given = score["script"]["params"]
+        params = {
+            name: given[name] for name in ("field", "keys_field", "length_field") if name in given
+        }
+        script = {"lang": "painless", "source": source, "params": params}
+        return {**body, "query": {"script_score": {**score, "script": script}}}
+
+    variants = {
+        "": [request.body for request in built],
+        ", script returns the kNN score": [
+            scripted(request.body, SCRIPT_RETURNING_SCORE) for request in built
+        ],
+        ", script only reads each candidate": [
+            scripted(request.body, SCRIPT_READING_CANDIDATES) for request in built
+        ],
+    }
+
+    def send(bodies: list[dict]) -> Callable[[int], object]:
+        def call(i: int) -> object:
+            response = backend.client.search(
+                index=backend.index, body=bodies[i % 64], allow_partial_search_results=False
+            )
+            return backend.dialect.hits(dict(response))
+
+        return call
+
+    return {
+        f"itlr 3-term request built beforehand{name}": send(bodies)
+        for name, bodies in variants.items()
+    }
 
 
 @dataclass(frozen=True)

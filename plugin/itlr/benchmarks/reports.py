@@ -105,7 +105,7 @@ def latency_report(
 
     Vectors are random unit vectors: latency does not depend on what they mean. `keep`: a
     folder where the embedded indexes stay, and are reused by the next run."""
-    from itlr.benchmarks.latency import measure_backend, measure_embedded
+    from itlr.benchmarks.latency import measure_backend, measure_embedded, request_parts
 
     chosen = {e.strip() for e in engines.split(",") if e.strip()}
     if not chosen <= {"embedded", "opensearch"}:
@@ -135,7 +135,9 @@ def latency_report(
         if url and "opensearch" in chosen:
             with throwaway_opensearch(url, "bench", "random", dims) as backend:
                 fill_with_random(backend, count, dims)
-                timings = measure_backend(backend, dims, repeats)
+                timings = measure_backend(
+                    backend, dims, repeats, extra=request_parts(backend, dims)
+                )
             lines += [
                 f"**OpenSearch at {url}, {count:,} random {dims}-dim vectors (lucene HNSW, 1 segment)**",
                 "",
