@@ -20,6 +20,7 @@ from itlr.options import SearchOptions
 from itlr.parser import parse
 from itlr.query import Query
 from itlr.scoring import TruthMap
+from itlr.tree import Node
 
 QUERIES: dict[int, str] = {
     1: '"t0"',
@@ -165,6 +166,17 @@ def measure_backend(
                 return backend.search(query, query_vectors(query, dims, seed=i % 64), options)
 
             calls[name] = run
+        if terms == 3:
+            # Every line above sends one query object again, as a query bar does, and a cluster
+            # builds only its vectors' parts of the request again (itlr.query_memo). The same
+            # query as a new object each time: what a query text not seen before costs.
+            def run_new(i: int, root: Node = query.root) -> object:
+                new = Query(root)
+                return backend.search(
+                    new, query_vectors(new, dims, seed=i % 64), SearchOptions(k=k, mode="knn")
+                )
+
+            calls[f"itlr {terms}-term, knn mode, a query not seen before"] = run_new
     calls.update(extra or {})
     return reference + time_interleaved(calls, repeats)
 

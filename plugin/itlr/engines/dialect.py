@@ -42,6 +42,7 @@ from itlr.lexical import (
 )
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.query import Query
+from itlr.query_memo import QueryMemo
 from itlr.resources import mapping_file, painless_file
 from itlr.scoring import TRUTH_CODES
 
@@ -125,10 +126,23 @@ def score_params(
     """Everything the scoring script reads; the program is the one numpy runs. Hybrid truths
     also need the index's statistics for the query's tokens (`lexical_stats_body`)."""
     vectors = np.asarray(term_vectors, dtype=np.float32)
-    params = {
-        "field": layout.vector_field,
+    return {
+        **script_params(query, options, layout, lexical),
         "vectors": packed_floats(vectors),
         "dims": int(vectors.shape[-1]) if vectors.size else 0,
+    }
+
+
+def script_params(
+    query: Query,
+    options: SearchOptions,
+    layout: IndexLayout,
+    lexical: CorpusStats | None = None,
+) -> dict[str, Any]:
+    """`score_params` but the term vectors and their dimensions: the same for every search of
+    a query with the same options and statistics."""
+    params = {
+        "field": layout.vector_field,
         **query.program.to_params(),
         **options.ops.to_params(),
         **options.truth.to_params(query.terms),
@@ -428,6 +442,23 @@ class SearchRequest:
     warnings: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class RequestShape:
+    """A logical search's request but for what its term vectors decide (the kNN clauses, the
+    packed vectors, the hard filter's params): built once per query and options
+    (Dialect.search_request). Shared by every request built from it: never changed."""
+
+    knn: bool  # kNN clauses gather the candidates; otherwise every document is scored
+    params: dict[str, Any]  # the score script's, but `vectors`
+    filter: list[dict[str, Any]]
+    excluded: tuple[str, ...]  # terms the hard filter drops documents for
+    must_not: list[dict[str, Any]]  # exclude_lexical's phrases
+    mentions: list[dict[str, Any]]  # clauses gathering the documents that mention a term
+    mention: dict[str, Any] | None  # the unkeyed documents' mention marker
+    sort: tuple[dict[str, Any], ...]
+    rest: dict[str, Any]  # _source, from, search_after, highlight
+
+
 class Dialect:
     """The requests of one engine for one index layout; subclasses give the kNN clause."""
 
@@ -520,42 +551,83 @@ class Dialect:
     ) -> SearchRequest:
         """The search body, its kNN searches and this search's warnings, from one plan.
         `mentions`: knn mode also gathers every document that mentions a positive term (a
-        token of it among its lexical fields), so that hybrid truths can be certified."""
+        token of it among its lexical fields), so that hybrid truths can be certified.
+
+        What does not depend on the term vectors is worked out once per query object and
+        options, statistics and `mentions` (`RequestShape`): a query sent again builds only its
+        vectors' parts."""
+        term_vectors = np.asarray(term_vectors, dtype=np.float32)
+        dims = int(term_vectors.shape[-1]) if term_vectors.size else 0
+        shape = self._shapes.get(
+            query,
+            (options, lexical, mentions, dims),
+            lambda: self._shape(query, options, lexical, mentions, dims),
+        )
         warnings: tuple[str, ...] = ()
         searches: tuple[CandidateSearch, ...] = ()
-        term_vectors = np.asarray(term_vectors, dtype=np.float32)
-        user_filter = [options.filter] if options.filter else []
-        must_not: list[dict[str, Any]] = []
-        if options.hard_filter is not None:
-            for term in query.excluded_terms:
-                params = exclusion_params(query, term_vectors, options, self.layout, term)
-                must_not.append(
-                    {
-                        "script_score": {
-                            "query": {"match_all": {}},
-                            "script": self.exclude_script.reference(params, self.inline_script),
-                            "min_score": options.hard_filter,
-                        }
-                    }
-                )
-        if options.exclude_lexical:
-            must_not += [
-                {"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms
-            ]
-        inner: dict[str, Any] = {"filter": user_filter, "must_not": must_not}
+        must_not = [
+            {
+                "script_score": {
+                    "query": {"match_all": {}},
+                    "script": self.exclude_script.reference(
+                        exclusion_params(query, term_vectors, options, self.layout, term),
+                        self.inline_script,
+                    ),
+                    "min_score": options.hard_filter,
+                }
+            }
+            for term in shape.excluded
+        ]
+        inner: dict[str, Any] = {"filter": shape.filter, "must_not": must_not + shape.must_not}
         # Without a positive term nothing gathers candidates: every document is scored.
-        if options.mode == "knn" and query.has_positive_term:
-            self.check_knn_mode()
+        if shape.knn:
             searches = self.candidate_searches(query, term_vectors, options)
             warnings = self._capped(searches)
             inner["should"] = [self.knn_clause(s, options.filter) for s in searches]
-            if mentions:
-                inner["should"] += mention_clauses(query.positive_terms)
+            inner["should"] += shape.mentions
             inner["minimum_should_match"] = 1
         else:
             inner["must"] = [{"match_all": {}}]
-        params = score_params(query, term_vectors, options, self.layout, lexical)
         scored: dict[str, Any] = {"bool": inner}
+        if shape.mention is not None:
+            scored = {"bool": {"must": [scored], "should": [shape.mention]}}
+        params = {**shape.params, "vectors": packed_floats(term_vectors)}
+        body: dict[str, Any] = {
+            "size": options.k,
+            "query": {
+                "script_score": {
+                    "query": scored,
+                    "script": self.score_script.reference(params, self.inline_script),
+                }
+            },
+            # A list of its own: a caller may add to the sort (the query-bar proxy does).
+            "sort": list(shape.sort),
+            **shape.rest,
+        }
+        return SearchRequest(body, searches, warnings)
+
+    @cached_property
+    def _shapes(self) -> QueryMemo[RequestShape]:
+        return QueryMemo()
+
+    def _shape(
+        self,
+        query: Query,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+        mentions: bool,
+        dims: int,
+    ) -> RequestShape:
+        knn = options.mode == "knn" and query.has_positive_term
+        if knn:
+            self.check_knn_mode()
+        lexical_must_not = (
+            [{"match_phrase": {self.layout.text_field: t}} for t in query.excluded_terms]
+            if options.exclude_lexical
+            else []
+        )
+        params = {**script_params(query, options, self.layout, lexical), "dims": dims}
+        mention = None
         unkeyed = options.truth.uses_lexical and (lexical is None or lexical.unkeyed > 0)
         tokens = mention_clauses(query.terms) if unkeyed else []
         if tokens:
@@ -567,29 +639,30 @@ class Dialect:
             mention = {
                 "constant_score": {"filter": {"bool": {"should": tokens}}, "boost": MENTION_SCORE}
             }
-            scored = {"bool": {"must": [scored], "should": [mention]}}
             params["mention_score"] = MENTION_SCORE
-        body: dict[str, Any] = {
-            "size": options.k,
-            "query": {
-                "script_score": {
-                    "query": scored,
-                    "script": self.score_script.reference(params, self.inline_script),
-                }
-            },
-            # Sorting on _score first fills each hit's _score; `track_scores` would add nothing
-            # but cost (1.5 ms of a 8 ms query at 10k documents, docs/benchmarks.md).
-            "sort": self.sort(),
+        rest: dict[str, Any] = {
             # With explain the hits' vectors come back so truths can be shown; never otherwise.
             "_source": self.explained_source() if options.explain else self.source(options),
         }
         if options.from_:
-            body["from"] = options.from_
+            rest["from"] = options.from_
         if options.search_after is not None:
-            body["search_after"] = list(options.search_after)
+            rest["search_after"] = list(options.search_after)
         if options.highlight and query.positive_terms:
-            body["highlight"] = self.highlight(query.positive_terms)
-        return SearchRequest(body, searches, warnings)
+            rest["highlight"] = self.highlight(query.positive_terms)
+        return RequestShape(
+            knn=knn,
+            params=params,
+            filter=[options.filter] if options.filter else [],
+            excluded=query.excluded_terms if options.hard_filter is not None else (),
+            must_not=lexical_must_not,
+            mentions=mention_clauses(query.positive_terms) if knn and mentions else [],
+            mention=mention,
+            # Sorting on _score first fills each hit's _score; `track_scores` would add nothing
+            # but cost (1.5 ms of a 8 ms query at 10k documents, docs/benchmarks.md).
+            sort=tuple(self.sort()),
+            rest=rest,
+        )
 
     def sort(self) -> list[dict[str, Any]]:
         tiebreak = self.layout.tiebreak
