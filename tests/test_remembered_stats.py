@@ -64,21 +64,21 @@ def test_a_count_is_trusted_for_max_age_seconds_and_not_after_a_write(monkeypatc
     monkeypatch.setattr(remembered_stats, "monotonic", clock)
     memory = RememberedStats(max_age=1.0)
     memory.record(stats(5, a=1))
-    assert not memory.recent(["a"])  # one count: not steady
+    assert not memory.lookup(["a"])[1]  # one count: not steady
     memory.record(stats(5, a=1, b=2))
-    assert memory.recent(["a", "b"])
-    assert not memory.recent(["a", "c"])  # never counted
+    assert memory.lookup(["a", "b"])[1]
+    assert not memory.lookup(["a", "c"])[1]  # never counted
     clock.now += 1.5
-    assert not memory.recent(["a"])
+    assert not memory.lookup(["a"])[1]
     memory.record(stats(5, a=1))
-    assert memory.recent(["a"])
-    assert not memory.recent(["a", "b"])  # b's count is older than max_age
+    assert memory.lookup(["a"])[1]
+    assert not memory.lookup(["a", "b"])[1]  # b's count is older than max_age
     memory.written()
-    assert not memory.recent(["a"])
+    assert not memory.lookup(["a"])[1]
     clock.now += 0.1
     memory.record(stats(5, a=1))
-    assert memory.recent(["a"])
-    assert not RememberedStats(max_age=0.0).recent([])
+    assert memory.lookup(["a"])[1]
+    assert not RememberedStats(max_age=0.0).lookup([])[1]
 
 
 def test_the_max_age_comes_from_the_environment_and_refuses_what_is_not_seconds(
@@ -155,7 +155,7 @@ def test_a_write_through_the_backend_is_counted_by_the_next_search_at_once(
     options = SearchOptions(k=10, mode="knn", truth=TruthMap("hybrid"))
     first = [(h.id, h.score) for h in backend.search(query, vectors, options)]
     backend.search(query, vectors, options)
-    assert backend.remembered.recent(["vitamin", "bone", "health"])
+    assert backend.remembered.lookup(["vitamin", "bone", "health"])[1]
     backend.delete([first[0][0]])
     backend.refresh()
     after = [(h.id, h.score) for h in backend.search(query, vectors, options)]

@@ -32,7 +32,7 @@ a combined vector lies nearer none of them than each term's own does: it keeps p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Literal
@@ -108,7 +108,38 @@ def plan_candidates(
 ) -> tuple[CandidateSearch, ...]:
     """The kNN searches for a query whose terms (query.terms order) are embedded as
     term_vectors, `budget` neighbours per positive term shared among them. Empty when the query
-    has no positive term (then every document is scored).
+    has no positive term (then every document is scored). See `plan_searches`."""
+    vectors = np.asarray(term_vectors, dtype=np.float32)
+    return tuple(search.of(vectors) for search in plan_searches(query, budget, plan, limit))
+
+
+@dataclass(frozen=True, eq=False)
+class PlannedSearch:
+    """One kNN search of a plan before the query's terms are embedded: which terms, with which
+    weights, and how many neighbours. `row`: its coefficient per query term (query.terms
+    order), or None for a single term's own vector (`index`)."""
+
+    terms: tuple[str, ...]
+    budget: int
+    weights: tuple[float, ...]
+    index: int
+    row: np.ndarray | None
+
+    def of(self, vectors: np.ndarray) -> CandidateSearch:
+        """The search with the query's term vectors (float32, query.terms order)."""
+        if self.row is None:
+            # The term's own vector: a cosine search does not care for its norm, and
+            # single-term requests stay byte for byte what they were.
+            return CandidateSearch(self.terms, vectors[self.index], self.budget)
+        # One product of the row (0 for the query's other terms) with the encoder's unit
+        # vectors: the group's rows need no gathering first.
+        return CandidateSearch(self.terms, _unit(self.row @ vectors), self.budget, self.weights)
+
+
+def plan_searches(
+    query: Query, budget: int, plan: Plan = DEFAULT_PLAN, limit: int | None = None
+) -> tuple[PlannedSearch, ...]:
+    """`plan_candidates` before the vectors: the same for every search of a query.
 
     A plan that does not apply falls back to per-term: per-branch on a query that is not
     anchored, and any plan whose searches would exceed `limit` neighbours (an engine's largest
@@ -128,33 +159,21 @@ def plan_candidates(
     share = budget * len(positive) // len(groups)
     if limit is not None and share > limit:
         groups, share = [(term,) for term in positive], budget
-    vectors = np.asarray(term_vectors, dtype=np.float32)
-    weights = query.positive_weights
-    return tuple(_search(query, vectors, group, share, weights) for group in groups)
+    return tuple(_planned(query, group, share) for group in groups)
 
 
-def _search(
-    query: Query,
-    vectors: np.ndarray,
-    terms: Sequence[str],
-    budget: int,
-    weights: Mapping[str, float],
-) -> CandidateSearch:
+def _planned(query: Query, terms: Sequence[str], budget: int) -> PlannedSearch:
     if len(terms) == 1:
-        # The term's own vector: a cosine search does not care for its norm, and single-term
-        # requests stay byte for byte what they were.
-        return CandidateSearch(tuple(terms), vectors[query.terms.index(terms[0])], budget)
+        return PlannedSearch(tuple(terms), budget, (), query.terms.index(terms[0]), None)
     # Weighted like the query: `"a"^0.5 AND "b"` is scored mostly by b, so its best documents
     # lie nearer b than the plain sum (the first-order change of a weighted product).
+    weights = query.positive_weights
     coefficients = tuple(weights.get(t, 1.0) for t in terms)
-    # One product of a row of coefficients (0 for the query's other terms) with the encoder's
-    # unit vectors: the group's rows need no gathering first.
-    row = [0.0] * len(query.terms)
+    row = np.zeros(len(query.terms), dtype=np.float32)
     for term, coefficient in zip(terms, coefficients, strict=True):
         row[query.terms.index(term)] = coefficient
-    summed = np.asarray(row, dtype=np.float32) @ vectors
     same = all(c == 1.0 for c in coefficients)
-    return CandidateSearch(tuple(terms), _unit(summed), budget, () if same else coefficients)
+    return PlannedSearch(tuple(terms), budget, () if same else coefficients, -1, row)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -170,6 +189,8 @@ __all__ = [
     "PLANS",
     "CandidateSearch",
     "Plan",
+    "PlannedSearch",
     "branches",
     "plan_candidates",
+    "plan_searches",
 ]

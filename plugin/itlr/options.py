@@ -431,5 +431,7 @@ class Hits(list[Hit]):
         self.exact = exact
 
     def noting(self, *warnings: str) -> Hits:
-        """The same hits and certificate with more warnings."""
+        """The same hits and certificate with more warnings (these hits when there are none)."""
+        if not warnings:
+            return self
         return Hits(self, (*self.warnings, *warnings), self.exact)

@@ -353,9 +353,9 @@ class ClusterBackend:
         guessed = lexical = None
         if options.truth.uses_lexical:
             tokens = query_tokens(query.terms)
-            guessed = self.remembered.guess(tokens)
+            guessed, recent = self.remembered.lookup(tokens)
             lexical = guessed or self.lexical_stats(query)
-            if guessed is not None and self.remembered.recent(tokens):
+            if recent:
                 guessed = None  # counted moments ago: no new count goes along
         try:
             return self._counted_search(query, term_vectors, options, lexical, guessed)

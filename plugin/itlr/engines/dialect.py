@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.candidates import CandidateSearch, plan_candidates
+from itlr.candidates import CandidateSearch, PlannedSearch, plan_candidates, plan_searches
 from itlr.composition import explain
 from itlr.errors import ConfigurationError
 from itlr.explain import disagreement
@@ -449,6 +449,7 @@ class RequestShape:
     (Dialect.search_request). Shared by every request built from it: never changed."""
 
     knn: bool  # kNN clauses gather the candidates; otherwise every document is scored
+    planned: tuple[PlannedSearch, ...]  # the kNN searches, before the vectors
     params: dict[str, Any]  # the score script's, but `vectors`
     filter: list[dict[str, Any]]
     excluded: tuple[str, ...]  # terms the hard filter drops documents for
@@ -520,6 +521,10 @@ class Dialect:
             query, term_vectors, options.candidate_budget, options.plan, limit=self.max_k
         )
 
+    def planned_searches(self, query: Query, options: SearchOptions) -> tuple[PlannedSearch, ...]:
+        """`candidate_searches` before the term vectors."""
+        return plan_searches(query, options.candidate_budget, options.plan, limit=self.max_k)
+
     def _capped(self, searches: tuple[CandidateSearch, ...]) -> tuple[str, ...]:
         """What the planned searches quietly change: a budget above the engine's largest k."""
         largest = max((s.budget for s in searches), default=0)
@@ -555,7 +560,8 @@ class Dialect:
 
         What does not depend on the term vectors is worked out once per query object and
         options, statistics and `mentions` (`RequestShape`): a query sent again builds only its
-        vectors' parts."""
+        vectors' parts. Bodies share the shape's clauses: a caller may set a body's own keys
+        (and its sort, a list of its own), not change what they hold."""
         term_vectors = np.asarray(term_vectors, dtype=np.float32)
         dims = int(term_vectors.shape[-1]) if term_vectors.size else 0
         shape = self._shapes.get(
@@ -578,10 +584,13 @@ class Dialect:
             }
             for term in shape.excluded
         ]
-        inner: dict[str, Any] = {"filter": shape.filter, "must_not": must_not + shape.must_not}
+        inner: dict[str, Any] = {
+            "filter": list(shape.filter),
+            "must_not": must_not + shape.must_not,
+        }
         # Without a positive term nothing gathers candidates: every document is scored.
         if shape.knn:
-            searches = self.candidate_searches(query, term_vectors, options)
+            searches = tuple(planned.of(term_vectors) for planned in shape.planned)
             warnings = self._capped(searches)
             inner["should"] = [self.knn_clause(s, options.filter) for s in searches]
             inner["should"] += shape.mentions
@@ -652,6 +661,7 @@ class Dialect:
             rest["highlight"] = self.highlight(query.positive_terms)
         return RequestShape(
             knn=knn,
+            planned=self.planned_searches(query, options) if knn else (),
             params=params,
             filter=[options.filter] if options.filter else [],
             excluded=query.excluded_terms if options.hard_filter is not None else (),

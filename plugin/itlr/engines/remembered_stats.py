@@ -72,30 +72,28 @@ class RememberedStats:
     def guess(self, tokens: Sequence[str]) -> CorpusStats | None:
         """The remembered statistics of these tokens, or None when some token was never
         counted or the index changed between the last two counts."""
-        with self._lock:
-            if not self._steady or self._totals is None:
-                return None
-            if any(token not in self._df for token in tokens):
-                return None
-            for token in tokens:
-                self._df.move_to_end(token)
-            documents, length, unkeyed = self._totals
-            df = {token: self._df[token][0] for token in tokens}
-            return CorpusStats(documents, length, df, unkeyed)
+        return self.lookup(tokens)[0]
 
-    def recent(self, tokens: Sequence[str]) -> bool:
-        """Every one of these tokens was counted at most `max_age` seconds ago, and nothing was
-        written through this backend since: a search needs no new count."""
+    def lookup(self, tokens: Sequence[str]) -> tuple[CorpusStats | None, bool]:
+        """`guess`, and whether it is recent: every one of these tokens counted at most
+        `max_age` seconds ago, with nothing written through this backend since (a search
+        then needs no new count)."""
         now = monotonic()
         with self._lock:
-            times = [self._totals_at]
+            if not self._steady or self._totals is None:
+                return None, False
+            oldest = self._totals_at
+            df = {}
             for token in tokens:
                 counted = self._df.get(token)
                 if counted is None:
-                    return False
-                times.append(counted[1])
-            oldest = min(times)
-            return self._steady and oldest > self._written_at and now - oldest <= self.max_age
+                    return None, False
+                df[token] = counted[0]
+                oldest = min(oldest, counted[1])
+                self._df.move_to_end(token)
+            documents, length, unkeyed = self._totals
+            recent = oldest > self._written_at and now - oldest <= self.max_age
+            return CorpusStats(documents, length, df, unkeyed), recent
 
     def written(self) -> None:
         """This backend wrote to the index: the next search counts again."""
