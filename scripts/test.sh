@@ -8,6 +8,6 @@ cd "$ROOT"
 ruff check plugin tests
 ruff format --check plugin tests
 (cd plugin && mypy itlr/tree.py itlr/parser.py itlr/query.py itlr/program.py itlr/scoring.py \
-    itlr/candidates.py itlr/composition.py itlr/options.py itlr/settings.py)
+    itlr/candidates.py itlr/composition.py itlr/options.py itlr/settings.py itlr/query_memo.py)
 export ITLR_REQUIRE_OPENSEARCH="${ITLR_REQUIRE_OPENSEARCH:-1}"
 exec python -m pytest "$@"
