@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from itlr.candidates import CandidateSearch, PlannedSearch, plan_candidates, plan_searches
+from itlr.candidates import CandidateSearch, PlannedSearch, plan_searches
 from itlr.composition import explain
 from itlr.errors import ConfigurationError
 from itlr.explain import disagreement
@@ -517,9 +517,8 @@ class Dialect:
     def candidate_searches(
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> tuple[CandidateSearch, ...]:
-        return plan_candidates(
-            query, term_vectors, options.candidate_budget, options.plan, limit=self.max_k
-        )
+        vectors = np.asarray(term_vectors, dtype=np.float32)
+        return tuple(planned.of(vectors) for planned in self.planned_searches(query, options))
 
     def planned_searches(self, query: Query, options: SearchOptions) -> tuple[PlannedSearch, ...]:
         """`candidate_searches` before the term vectors."""
