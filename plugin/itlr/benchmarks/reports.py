@@ -162,7 +162,13 @@ def shards_report(
 ) -> list[str]:
     """The same random index with 1 and with several primary shards (and replicas) on one
     cluster: p50 / p95 of plain kNN and the 3-term query, knn and exact mode."""
-    from itlr.benchmarks.latency import QUERIES, query_vectors, random_unit, time_interleaved
+    from itlr.benchmarks.latency import (
+        POOL,
+        QUERIES,
+        random_unit,
+        time_interleaved,
+        vector_pool,
+    )
     from itlr.options import SearchOptions
     from itlr.parser import parse
 
@@ -177,20 +183,19 @@ def shards_report(
         "| primaries | replicas | measurement | p50 ms | p95 ms |",
         "|---:|---:|---|---:|---:|",
     ]
-    pool = random_unit(64, dims, seed=99)
+    pool = random_unit(POOL, dims, seed=99)
     query = parse(QUERIES[3])
+    drawn = vector_pool(query, dims)
     for count in counts:
         with throwaway_opensearch(url, "shards", "random", dims, count, replicas) as backend:
             fill_with_random(backend, docs, dims)
             backend.client.cluster.health(index=backend.index, wait_for_status="green")
             calls = {
-                "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % 64], 10),
+                "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % POOL], 10),
                 **{
                     f"itlr 3-term, {mode} mode": (
                         lambda i, b=backend, mode=mode: b.search(
-                            query,
-                            query_vectors(query, dims, seed=i % 64),
-                            SearchOptions(k=10, mode=mode),
+                            query, drawn[i % POOL], SearchOptions(k=10, mode=mode)
                         )
                     )
                     for mode in ("knn", "exact")
