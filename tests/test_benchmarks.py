@@ -75,3 +75,32 @@ def test_the_request_parts_send_the_logical_query_as_built_and_with_each_stand_i
         assert stand_in == [(h.id, round(h.score, 6)) for h in reading(3)]
         assert len(stand_in) == 10 and all(0.0 <= score <= 1.0 for _, score in stand_in)
         assert [s for _, s in stand_in] != [round(h.score, 6) for h in logical]
+
+
+def test_latency_lines_search_with_vectors_drawn_before_the_timing(tmp_path) -> None:
+    """Drawing a query's vectors is no part of its search: every line takes them from the pool
+    drawn beforehand, as plain kNN does, but the one kept to show what drawing them costs."""
+    from itlr.benchmarks.latency import POOL, measure_backend
+
+    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index.add([f"r{i}" for i in range(200)], [""] * 200, random_unit(200, 16, seed=1))
+    # The arrays themselves, kept alive, so that no two of them share an id().
+    given: dict[int, list[np.ndarray]] = {}
+
+    class Recording:
+        def __getattr__(self, name: str):
+            return getattr(index, name)
+
+        def search(self, query, term_vectors, options):
+            given.setdefault(len(query.terms), []).append(term_vectors)
+            return index.search(query, term_vectors, options)
+
+    timings = measure_backend(Recording(), 16, repeats=POOL + 1)
+    names = [t.name for t in timings]
+    assert "itlr 3-term, knn mode, vectors drawn on each call" in names
+    assert all(t.p50_ms > 0 for t in timings)
+    # Each query's calls reuse at most POOL vector objects; the line that draws on each call
+    # adds one per call of its own (POOL + 1 rounds and the warm-up's 10 calls).
+    distinct = {terms: len({id(v) for v in arrays}) for terms, arrays in given.items()}
+    assert distinct[1] <= POOL and distinct[5] <= POOL
+    assert distinct[3] > POOL
