@@ -64,15 +64,17 @@ def test_the_request_parts_send_the_logical_query_as_built_and_with_each_stand_i
     with throwaway_opensearch(opensearch_url, "test", "random", 16) as backend:
         fill_with_random(backend, 300, 16)
         parts = request_parts(backend, 16)
-        as_built, returning_score, reading = parts.values()
+        as_built, returning_score, *reading = parts.values()
+        assert len(reading) == 3
         query = parse(QUERIES[3])
         logical = backend.search(query, query_vectors(query, 16, seed=3), SearchOptions(k=10))
         sent = as_built(3)
         assert [(h.id, h.score) for h in sent] == [(h.id, h.score) for h in logical]
         # The stand-ins score every candidate by its kNN score, (1 + cos) / 2 on OpenSearch,
-        # whatever they read: the same hits in both, none of them the logical query's scores.
+        # whatever they read: the same hits in all, none of them the logical query's scores.
         stand_in = [(h.id, round(h.score, 6)) for h in returning_score(3)]
-        assert stand_in == [(h.id, round(h.score, 6)) for h in reading(3)]
+        for read in reading:
+            assert stand_in == [(h.id, round(h.score, 6)) for h in read(3)]
         assert len(stand_in) == 10 and all(0.0 <= score <= 1.0 for _, score in stand_in)
         assert [s for _, s in stand_in] != [round(h.score, 6) for h in logical]
 

@@ -224,14 +224,31 @@ if (doc.containsKey(params.length_field)) {
 // Multiplied by 0 but kept: 0 * NaN is NaN, so the reads cannot be optimised away.
 return _score + 0.0 * read;
 """
+# Each read on its own, to tell which of them costs what.
+SCRIPT_READING_VECTORS = """
+def vector = doc[params.field];
+if (vector.size() == 0) {
+    return 0.0;
+}
+float[] v = vector.value;
+return _score + 0.0 * v[0];
+"""
+SCRIPT_READING_TOKEN_KEYS = """
+double read = 0.0;
+if (doc.containsKey(params.keys_field)) {
+    read += doc[params.keys_field].size();
+}
+return _score + 0.0 * read;
+"""
 
 
 def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], object]]:
     """The default 3-term query on a cluster, taken apart: its requests built before the timing
     (the same 64 as the "itlr 3-term, knn mode" line's), sent as they are, then with the score
     script swapped for one that returns the kNN score (the candidate search, the script_score
-    wrapper and the sort) and for one that only reads what the score script reads of each
-    candidate. Each response is read into hits, as plain kNN's are."""
+    wrapper and the sort), for one that only reads what the score script reads of each
+    candidate, and for ones that read only its vector or only its token keys. Each response is
+    read into hits, as plain kNN's are."""
     query = parse(QUERIES[3])
     options = SearchOptions(k=k, mode="knn")
     lexical = backend.lexical_stats(query) if options.truth.uses_lexical else None
@@ -256,6 +273,12 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
         ],
         ", script only reads each candidate": [
             scripted(request.body, SCRIPT_READING_CANDIDATES) for request in built
+        ],
+        ", script only reads each candidate's vector": [
+            scripted(request.body, SCRIPT_READING_VECTORS) for request in built
+        ],
+        ", script only reads each candidate's token keys": [
+            scripted(request.body, SCRIPT_READING_TOKEN_KEYS) for request in built
         ],
     }
 
