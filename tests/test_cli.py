@@ -142,3 +142,11 @@ def test_credentials_in_the_url_move_to_auth_and_never_reach_a_message() -> None
     )
     assert down.exit_code == 2 and "cannot reach" in down.stderr
     assert "s3cret" not in down.output and "alice" not in down.output
+
+
+def test_a_markdown_report_keeps_its_table_rows_whole_when_piped(capsys) -> None:
+    from itlr.cli.app import print_markdown
+
+    row = "| " + " | ".join(f"measurement {i}" for i in range(12)) + " |"
+    print_markdown(f"| a | b |\n|---|---|\n{row}")
+    assert row in capsys.readouterr().out.splitlines()

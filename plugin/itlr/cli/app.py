@@ -52,6 +52,12 @@ out = Console()
 err = Console(stderr=True)
 
 
+def print_markdown(text: str) -> None:
+    """A markdown report on stdout as it is: rich wraps lines at the terminal's width (80
+    columns when stdout is a pipe or a file), which breaks a table's rows in two."""
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def _choices(name: str, values: tuple[str, ...]) -> Any:
     """A StrEnum whose members are the library's own names, so that a name added there is a
     choice here and a CLI choice cannot exist that the library refuses."""

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from itlr.cli.app import ModelOpt, app, out, run_guarded
+from itlr.cli.app import ModelOpt, app, out, print_markdown, run_guarded
 from itlr.errors import ConfigurationError
 
 bench_app = typer.Typer(
@@ -91,7 +91,7 @@ def synthetic(
             json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8"
         )
         synthetic_plots(report, out_dir)
-        out.print(markdown, markup=False, highlight=False, soft_wrap=True)
+        print_markdown(markdown)
         out.print(f"wrote synthetic.md, results.json and PNGs to {out_dir}", highlight=False)
 
     run_guarded(action)
@@ -137,7 +137,7 @@ def serve_throughput(
         results = [
             r for cached in modes for r in service.run(opened, queries, counts, requests, k, cached)
         ]
-        out.print(service.markdown(results), markup=False, highlight=False)
+        print_markdown(service.markdown(results))
         print(json.dumps([r.to_dict() for r in results]))
 
     run_guarded(action)
@@ -166,7 +166,7 @@ def load(
         target = index or str(demo_index().path)
         queries = [case.query for case in showcases()]
         phases = load_test.run(target, queries, requests, concurrency, large, k, torch_threads)
-        out.print(load_test.markdown(phases), markup=False, highlight=False)
+        print_markdown(load_test.markdown(phases))
         print(json.dumps([p.to_dict() for p in phases]))
 
     run_guarded(action)

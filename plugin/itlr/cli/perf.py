@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from itlr.candidates import PLANS
-from itlr.cli.app import err, out, run_guarded
+from itlr.cli.app import err, print_markdown, run_guarded
 from itlr.cli.bench import bench_app
 from itlr.engines.ann import ANN_MIN_ROWS
 from itlr.errors import ConfigurationError
@@ -25,7 +25,7 @@ UrlOpt = Annotated[
 
 def emit(lines: list[str], destination: Path | None) -> None:
     text = "\n".join(lines) + "\n"
-    out.print(text, markup=False, highlight=False)
+    print_markdown(text)
     if destination:
         with open(destination, "a", encoding="utf-8") as handle:
             handle.write(text + "\n")
