@@ -140,7 +140,9 @@ def test_a_knn_clause_gathers_its_k_neighbours_on_every_shard(sharded, embedder)
     query = itlr.parse('"vitamin D"')
     budget = 20
     options = SearchOptions(k=10, candidates=budget, plan="per-term")
-    (search,) = sharded.dialect.candidate_searches(query, encoded(query, embedder), options)
+    lexical = sharded.lexical_stats(query)
+    vectors = encoded(query, embedder)
+    (search,) = sharded.dialect.search_request(query, vectors, options, lexical).searches
     body = {"size": 1000, "query": sharded.dialect.knn_clause(search, None), "_source": False}
     found = sharded.client.search(index=sharded.index, body=body)["hits"]["hits"]
     assert len(found) == SHARDS * budget

@@ -21,16 +21,16 @@ def stats(documents: int, **df: int) -> CorpusStats:
 
 def test_statistics_are_guessed_only_after_two_counts_in_a_row_agreed() -> None:
     memory = RememberedStats()
-    assert memory.guess(["a"]) is None
+    assert memory.lookup(["a"])[0] is None
     memory.record(stats(5, a=1))
-    assert memory.guess(["a"]) is None  # one count says nothing of whether the index moves
+    assert memory.lookup(["a"])[0] is None  # one count says nothing of whether the index moves
     memory.record(stats(5, a=1, b=2))
-    assert memory.guess(["a", "b"]) == stats(5, a=1, b=2)
-    assert memory.guess(["a", "c"]) is None  # never counted
+    assert memory.lookup(["a", "b"])[0] == stats(5, a=1, b=2)
+    assert memory.lookup(["a", "c"])[0] is None  # never counted
     memory.record(stats(6, a=1))  # a write in between
-    assert memory.guess(["a"]) is None
+    assert memory.lookup(["a"])[0] is None
     memory.record(stats(6, a=1))
-    assert memory.guess(["a"]) == stats(6, a=1)
+    assert memory.lookup(["a"])[0] == stats(6, a=1)
 
 
 def test_a_changed_document_frequency_alone_stops_the_guessing() -> None:
@@ -38,17 +38,17 @@ def test_a_changed_document_frequency_alone_stops_the_guessing() -> None:
     memory.record(stats(5, a=1))
     memory.record(stats(5, a=1))
     memory.record(stats(5, a=2))
-    assert memory.guess(["a"]) is None
+    assert memory.lookup(["a"])[0] is None
 
 
 def test_the_least_recently_used_tokens_are_forgotten_past_the_capacity() -> None:
     memory = RememberedStats(capacity=2)
     memory.record(stats(5, a=1, b=1))
     memory.record(stats(5, a=1, b=1))
-    assert memory.guess(["a"]) is not None  # a is now the most recent
+    assert memory.lookup(["a"])[0] is not None  # a is now the most recent
     memory.record(stats(5, c=1))
-    assert memory.guess(["a", "c"]) is not None
-    assert memory.guess(["b"]) is None
+    assert memory.lookup(["a", "c"])[0] is not None
+    assert memory.lookup(["b"])[0] is None
 
 
 class Clock:
@@ -136,7 +136,7 @@ def test_a_search_from_remembered_statistics_sends_no_count_first_and_notices_a_
     other.add(["new"], [corpus[0].text], corpus_vectors[:1])
     other.refresh()
     after = ranking(backend.search(query, vectors, options))
-    assert backend.remembered.guess(["vitamin"]) is None  # not steady until two counts agree
+    assert backend.remembered.lookup(["vitamin"])[0] is None  # not steady until two counts agree
     fresh = OpenSearchBackend(backend.client, backend.index, backend.model, backend.dims)
     assert after == ranking(fresh.search(query, vectors, options))
     assert after != first  # the write shows in the scores

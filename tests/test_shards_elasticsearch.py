@@ -45,9 +45,9 @@ def test_a_knn_clause_gathers_its_depth_on_every_shard(
         query = itlr.parse('"vitamin D"')
         budget = 20
         options = SearchOptions(k=10, candidates=budget, plan="per-term")
-        (search,) = backend.dialect.candidate_searches(
-            query, embedder.encode(list(query.terms)), options
-        )
+        vectors = embedder.encode(list(query.terms))
+        lexical = backend.lexical_stats(query)
+        (search,) = backend.dialect.search_request(query, vectors, options, lexical).searches
         found = client.search(
             index=backend.index,
             query=backend.dialect.knn_clause(search, None),

@@ -514,14 +514,8 @@ class Dialect:
 
     # -- requests --------------------------------------------------------------------------
 
-    def candidate_searches(
-        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
-    ) -> tuple[CandidateSearch, ...]:
-        vectors = np.asarray(term_vectors, dtype=np.float32)
-        return tuple(planned.of(vectors) for planned in self.planned_searches(query, options))
-
     def planned_searches(self, query: Query, options: SearchOptions) -> tuple[PlannedSearch, ...]:
-        """`candidate_searches` before the term vectors."""
+        """The query's kNN searches before the term vectors (itlr.candidates)."""
         return plan_searches(query, options.candidate_budget, options.plan, limit=self.max_k)
 
     def _capped(self, searches: tuple[CandidateSearch, ...]) -> tuple[str, ...]:

@@ -69,15 +69,11 @@ class RememberedStats:
         self._steady = False
         self._written_at = -math.inf
 
-    def guess(self, tokens: Sequence[str]) -> CorpusStats | None:
-        """The remembered statistics of these tokens, or None when some token was never
-        counted or the index changed between the last two counts."""
-        return self.lookup(tokens)[0]
-
     def lookup(self, tokens: Sequence[str]) -> tuple[CorpusStats | None, bool]:
-        """`guess`, and whether it is recent: every one of these tokens counted at most
-        `max_age` seconds ago, with nothing written through this backend since (a search
-        then needs no new count)."""
+        """The remembered statistics of these tokens, or None when some token was never
+        counted or the index changed between the last two counts; and whether they are
+        recent: every one of these tokens counted at most `max_age` seconds ago, with nothing
+        written through this backend since (a search then needs no new count)."""
         now = monotonic()
         with self._lock:
             if not self._steady or self._totals is None:
