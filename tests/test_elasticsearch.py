@@ -30,7 +30,7 @@ import itlr
 from itlr import IndexStateError, Operators, TruthMap
 from itlr.cli import app
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout, derive_mapping, score_params
+from itlr.engines.dialect import IndexLayout, derive_mapping, render_painless, score_params
 from itlr.engines.elasticsearch import (
     EXCLUDE_SCRIPT,
     MAX_NUM_CANDIDATES,
@@ -43,7 +43,7 @@ from itlr.engines.factory import EngineSpec, open_backend, remote_backend
 from itlr.errors import EngineError
 from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions
-from itlr.resources import data_file
+from itlr.resources import data_file, painless_file
 from parity import (
     HOSTILE_TERMS,
     assert_same_ranking,
@@ -80,6 +80,23 @@ def strip_comments(painless: str) -> str:
 
 
 # -- request bodies, no server --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("filename", ["itlr_score.painless", "itlr_exclude.painless"])
+def test_both_engines_run_one_painless_source_differing_only_in_the_vector_accessor(
+    filename: str,
+) -> None:
+    source = painless_file(filename).read_text()
+    opensearch = render_painless(source, "opensearch")
+    elasticsearch = render_painless(source, "elasticsearch")
+    assert "{{" not in opensearch and "{{" not in elasticsearch
+    assert opensearch.count("field.value;") == 1
+    assert elasticsearch.replace("field.vectorValue;", "field.value;") == opensearch
+
+
+def test_an_unknown_painless_placeholder_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match="unknown Painless placeholder"):
+        render_painless("return doc[params.field].{{magnitude}};", "opensearch")
 
 
 def test_mapping_is_an_indexed_cosine_dense_vector_under_the_layouts_names() -> None:

@@ -14,6 +14,7 @@ import base64
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -62,6 +63,28 @@ class IndexLayout:
     tiebreak: str | None = "doc_id"
 
 
+# What a Painless file's `{{placeholder}}`s become on each engine: fixed words, never user text.
+# OpenSearch's knn_vector doc values give the float[] as `.value`, Elasticsearch's dense_vector
+# as `.vectorValue`.
+PAINLESS_DIALECTS: dict[str, dict[str, str]] = {
+    "opensearch": {"vector_value": "value"},
+    "elasticsearch": {"vector_value": "vectorValue"},
+}
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def render_painless(source: str, engine: str) -> str:
+    """One Painless source for both engines, with its placeholders filled for ``engine``."""
+    words = PAINLESS_DIALECTS[engine]
+
+    def fill(match: re.Match[str]) -> str:
+        if match.group(1) not in words:
+            raise ValueError(f"unknown Painless placeholder {match.group(0)} for {engine}")
+        return words[match.group(1)]
+
+    return _PLACEHOLDER.sub(fill, source)
+
+
 @dataclass(frozen=True)
 class StoredScript:
     """A fixed Painless file registered under an id that changes whenever its source does."""
@@ -70,8 +93,9 @@ class StoredScript:
     source: str
 
     @classmethod
-    def load(cls, name: str, filename: str) -> StoredScript:
-        return cls(name, painless_file(filename).read_text())
+    def load(cls, name: str, filename: str, engine: str) -> StoredScript:
+        """``scripts/painless/<filename>`` rendered for ``engine`` (see `render_painless`)."""
+        return cls(name, render_painless(painless_file(filename).read_text(), engine))
 
     @cached_property  # hashed once: every search names it
     def id(self) -> str:

@@ -25,8 +25,8 @@ from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError
 
-SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score_elasticsearch.painless")
-EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude_elasticsearch.painless")
+SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score.painless", "elasticsearch")
+EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude.painless", "elasticsearch")
 
 # num_candidates may not exceed this (a hard limit of the knn query).
 MAX_NUM_CANDIDATES = 10_000

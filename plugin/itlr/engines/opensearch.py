@@ -14,8 +14,8 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import opensearch_errors
 from itlr.engines.dialect import Dialect, StoredScript
 
-SCORE_SCRIPT = StoredScript.load("score", "itlr_score_opensearch.painless")
-EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude_opensearch.painless")
+SCORE_SCRIPT = StoredScript.load("score", "itlr_score.painless", "opensearch")
+EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude.painless", "opensearch")
 
 
 class OpenSearchDialect(Dialect):
