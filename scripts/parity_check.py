@@ -26,7 +26,7 @@ from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.options import SearchOptions
-from itlr.parser import parse
+from itlr.query import parse
 from itlr.resources import data_file
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from itlr.benchmarks.latency import candidate_recall, random_unit
 from itlr.benchmarks.text_corpus import recall_corpus
 from itlr.engines.embedded import EmbeddedIndex
-from itlr.parser import parse
+from itlr.query import parse
 
 
 def test_a_grown_recall_corpus_keeps_its_passages_and_joins_pairs_of_them() -> None:

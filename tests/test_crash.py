@@ -181,7 +181,7 @@ def test_kill_9_during_an_ingestion_that_builds_the_ann_graph_leaves_it_usable(
     """The HNSW graph is a cache: killed at random instants while ingestion builds and saves
     it, the index opens and knn mode's graph candidates give what a full scan gives."""
     from itlr.options import SearchOptions
-    from itlr.parser import parse
+    from itlr.query import parse
 
     texts = write_corpus(tmp_path / "docs.jsonl", 480)
     index_dir = tmp_path / "idx"

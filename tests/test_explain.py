@@ -18,7 +18,7 @@ from itlr.engines.opensearch import OpenSearchBackend
 from itlr.explain import recompute
 from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import search_options
-from itlr.parser import parse
+from itlr.query import parse
 from itlr.service import create_app
 from itlr.service.server import serving
 from itlr.translation import translate_requests

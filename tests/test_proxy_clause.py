@@ -16,10 +16,10 @@ from itlr.engines.factory import dialect_for
 from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
-from itlr.parser import parse
 from itlr.proxy import ClauseError, check_exposure, find_logical_search
 from itlr.proxy.clause import LogicalSearch
 from itlr.proxy.rewrite import rewrite_body
+from itlr.query import parse
 from parity import candidate_bool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "query_bar"

@@ -8,8 +8,7 @@ from itlr.engines.dialect import IndexLayout
 from itlr.engines.opensearch import OpenSearchDialect
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
-from itlr.parser import parse
-from itlr.query import Query
+from itlr.query import Query, parse
 from itlr.query_memo import QueryMemo
 
 

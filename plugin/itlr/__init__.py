@@ -17,8 +17,7 @@ from itlr.errors import (
 
 if TYPE_CHECKING:
     from itlr.index import Index
-    from itlr.parser import parse
-    from itlr.query import And, Not, Or, Query, Term
+    from itlr.query import And, Not, Or, Query, Term, parse
     from itlr.scoring import Operators, TruthMap
 
 __version__ = "0.1.0"
@@ -27,7 +26,7 @@ __version__ = "0.1.0"
 # load, and a bad one must reach the command line's one-line error, not break `import itlr`.
 _LAZY = {
     "Index": "itlr.index",
-    "parse": "itlr.parser",
+    "parse": "itlr.query",
     "And": "itlr.query",
     "Not": "itlr.query",
     "Or": "itlr.query",

@@ -16,7 +16,6 @@ Operators are case-insensitive words (AND, OR, NOT) or the Lucene/Kibana spellin
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from functools import cache
@@ -25,7 +24,7 @@ import pyparsing as pp
 
 from itlr.errors import QuerySyntaxError
 from itlr.limits import LIMITS
-from itlr.query import And, Node, Not, Or, Query, Term
+from itlr.tree import And, Node, Not, Or, Term
 
 MAX_WEIGHT = 1000.0
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -151,18 +150,14 @@ def _explain_failure(text: str, position: int) -> str:
     return "expected AND, OR or NOT between terms (quote text that contains operators)"
 
 
-def parse(text: str) -> Query:
-    """Parse a logical query; raise QuerySyntaxError pointing at the problem."""
+def parse_tree(text: str) -> Node:
+    """The tree of a logical query's text; raise QuerySyntaxError pointing at the problem.
+
+    Knows nothing of `itlr.query.Query`: `itlr.query.parse` wraps the tree with its text.
+    """
     if not isinstance(text, str):
         raise TypeError(f"query must be a str, not {type(text).__name__}")
     LIMITS.check_query_text(text)  # bounded before pyparsing, whose time grows with the terms
-    return _parse(text)
-
-
-# A service or the query-bar proxy sees the same query text again and again (a UI re-sends it on
-# every refresh), and a parse costs milliseconds; the tree is immutable, so it can be shared.
-@functools.lru_cache(maxsize=1024)
-def _parse(text: str) -> Query:
     if not text.strip():
         raise QuerySyntaxError("empty query: write at least one term", 0, text)
     surrogate = _LONE_SURROGATE.search(text)
@@ -183,4 +178,5 @@ def _parse(text: str) -> Query:
         raise QuerySyntaxError(_explain_failure(text, position), position, text) from None
     except RecursionError:
         raise QuerySyntaxError("query is nested too deeply", 0, text) from None
-    return Query(result[0], text)
+    root: Node = result[0]
+    return root

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 import numpy as np
 
+from itlr.limits import LIMITS
+from itlr.parser import parse_tree
 from itlr.program import Program, compile_tree
 from itlr.scoring import Operators
 from itlr.tree import (
@@ -27,7 +29,7 @@ from itlr.tree import (
     walk,
 )
 
-__all__ = ["NO_SPAN", "And", "Node", "Not", "Or", "Query", "Span", "Term", "walk"]
+__all__ = ["NO_SPAN", "And", "Node", "Not", "Or", "Query", "Span", "Term", "parse", "walk"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,6 @@ class Query:
         if isinstance(value, Query):
             return value
         if isinstance(value, str):
-            from itlr.parser import parse  # the parser builds queries: imported on use
-
             return parse(value)
         if is_node(value):
             return cls(value, str(value))
@@ -175,3 +175,19 @@ class Query:
 
     def to_dict(self) -> dict[str, object]:
         return {"query": str(self), "tree": node_to_dict(self.root), "terms": list(self.terms)}
+
+
+def parse(text: str) -> Query:
+    """Parse a logical query; raise QuerySyntaxError pointing at the problem."""
+    if not isinstance(text, str):
+        raise TypeError(f"query must be a str, not {type(text).__name__}")
+    LIMITS.check_query_text(text)  # every call: the limits may change, the cache does not
+    return _parse(text)
+
+
+# A service or the query-bar proxy sees the same query text again and again (a UI re-sends it on
+# every refresh), and a parse costs milliseconds; the query is immutable, so the same object is
+# handed out for the same text (itlr.query_memo keys on it).
+@lru_cache(maxsize=1024)
+def _parse(text: str) -> Query:
+    return Query(parse_tree(text), text)

@@ -1,7 +1,7 @@
 """What is worked out for a query once and asked for again.
 
 A query bar sends the same query text again and again (refresh, paging, histogram re-queries),
-and the parser hands out the same `Query` object for the same text (itlr.parser). A `QueryMemo`
+and `itlr.query.parse` hands out the same `Query` object for the same text. A `QueryMemo`
 keeps, per query object, a few values built from it and from other inputs (the search options,
 the index's statistics), which are compared by equality: a query asked with other options, or
 after the statistics changed, is worked out again.

@@ -17,8 +17,7 @@ import numpy as np
 
 from itlr.candidates import DEFAULT_PLAN, Plan
 from itlr.options import SearchOptions
-from itlr.parser import parse
-from itlr.query import Query
+from itlr.query import Query, parse
 from itlr.scoring import TruthMap
 from itlr.tree import Node
 

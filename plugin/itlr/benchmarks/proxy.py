@@ -23,11 +23,11 @@ from itlr.benchmarks.latency import Timing
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.options import SearchOptions
-from itlr.parser import parse
 from itlr.proxy.app import QueryBarProxy
 from itlr.proxy.clause import find_logical_search
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.stages import STAGES, StageTimes
+from itlr.query import parse
 from itlr.term_cache import set_term_cache_size, term_cache_size
 
 # Real questions over the demo corpus, 1 to 5 terms.

@@ -170,7 +170,7 @@ def shards_report(
         vector_pool,
     )
     from itlr.options import SearchOptions
-    from itlr.parser import parse
+    from itlr.query import parse
 
     dims = 384
     counts = [int(n) for n in shards.split(",") if n.strip()]

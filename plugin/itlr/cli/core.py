@@ -37,7 +37,7 @@ from itlr.cli.rewrite import (
 from itlr.errors import ConfigurationError
 from itlr.explain import lines as explanation_lines
 from itlr.options import search_options
-from itlr.parser import parse
+from itlr.query import parse
 
 
 @app.command("parse")

@@ -21,8 +21,7 @@ from itlr.evaluation.engine_runs import EngineRunner, IndexSync
 from itlr.evaluation.methods import Case, Method
 from itlr.evaluation.metrics import METRIC_NAMES, evaluate_run, mean
 from itlr.evaluation.runner import VectorCorpus, run_methods
-from itlr.parser import parse
-from itlr.query import Not, Query, Term, walk
+from itlr.query import Not, Query, Term, parse, walk
 from itlr.rewrite import METHODS as REWRITE_METHODS
 
 REWRITES = ("none", *REWRITE_METHODS)

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from itlr.errors import ItlrError, QuerySyntaxError
-from itlr.parser import parse
-from itlr.query import And, Node, Not, Or, Query, Term
+from itlr.query import And, Node, Not, Or, Query, Term, parse
 
 MATCH_KINDS = ("match_phrase", "match")
 

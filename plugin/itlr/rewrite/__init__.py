@@ -11,8 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from itlr.errors import QuerySyntaxError, RewriteError
-from itlr.parser import parse
-from itlr.query import Query
+from itlr.query import Query, parse
 from itlr.rewrite.llm import LLMConfig
 from itlr.rewrite.rules import Mark, explain_marks, rewrite_rules
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from itlr.errors import QuerySyntaxError, RewriteError
-from itlr.parser import parse
-from itlr.query import And, Node, Not, Or, Term
+from itlr.query import And, Node, Not, Or, Term, parse
 from itlr.resources import data_file
 
 CATEGORIES: tuple[str, ...] = ("and", "or", "not", "nested", "none")

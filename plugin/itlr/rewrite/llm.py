@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from itlr.errors import QuerySyntaxError, RewriteError
-from itlr.parser import parse
 from itlr.paths import itlr_home
-from itlr.query import Query
+from itlr.query import Query, parse
 
 if TYPE_CHECKING:
     from openai import OpenAI

@@ -28,7 +28,7 @@ from itlr.errors import (
 from itlr.index import Index
 from itlr.limits import LIMITS, LimitError
 from itlr.options import OPTIONS, Option
-from itlr.parser import parse
+from itlr.query import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
 from itlr.service.follow import CommitFollower
