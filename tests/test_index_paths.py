@@ -181,7 +181,7 @@ def test_only_itlrs_own_empty_leftovers_count_as_a_cut_short_index(tmp_path: Pat
     assert index_path(str(cut_short)) == cut_short
 
     (cut_short / "vectors.f32").write_bytes(b"\x00" * 16)
-    with pytest.raises(IndexStateError, match="holds 'vectors.f32'"):
+    with pytest.raises(IndexStateError, match=r"holds 'vectors\.f32'"):
         index_path(str(cut_short))
 
 
