@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from itlr import json_values
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
 
@@ -122,20 +123,32 @@ def _document_id(value: Any) -> str | None:
 
 def check_value(value: Any, where: str = "document") -> None:
     """Refuse what no engine can store or return as strict JSON: nesting deeper than
-    LIMITS.max_depth and non-finite numbers. Iterative, so depth itself cannot overflow."""
+    LIMITS.max_depth, numbers that are no finite double, text that is not Unicode
+    (itlr.json_values), more than LIMITS.max_document_bytes of JSON. Iterative, so depth itself
+    cannot overflow."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise _NotADocument(
-                f"{where} holds the number {item}, which JSON cannot carry: "
-                "write a finite number or leave the field out"
-            )
         if isinstance(item, Mapping | list | tuple):
             if depth > LIMITS.max_depth:
                 raise _NotADocument(_too_deep(where))
             children = item.values() if isinstance(item, Mapping) else item
             stack.extend((child, depth + 1) for child in children)
+    found = json_values.problem(value)
+    if found is not None:
+        path, reason = found
+        raise _NotADocument(f"{where}{f' field {path}' if path else ''}: {reason}")
+    size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    if size > LIMITS.max_document_bytes:
+        raise _NotADocument(_too_large(where, size))
+
+
+def _too_large(where: str, size: int) -> str:
+    shown = f"{size:,} bytes" if size >= 0 else f"more than {LIMITS.max_document_bytes:,} bytes"
+    return (
+        f"{where} is {shown} of JSON; the limit is {LIMITS.max_document_bytes:,} "
+        "(max_document_bytes, raise it with ITLR_MAX_DOCUMENT_BYTES): split it or drop fields"
+    )
 
 
 def _too_deep(where: str) -> str:
@@ -169,14 +182,6 @@ def _from_record(record: Any, keys: Fields = Fields()) -> Document:
     check_value(record, f"document {doc_id!r}")
     used = {*keys.id_keys, text_key} if keys.id_field else {*ID_KEYS, text_key}
     fields = {k: v for k, v in record.items() if k not in used}
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as bad:
-        # A JSON escape such as "\ud800" decodes to a lone surrogate: no store can hold it.
-        raise _NotADocument(
-            f"contains {bad.object[bad.start : bad.end]!a}, a lone surrogate, which is not "
-            "valid Unicode text"
-        ) from None
     return Document(doc_id, text, fields)
 
 
@@ -189,7 +194,10 @@ def _json_kind(value: Any) -> str:
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
     """(line number, text) per line, or a BadLine for a line that is not UTF-8."""
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(_bounded_lines(handle), 1):
+            if raw is None:
+                yield number, BadLine(str(path), number, _too_large("this line", -1))
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as bad:
@@ -204,6 +212,19 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
                 )
                 continue
             yield number, line.removeprefix(BOM) if number == 1 else line
+
+
+def _bounded_lines(handle: Any) -> Iterator[bytes | None]:
+    """The lines of a binary file, None for each longer than LIMITS.max_document_bytes (read
+    past in chunks, never held whole)."""
+    limit = LIMITS.max_document_bytes
+    while raw := handle.readline(limit + 2):
+        if len(raw) <= limit + 1 or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        yield None
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -232,7 +253,7 @@ def _refuse_constant(name: str) -> Any:
     )
 
 
-def _finite_float(text: str) -> float:
+def _finite_float(text: str) -> float:  # a CSV cell
     value = float(text)
     if not math.isfinite(value):
         _refuse_constant(text)
@@ -240,10 +261,17 @@ def _finite_float(text: str) -> float:
 
 
 def _loads(text: str) -> Any:
-    """Parse one JSON value whose nesting was checked, refusing NaN / Infinity / 1e999."""
+    """Parse one JSON value whose size and nesting were checked, refusing numbers that are no
+    finite double (NaN, 1e999, 400 digits) and lone surrogates (itlr.json_values)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > LIMITS.max_document_bytes:
+        raise _NotADocument(_too_large("this line", size))
     if _nested_too_deep(text, LIMITS.max_depth):
         raise _NotADocument(_too_deep("this line"))
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    try:
+        return json_values.loads(text)
+    except json_values.BadValue as bad:
+        raise _NotADocument(f"field {bad}" if bad.path else bad.reason) from None
 
 
 def json_records(path: Path) -> Iterator[tuple[int, Any]]:
@@ -617,7 +645,10 @@ def check_document(document: Document, where: str) -> Document:
     try:
         if not document.text.strip():
             raise _NotADocument(f"document {document.id!r} has an empty text: nothing to embed")
-        check_value(document.fields, f"document {document.id!r}")
+        check_value(
+            {"id": document.id, "text": document.text, "fields": document.fields},
+            f"document {document.id!r}",
+        )
     except _NotADocument as bad:
         raise ConfigurationError(f"{where}: {bad}") from None
     return document

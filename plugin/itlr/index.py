@@ -25,6 +25,7 @@ from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
+from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.query import Node, Query
 from itlr.retriever import Retriever, SearchResult
@@ -340,6 +341,7 @@ class Index:
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]
         parsed = as_query(query)
+        LIMITS.check_tree(parsed.root)
         count = None
         if self.engine != "embedded":
             count = partial(self.backend.lexical_stats, parsed)  # type: ignore[attr-defined]

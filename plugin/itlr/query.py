@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from itlr.limits import LIMITS
 from itlr.program import Program, compile_tree
 from itlr.scoring import Operators
 from itlr.tree import (
@@ -55,6 +56,7 @@ class Query:
 
             return parse(value)
         if is_node(value):
+            LIMITS.check_tree(value)  # before str(), which recurses, walks a tree of any size
             return cls(value, str(value))
         raise TypeError(
             f"expected query text, a query or a tree node, not {type(value).__name__}: "
