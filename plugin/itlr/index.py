@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from warnings import warn
 
-from itlr.documents import Document, Fields, check_document, document_from_record
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -28,6 +27,7 @@ from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.query import Node, Query
+from itlr.records import Document, Fields, check_document, document_from_record
 from itlr.retriever import Retriever, SearchResult
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
 
