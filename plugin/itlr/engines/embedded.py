@@ -27,6 +27,7 @@ from itlr.certificate import (
     certifiable,
     not_proved,
     out_of_reach,
+    proof_threshold,
     round_plan,
     search_bound,
     unseen_cannot_beat,
@@ -471,7 +472,7 @@ class EmbeddedIndex:
             # The stream holds every row's lexical truths (rows ascending, seen among them).
             lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
             hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
-            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            threshold = proof_threshold([h.score for h in hits], options.k)
             if trusted:
                 bounds += current
                 if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
