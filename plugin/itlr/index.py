@@ -226,6 +226,18 @@ class Index:
         self._refresh(report)
         return report
 
+    def compact(self) -> tuple[int, int]:
+        """Rewrite an embedded index without the rows of replaced and deleted documents:
+        (committed rows before, after). Crash-safe; writes do it by themselves once dead rows
+        are over ITLR_COMPACT_DEAD_RATIO of the rows. A cluster merges its own segments."""
+        compact = getattr(self.backend, "compact", None)
+        if compact is None:
+            raise ConfigurationError(
+                f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
+                "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
+            )
+        return compact()
+
     def _refresh(self, report: IngestReport) -> None:
         refresh = getattr(self.backend, "refresh", None)
         if refresh is not None and report.changed:
