@@ -561,3 +561,58 @@ def test_opensearch_says_hybrid_truths_are_unproved_when_too_many_documents_ment
     assert "301 documents mention" in warning and "max_candidates" in warning
     roomy = backend.search(query, terms, replace(options, max_candidates=400))
     assert roomy.exact is True
+
+
+# -- fewer than k documents above 0: the tail ties at 0 with every unseen one (issue 42) --------
+
+
+@pytest.fixture()
+def sparse(tmp_path: Path) -> EmbeddedIndex:
+    """3 documents near "a", 600 facing away from it (cosine < 0: a clamp truth of 0)."""
+    rng = np.random.default_rng(1)
+    a = np.eye(DIMS)[0]
+    away = rng.normal(size=(600, DIMS))
+    away[:, 0] = -np.abs(away[:, 0]) - 0.5
+    near = np.tile(a, (3, 1)) + 0.1 * rng.normal(size=(3, DIMS))
+    near[:, 0] = 1.0
+    vectors = unit_rows(np.vstack([near, away])).astype(np.float32)
+    ids = [f"near{i}" for i in range(3)] + [f"away{i:03d}" for i in range(600)]
+    index = EmbeddedIndex.create(tmp_path / "sparse", "test-model", DIMS)
+    index.add(ids, [""] * len(ids), vectors)
+    return index
+
+
+def test_fewer_than_k_above_zero_is_not_certified_exact(sparse: EmbeddedIndex) -> None:
+    query = itlr.parse('"a"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    exact = sparse.search(query, terms, cosine_options(k=10, mode="exact"))
+    assert sum(h.score > 0 for h in exact) == 3 and exact.exact is True
+    hits = sparse.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=40))
+    assert hits.exact is not True
+    assert [h.id for h in hits][:3] == [h.id for h in exact][:3]
+    # Every document seen (the cap reaches the index size): the top k is the exact one again.
+    whole = sparse.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=700))
+    assert whole.exact is True and [h.id for h in whole] == [h.id for h in exact]
+
+
+def test_an_index_of_fewer_than_k_documents_is_still_exact(tmp_path: Path) -> None:
+    index = EmbeddedIndex.create(tmp_path / "tiny", "test-model", DIMS)
+    vectors = unit_rows(np.vstack([np.eye(DIMS)[0], -np.eye(DIMS)[0]])).astype(np.float32)
+    index.add(["near", "away"], ["", ""], vectors)
+    hits = index.search(
+        itlr.parse('"a"'), np.eye(DIMS)[:1].astype(np.float32), cosine_options(k=10)
+    )
+    assert hits.exact is True and [h.id for h in hits] == ["near", "away"]
+
+
+@pytest.mark.opensearch
+def test_opensearch_does_not_certify_fewer_than_k_above_zero(opensearch_index, sparse) -> None:
+    backend = opensearch_index(DIMS)
+    ids = sparse.ids()
+    assert backend.add(ids, [""] * len(ids), np.stack([sparse.vector(i) for i in ids])) == {}
+    backend.refresh()
+    query = itlr.parse('"a"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    hits = backend.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=40))
+    assert hits.exact is not True
+    assert {h.id for h in hits if h.score > 0} == {"near0", "near1", "near2"}

@@ -79,3 +79,57 @@ def test_the_package_exports_load_on_first_use_and_are_listed_before() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert finished.stdout.split() == ["False", "True", "True"]
+
+
+# -- time-outs: finite, positive and bounded (issue 42, item 7) ------------------------------
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "-5", "0", "1e300", "3601"])
+@pytest.mark.parametrize(
+    ("variable", "named"),
+    [
+        ("ITLR_UPSTREAM_TIMEOUT", "--upstream-timeout, ITLR_UPSTREAM_TIMEOUT"),
+        ("ITLR_HEADER_TIMEOUT", "--header-timeout, ITLR_HEADER_TIMEOUT"),
+        ("ITLR_BODY_TIMEOUT", "--body-timeout, ITLR_BODY_TIMEOUT"),
+    ],
+)
+def test_a_time_out_that_is_not_finite_positive_and_bounded_is_refused_in_one_line(
+    monkeypatch, raw: str, variable: str, named: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from itlr.cli import app as cli
+
+    monkeypatch.setenv(variable, raw)
+    result = CliRunner().invoke(cli, ["serve", "--proxy", "--url", "http://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "at most 3600" in lines[0], lines
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 0.0, 1e300])
+def test_every_time_out_reader_refuses_the_same_values(monkeypatch, value: float) -> None:
+    from itlr.rewrite.llm import LLMConfig
+    from itlr.service.timeouts import ReadTimeouts
+    from itlr.settings import env_seconds
+
+    with pytest.raises(ConfigurationError, match="positive number of seconds"):
+        ReadTimeouts(header=value)
+    with pytest.raises(ConfigurationError, match="positive number of seconds"):
+        ReadTimeouts(body=value)
+    with pytest.raises(ConfigurationError, match="positive number of seconds"):
+        LLMConfig(model="m", timeout=value)
+    monkeypatch.setenv("ITLR_HEADER_TIMEOUT", str(value))
+    with pytest.raises(ConfigurationError, match="ITLR_HEADER_TIMEOUT"):
+        ReadTimeouts.from_env()
+    with pytest.raises(ConfigurationError, match="ITLR_X_TIMEOUT"):
+        monkeypatch.setenv("ITLR_X_TIMEOUT", str(value))
+        env_seconds("ITLR_X_TIMEOUT", 1.0, "a time-out")
+
+
+def test_a_time_out_within_bounds_is_taken(monkeypatch) -> None:
+    from itlr.service.timeouts import ReadTimeouts
+
+    monkeypatch.setenv("ITLR_HEADER_TIMEOUT", "2.5")
+    monkeypatch.setenv("ITLR_BODY_TIMEOUT", "3600")
+    assert ReadTimeouts.from_env() == ReadTimeouts(2.5, 3600.0)

@@ -188,6 +188,16 @@ def uncertifiable(query: Query, ops: Operators) -> str | None:
     return None
 
 
+def proof_threshold(scores: Sequence[float], k: int) -> float:
+    """The score no unseen document may beat for the seen top k to be the top k: the k-th
+    score, or -inf (no proof short of seeing every document) when fewer than k documents
+    scored above 0. Then every unseen document scoring 0 ties with the tail, or would fill it,
+    and which of them belong in the top k is decided by the tie-break over all of them."""
+    if len(scores) < k or not scores[k - 1] > 0:
+        return -math.inf
+    return float(scores[k - 1])
+
+
 def unseen_cannot_beat(
     query: Query,
     bounds: Sequence[SearchBound],

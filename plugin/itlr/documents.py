@@ -36,21 +36,23 @@ from typing import Any
 
 import numpy as np
 
+from itlr import json_values
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
+from itlr.records import (
+    Document,
+    Fields,
+    NotADocument,
+    check_value,
+    document_id,
+    record_document,
+    too_deep,
+    too_large,
+)
 
-ID_KEYS = ("id", "_id", "doc_id", "docid")
-TEXT_KEYS = ("text", "body", "content", "passage")
 BOM = "\ufeff"
 BULK_ACTIONS = ("index", "create", "update", "delete")
 CSV_TYPES = ("int", "float", "bool", "str")
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    text: str
-    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,108 +90,13 @@ class DocumentFile:
         }
 
 
-@dataclass(frozen=True)
-class Fields:
-    """Which input keys are read as the id and the text (None: the first of ID_KEYS /
-    TEXT_KEYS present)."""
-
-    id_field: str | None = None
-    text_field: str | None = None
-
-    @property
-    def id_keys(self) -> tuple[str, ...]:
-        return (self.id_field,) if self.id_field else ID_KEYS
-
-    @property
-    def text_keys(self) -> tuple[str, ...]:
-        return (self.text_field,) if self.text_field else TEXT_KEYS
-
-
-class _NotADocument(ValueError):
-    """Why one record cannot be a document (becomes a BadLine)."""
-
-
-def _document_id(value: Any) -> str | None:
-    if isinstance(value, bool | float | list | dict):
-        raise _NotADocument(
-            f"id {json.dumps(value)} is a {type(value).__name__}: ids are strings "
-            "(or whole numbers, read as their decimal text)"
-        )
-    if value is None or value == "":
-        return None
-    return str(value)
-
-
-def check_value(value: Any, where: str = "document") -> None:
-    """Refuse what no engine can store or return as strict JSON: nesting deeper than
-    LIMITS.max_depth and non-finite numbers. Iterative, so depth itself cannot overflow."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise _NotADocument(
-                f"{where} holds the number {item}, which JSON cannot carry: "
-                "write a finite number or leave the field out"
-            )
-        if isinstance(item, Mapping | list | tuple):
-            if depth > LIMITS.max_depth:
-                raise _NotADocument(_too_deep(where))
-            children = item.values() if isinstance(item, Mapping) else item
-            stack.extend((child, depth + 1) for child in children)
-
-
-def _too_deep(where: str) -> str:
-    return (
-        f"{where} is nested deeper than {LIMITS.max_depth} levels (ITLR_MAX_DEPTH): "
-        "flatten its fields"
-    )
-
-
-def _from_record(record: Any, keys: Fields = Fields()) -> Document:
-    if not isinstance(record, dict):
-        raise _NotADocument(
-            f"a document is a JSON object, this line is {_json_kind(record)}: "
-            'write {"id": ..., "text": ...}'
-        )
-    doc_id = next(
-        (i for i in (_document_id(record.get(k)) for k in keys.id_keys) if i is not None), None
-    )
-    text_key = next((k for k in keys.text_keys if isinstance(record.get(k), str)), None)
-    if doc_id is None or text_key is None:
-        missing = "id" if doc_id is None else "text"
-        raise _NotADocument(
-            f"no {missing}: each document needs an id ({'/'.join(keys.id_keys)}) and a "
-            f"text ({'/'.join(keys.text_keys)}); got keys {sorted(record)}"
-        )
-    text = record[text_key]
-    if not text.strip():
-        raise _NotADocument(
-            f"document {doc_id!r} has an empty text ({text_key!r}): nothing to embed"
-        )
-    check_value(record, f"document {doc_id!r}")
-    used = {*keys.id_keys, text_key} if keys.id_field else {*ID_KEYS, text_key}
-    fields = {k: v for k, v in record.items() if k not in used}
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as bad:
-        # A JSON escape such as "\ud800" decodes to a lone surrogate: no store can hold it.
-        raise _NotADocument(
-            f"contains {bad.object[bad.start : bad.end]!a}, a lone surrogate, which is not "
-            "valid Unicode text"
-        ) from None
-    return Document(doc_id, text, fields)
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
-
-
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
     """(line number, text) per line, or a BadLine for a line that is not UTF-8."""
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(_bounded_lines(handle), 1):
+            if raw is None:
+                yield number, BadLine(str(path), number, too_large("this line", -1))
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as bad:
@@ -204,6 +111,19 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
                 )
                 continue
             yield number, line.removeprefix(BOM) if number == 1 else line
+
+
+def _bounded_lines(handle: Any) -> Iterator[bytes | None]:
+    """The lines of a binary file, None for each longer than LIMITS.max_document_bytes (read
+    past in chunks, never held whole)."""
+    limit = LIMITS.max_document_bytes
+    while raw := handle.readline(limit + 2):
+        if len(raw) <= limit + 1 or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        yield None
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -227,12 +147,12 @@ def _nested_too_deep(text: str, allowed: int) -> bool:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise _NotADocument(
+    raise NotADocument(
         f"a value is {name}, which JSON cannot carry: write a finite number or leave the field out"
     )
 
 
-def _finite_float(text: str) -> float:
+def _finite_float(text: str) -> float:  # a CSV cell
     value = float(text)
     if not math.isfinite(value):
         _refuse_constant(text)
@@ -240,10 +160,17 @@ def _finite_float(text: str) -> float:
 
 
 def _loads(text: str) -> Any:
-    """Parse one JSON value whose nesting was checked, refusing NaN / Infinity / 1e999."""
+    """Parse one JSON value whose size and nesting were checked, refusing numbers that are no
+    finite double (NaN, 1e999, 400 digits) and lone surrogates (itlr.json_values)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > LIMITS.max_document_bytes:
+        raise NotADocument(too_large("this line", size))
     if _nested_too_deep(text, LIMITS.max_depth):
-        raise _NotADocument(_too_deep("this line"))
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        raise NotADocument(too_deep("this line"))
+    try:
+        return json_values.loads(text)
+    except json_values.BadValue as bad:
+        raise NotADocument(f"field {bad}" if bad.path else bad.reason) from None
 
 
 def json_records(path: Path) -> Iterator[tuple[int, Any]]:
@@ -258,7 +185,7 @@ def json_records(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, _loads(line)
         except json.JSONDecodeError as bad:
             raise ConfigurationError(f"{path}:{number}: not valid JSON ({bad.msg})") from None
-        except _NotADocument as bad:
+        except NotADocument as bad:
             raise ConfigurationError(f"{path}:{number}: {bad}") from None
 
 
@@ -268,8 +195,8 @@ def read_jsonl(path: Path) -> Iterator[Document]:
     it."""
     for number, record in json_records(path):
         try:
-            document = _from_record(record)
-        except _NotADocument as bad:
+            document = record_document(record)
+        except NotADocument as bad:
             raise ConfigurationError(f"{path}:{number}: {bad}") from None
         title = document.fields.get("title")
         if isinstance(title, str) and title.strip():
@@ -297,7 +224,7 @@ def _parsed_lines(path: Path) -> Iterator[tuple[int, Any | BadLine]]:
                 number,
                 BadLine(str(path), number, f"not valid JSON ({bad.msg}, column {bad.colno})"),
             )
-        except _NotADocument as bad:
+        except NotADocument as bad:
             yield number, BadLine(str(path), number, str(bad))
 
 
@@ -323,8 +250,8 @@ def _jsonl_entries(path: Path, keys: Fields) -> Iterator[_Entry]:
             bulk = action is not None
         if not bulk:
             try:
-                yield _from_record(record, keys)
-            except _NotADocument as bad:
+                yield record_document(record, keys)
+            except NotADocument as bad:
                 yield BadLine(str(path), number, str(bad))
             continue
         if action is None:
@@ -347,8 +274,8 @@ def _bulk_entry(
 ) -> Iterator[_Entry]:
     kind, meta = action
     try:
-        doc_id = _document_id(meta.get("_id"))
-    except _NotADocument as bad:
+        doc_id = document_id(meta.get("_id"))
+    except NotADocument as bad:
         doc_id, reason = None, str(bad)
     else:
         reason = f'the {kind} action has no "_id": itlr needs an id per document'
@@ -379,7 +306,7 @@ def _bulk_entry(
         # A partial update of fields only: it can patch a copy earlier in this file.
         try:
             check_value(record, f"document {doc_id!r}")
-        except _NotADocument as bad:
+        except NotADocument as bad:
             yield BadLine(str(path), source_number, str(bad))
             return
         orphan = BadLine(
@@ -391,8 +318,8 @@ def _bulk_entry(
         yield ("patch", doc_id, record, orphan)  # type: ignore[misc]
         return
     try:
-        document = _from_record({**record, id_key: doc_id}, keys)
-    except _NotADocument as bad:
+        document = record_document({**record, id_key: doc_id}, keys)
+    except NotADocument as bad:
         yield BadLine(str(path), source_number, str(bad))
         return
     yield ("update", document) if kind == "update" else document  # type: ignore[misc]
@@ -422,10 +349,10 @@ def _array_entries(path: Path, keys: Fields) -> Iterator[_Entry]:
             continue
         number = text.count("\n", 0, start + len(element) - len(element.lstrip())) + 1
         try:
-            yield _from_record(_loads(element), keys)
+            yield record_document(_loads(element), keys)
         except json.JSONDecodeError as bad:
             yield BadLine(str(path), number, f"not valid JSON ({bad.msg})")
-        except _NotADocument as bad:
+        except NotADocument as bad:
             yield BadLine(str(path), number, str(bad))
 
 
@@ -459,8 +386,8 @@ def _csv_entries(path: Path, keys: Fields, types: Mapping[str, str]) -> Iterator
     for number, record in records:
         try:
             typed = {k: _typed(v, column_types.get(k, "str"), k) for k, v in record.items()}
-            yield _from_record(typed, keys)
-        except _NotADocument as bad:
+            yield record_document(typed, keys)
+        except NotADocument as bad:
             yield BadLine(str(path), number, str(bad))
 
 
@@ -470,7 +397,7 @@ _BOOLEANS = {"true": True, "false": False}
 def _parses(value: str, kind: str) -> bool:
     try:
         _typed(value, kind, "")
-    except _NotADocument:
+    except NotADocument:
         return False
     return True
 
@@ -506,7 +433,7 @@ def _typed(value: str, kind: str, name: str) -> Any:
         if kind == "bool":
             return _BOOLEANS[value.strip().lower()]
     except (ValueError, KeyError):
-        raise _NotADocument(f"column {name!r} is {kind}, but this row has {value!r}") from None
+        raise NotADocument(f"column {name!r} is {kind}, but this row has {value!r}") from None
     return value
 
 
@@ -602,22 +529,3 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             deleted.pop(document.id, None)
             by_id[document.id] = document
     return DocumentFile(list(by_id.values()), bad_lines, duplicates, list(deleted))
-
-
-def document_from_record(record: Any, where: str, keys: Fields = Fields()) -> Document:
-    """One document from a mapping (the front door's `add`); a bad one is a one-line error."""
-    try:
-        return _from_record(record, keys)
-    except _NotADocument as bad:
-        raise ConfigurationError(f"{where}: {bad}") from None
-
-
-def check_document(document: Document, where: str) -> Document:
-    """A Document built in code gets the same checks as a parsed line (one-line error)."""
-    try:
-        if not document.text.strip():
-            raise _NotADocument(f"document {document.id!r} has an empty text: nothing to embed")
-        check_value(document.fields, f"document {document.id!r}")
-    except _NotADocument as bad:
-        raise ConfigurationError(f"{where}: {bad}") from None
-    return document

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from warnings import warn
 
-from itlr.documents import Document, Fields, check_document, document_from_record
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -25,8 +24,10 @@ from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
+from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.query import Node, Query
+from itlr.records import Document, Fields, check_document, document_from_record
 from itlr.retriever import Retriever, SearchResult
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
 
@@ -225,6 +226,18 @@ class Index:
         self._refresh(report)
         return report
 
+    def compact(self) -> tuple[int, int]:
+        """Rewrite an embedded index without the rows of replaced and deleted documents:
+        (committed rows before, after). Crash-safe; writes do it by themselves once dead rows
+        are over ITLR_COMPACT_DEAD_RATIO of the rows. A cluster merges its own segments."""
+        compact = getattr(self.backend, "compact", None)
+        if compact is None:
+            raise ConfigurationError(
+                f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
+                "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
+            )
+        return compact()
+
     def _refresh(self, report: IngestReport) -> None:
         refresh = getattr(self.backend, "refresh", None)
         if refresh is not None and report.changed:
@@ -340,6 +353,7 @@ class Index:
         if engine == "elasticsearch" and self.engine == "elasticsearch":
             version = self.backend.capabilities.version  # type: ignore[attr-defined]
         parsed = as_query(query)
+        LIMITS.check_tree(parsed.root)
         count = None
         if self.engine != "embedded":
             count = partial(self.backend.lexical_stats, parsed)  # type: ignore[attr-defined]

@@ -10,6 +10,10 @@ proxy, filters, ingestion) checks against these figures, so one request cannot s
 | max_body_bytes    |   1 MiB | ITLR_MAX_BODY_BYTES    | a request body to the service, a search     |
 |                   |         |                        | body to the proxy                           |
 | max_msearch       |      64 | ITLR_MAX_MSEARCH       | header/body pairs of one `_msearch`         |
+| max_filter_values |   1,024 | ITLR_MAX_FILTER_VALUES | values of one filter (`terms`, `ids`) and   |
+|                   |         |                        | clauses of all its `bool`s together         |
+| max_document_bytes|   1 MiB | ITLR_MAX_DOCUMENT_BYTES| one document at ingest (its JSON); one      |
+|                   |         |                        | value of a hit returned (longer: cut)       |
 
 The checks here are cheap scans that run before the expensive work (pyparsing, json.loads,
 the encoder), so a hostile input costs a linear pass over at most its bytes.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +43,7 @@ class LimitError(ItlrError, ValueError):
     @property
     def is_size(self) -> bool:
         """Whether the request is too large (HTTP 413) rather than too complex (HTTP 422)."""
-        return self.name == "max_body_bytes"
+        return self.name in ("max_body_bytes", "max_document_bytes")
 
 
 ENV = {
@@ -47,6 +52,8 @@ ENV = {
     "max_depth": "ITLR_MAX_DEPTH",
     "max_body_bytes": "ITLR_MAX_BODY_BYTES",
     "max_msearch": "ITLR_MAX_MSEARCH",
+    "max_filter_values": "ITLR_MAX_FILTER_VALUES",
+    "max_document_bytes": "ITLR_MAX_DOCUMENT_BYTES",
 }
 
 
@@ -57,6 +64,8 @@ class Limits:
     max_depth: int = 32  # nesting: parentheses, JSON bodies, filters (one figure for all)
     max_body_bytes: int = 1 << 20  # a search request body to the service or the proxy
     max_msearch: int = 64  # request pairs in one _msearch
+    max_filter_values: int = 1_024  # values and clauses of one filter, every bool together
+    max_document_bytes: int = 1 << 20  # one document at ingest, one value of a hit returned
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -95,6 +104,63 @@ class Limits:
         if depth > self.max_depth:
             raise self.refuse("max_depth", depth, f"the query is nested {depth:,} levels deep")
 
+    def check_tree(self, root: Any) -> None:
+        """Refuse a query tree over the term, character or depth limits, whatever it was
+        written as: parsed, rewritten from a question, or built in code. The limits bound what
+        a request turns into, not only what it sends.
+
+        Depth counts as the text scan does: each NOT one level, a conjunction or disjunction
+        inside another one level (its parentheses), one directly under a NOT or at the root
+        none. Iterative, stopping at the first excess, so a tree of any size costs at most the
+        limits' worth of steps."""
+        terms = chars = 0
+        stack: list[tuple[Any, int, bool]] = [(root, 0, False)]
+        while stack:
+            node, depth, in_junction = stack.pop()
+            operand = getattr(node, "operand", None)
+            operands = getattr(node, "operands", None)
+            if operand is not None or (operands is not None and in_junction):  # NOT
+                depth += 1
+            if depth > self.max_depth:
+                raise self.refuse("max_depth", depth, f"the query is nested {depth:,} levels deep")
+            if operand is not None:
+                stack.append((operand, depth, False))
+            elif operands is not None:
+                stack.extend((child, depth, True) for child in operands)
+            else:
+                terms += 1
+                chars += len(getattr(node, "text", ""))
+                if terms > self.max_terms:
+                    raise self.refuse(
+                        "max_terms", terms, f"the query has over {self.max_terms:,} terms"
+                    )
+                if chars > self.max_query_chars:
+                    raise self.refuse(
+                        "max_query_chars",
+                        chars,
+                        f"the query's terms hold over {self.max_query_chars:,} characters",
+                    )
+
+    def check_filter(self, spec: Any, what: str = "the filter") -> None:
+        """Refuse a filter holding more values than max_filter_values (a `terms` or `ids` list,
+        every clause of its `bool`s together), before any document is compared with it."""
+        count = 0
+        stack = [spec]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list | tuple):
+                stack.extend(item)
+            else:
+                count += 1
+                if count > self.max_filter_values:
+                    raise self.refuse(
+                        "max_filter_values",
+                        count,
+                        f"{what} holds over {self.max_filter_values:,} values",
+                    )
+
     # -- JSON ------------------------------------------------------------------------------
 
     def check_json_depth(self, raw: bytes | str, what: str = "the JSON body") -> None:
@@ -122,7 +188,7 @@ _TOKEN = re.compile(
     | (?P<open>\()
     | (?P<close>\))
     | (?P<binary>&&|\|\|)
-    | (?P<prefix>(?<![^\s(])[!-])
+    | (?P<prefix>(?<![^\s(])[!-]+)
     | (?P<weight>\^[\d.]*)
     | (?P<word>(?:(?!&&|\|\|)[^\s()"^])+)
     """,
@@ -145,7 +211,8 @@ def query_shape(text: str) -> tuple[int, int]:
             depth += 1
         elif kind == "close":
             depth = max(0, depth - 1)
-        negations = negations + 1 if kind == "prefix" else 0
+        # A run of dashes or bangs is that many NOTs (`---a` is NOT NOT NOT a).
+        negations = negations + len(token.group()) if kind == "prefix" else 0
         deepest = max(deepest, depth + negations)
         previous = "word" if kind in ("word", "weight") else kind
     return terms, deepest

@@ -8,8 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from itlr import json_values
 from itlr.candidates import DEFAULT_PLAN, PLANS, Plan
 from itlr.errors import ConfigurationError
+from itlr.limits import LIMITS
 from itlr.scoring import (
     DEFAULT_LEXICAL_SHARE,
     DEFAULT_NOT_EVIDENCE,
@@ -174,6 +176,12 @@ def search_options(
         raise ConfigurationError(
             '`source_fields` must be a list of field names, e.g. ["title", "year"]'
         )
+    # Every JSON-valued option is checked where it enters, whichever front end it came from.
+    json_values.check(filter, "filter")
+    json_values.check(search_after, "search_after")
+    json_values.check(source_fields, "source_fields")
+    if filter is not None:
+        LIMITS.check_filter(filter)
     return SearchOptions(
         k=k,
         mode=mode,  # type: ignore[arg-type]

@@ -55,6 +55,7 @@ class Query:
         if isinstance(value, str):
             return parse(value)
         if is_node(value):
+            LIMITS.check_tree(value)  # before str(), which recurses, walks a tree of any size
             return cls(value, str(value))
         raise TypeError(
             f"expected query text, a query or a tree node, not {type(value).__name__}: "

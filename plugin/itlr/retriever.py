@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from itlr.embed import Embedder
 from itlr.engines import Backend
+from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions
 from itlr.query import Query
 
@@ -50,11 +52,67 @@ class Retriever:
     def search(self, query: str | Query, options: SearchOptions | None = None) -> SearchResult:
         options = options or SearchOptions()
         query = Query.of(query)
+        LIMITS.check_tree(query.root)  # what the request became: rewritten, built or parsed
         hits = self.backend.search(query, self.embed_terms(query), options)
-        warnings = (*query.warnings, *getattr(hits, "warnings", ()))
+        bounded, cut = bound_hits(list(hits), LIMITS.max_document_bytes)
+        warnings = (*query.warnings, *getattr(hits, "warnings", ()), *cut)
         exact = getattr(hits, "exact", None)
-        return SearchResult(query, list(hits), warnings, exact=exact)
+        return SearchResult(query, bounded, warnings, exact=exact)
 
     def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
+        if len(text) > LIMITS.max_query_chars:
+            raise LIMITS.refuse(
+                "max_query_chars", len(text), f"the text is {len(text):,} characters long"
+            )
+        if filter is not None:
+            LIMITS.check_filter(filter)
         return self.backend.search_vector(self.embedder.encode([text])[0], k, filter)
+
+
+CUT_MARK = " [itlr: cut]"
+
+
+def bound_hits(hits: list[Hit], limit: int) -> tuple[list[Hit], list[str]]:
+    """Hits whose text, fields and highlights each hold at most `limit` bytes of JSON, and a
+    warning per value cut: a longer string is cut to `limit` characters (marked), any other
+    longer value is left out. Ingestion refuses documents this large; an index written before,
+    or a cluster index filled by others, may still hold them, and one must not make every answer
+    that returns it tens of megabytes."""
+    bounded: list[Hit] = []
+    notes: list[str] = []
+    for hit in hits:
+        cut: list[str] = []
+        text = _cut_text(hit.text, limit, "text", cut)
+        fields = {}
+        for name, value in hit.fields.items():
+            if isinstance(value, str):
+                fields[name] = _cut_text(value, limit, name, cut)
+            elif isinstance(value, dict | list) and _json_size(value) > limit:
+                cut.append(f"{name} (left out)")
+            else:
+                fields[name] = value
+        highlights = {
+            name: [_cut_text(f, limit, f"highlight of {name}", cut) for f in fragments]
+            for name, fragments in hit.highlights.items()
+        }
+        if cut:
+            hit = replace(hit, text=text, fields=fields, highlights=highlights)
+            notes.append(
+                f"hit {hit.id!r}: {', '.join(dict.fromkeys(cut))} over {limit:,} bytes "
+                "(max_document_bytes, ITLR_MAX_DOCUMENT_BYTES)"
+            )
+        bounded.append(hit)
+    return bounded, notes
+
+
+def _cut_text(text: str, limit: int, name: str, cut: list[str]) -> str:
+    # Characters before bytes: a string of at most limit // 4 characters fits either way.
+    if len(text) <= limit // 4 or len(text.encode("utf-8", "surrogatepass")) <= limit:
+        return text
+    cut.append(f"{name} (cut)")
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore") + CUT_MARK
+
+
+def _json_size(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))

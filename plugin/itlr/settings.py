@@ -33,4 +33,32 @@ def env_number(name: str, default: Number, *, least: Number, meaning: str) -> Nu
     return value
 
 
-__all__ = ["env_number"]
+# The longest time-out itlr takes: an hour. A time-out that is infinite, NaN or a year long
+# is no time-out: a stalled peer would hold a connection and a worker for good.
+MAX_SECONDS = 3_600.0
+
+
+def seconds(value: float, what: str) -> float:
+    """A time-out in seconds, finite, above 0 and at most MAX_SECONDS; else a one-line error
+    naming `what` (the flag and the environment variable that set it)."""
+    number = float(value)
+    if not (math.isfinite(number) and 0 < number <= MAX_SECONDS):
+        raise ConfigurationError(
+            f"{what} must be a positive number of seconds, at most {MAX_SECONDS:g}, not {value}"
+        )
+    return number
+
+
+def env_seconds(name: str, default: float, what: str) -> float:
+    """A time-out from the environment variable `name` (unset or blank: `default`)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r}: {what} is a number of seconds") from None
+    return seconds(value, f"{what} ({name}={raw!r})")
+
+
+__all__ = ["MAX_SECONDS", "env_number", "env_seconds", "seconds"]

@@ -1,4 +1,5 @@
-"""`itlr delete`: remove documents by id from any engine."""
+"""`itlr delete`: remove documents by id from any engine; `itlr compact`: drop an embedded
+index's dead rows."""
 
 from __future__ import annotations
 
@@ -48,6 +49,27 @@ def delete(
         out.print(
             f"deleted {report.deleted}, {missing} not found; "
             f"index now holds {target.count()} documents",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+
+    run_guarded(action)
+
+
+@app.command()
+@engine_command
+def compact(index: IndexOpt, spec: Any = None, model: ModelOpt = None) -> None:
+    """Rewrite an embedded index without the rows of replaced and deleted documents (writes do
+    it by themselves past ITLR_COMPACT_DEAD_RATIO); crash-safe like every write."""
+
+    def action() -> None:
+        from itlr.index import Index
+
+        target = Index.from_spec(spec, model=model, create=False)
+        before, after = target.compact()
+        out.print(
+            f"compacted: {before} committed rows, now {after} ({target.count()} documents)",
             highlight=False,
             markup=False,
             soft_wrap=True,

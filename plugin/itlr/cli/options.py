@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from itlr import json_values
 from itlr.cli.app import run_guarded
 from itlr.errors import ConfigurationError
 from itlr.options import OPTIONS, Option
@@ -68,7 +69,7 @@ def _parameter(option: Option, unset: bool = False) -> tuple[Any, Any]:
 
 def _json(option: Option, text: str, expected: type, example: str) -> Any:
     try:
-        value = json.loads(text)
+        value = json_values.loads(text, option.flag)
     except json.JSONDecodeError as bad:
         raise ConfigurationError(
             f"{option.flag} is not valid JSON: {bad.msg} at character {bad.pos}"

@@ -17,6 +17,7 @@ from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS, search_option_command
 from itlr.engines.connection import Connection
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions, search_options
+from itlr.settings import seconds
 
 # Time-outs and the script-write switch: how the proxy serves, not how it searches.
 DEFAULT_UPSTREAM_TIMEOUT = 120.0
@@ -126,11 +127,9 @@ def serve_proxy(
 
         check_exposure(host, token)
         timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
-        if not upstream_timeout > 0:
-            raise ConfigurationError(
-                "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT) must be a "
-                f"positive number of seconds, not {upstream_timeout}"
-            )
+        seconds(
+            upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
+        )
         defaults = proxy_defaults(model, **options)
         connection = Connection.from_env(upstream) if isinstance(upstream, str) else upstream
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -25,6 +25,7 @@ from itlr.certificate import (
     gave_up,
     not_proved,
     out_of_reach,
+    proof_threshold,
     round_plan,
     search_bound,
     unmentionable,
@@ -481,7 +482,7 @@ class ClusterBackend:
                 for search, probe in zip(searches, responses[1:], strict=True)
             ]
             bounds += current
-            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            threshold = proof_threshold([h.score for h in hits], options.k)
             proved = unseen_cannot_beat(
                 query, bounds, threshold, options.ops, options.truth, unmentioned
             )

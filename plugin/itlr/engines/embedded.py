@@ -2,7 +2,9 @@
 
 Storage, crash consistency and the writer lock live in itlr.engines.store (read its docstring).
 Rows are only ever appended, so an update or delete is one more row and the newest row of an id
-wins; `compact()` rewrites the index without the dead rows.
+wins; `compact()` rewrites the index without the dead rows, by itself at the end of a write once
+dead rows are over `ITLR_COMPACT_DEAD_RATIO` (default 0.5) of at least `ITLR_COMPACT_MIN_ROWS`
+(default 1,000) committed rows, so an index updated in place stays near its live size.
 
 Scores are always exact cosines of the stored float32 rows. From `ann_min_rows` documents on,
 knn mode and plain kNN take their candidates from an HNSW graph (itlr.engines.ann), a derived
@@ -27,6 +29,7 @@ from itlr.certificate import (
     certifiable,
     not_proved,
     out_of_reach,
+    proof_threshold,
     round_plan,
     search_bound,
     unseen_cannot_beat,
@@ -60,6 +63,9 @@ PROBE_SHARE = 5
 # the probe paid for itself with cosine truths and cost about what it saved with hybrid ones
 # (docs/benchmarks.md, "Certificate", eighth round).
 ROUTING_MIN_ROWS = 1_000_000
+# Compaction by itself: dead rows over this share of at least this many committed rows.
+COMPACT_DEAD_RATIO = 0.5
+COMPACT_MIN_ROWS = 1_000
 
 
 class EmbeddedIndex:
@@ -76,6 +82,16 @@ class EmbeddedIndex:
             )
             self.routing_min_rows = env_number(
                 "ITLR_ROUTING_MIN_ROWS", ROUTING_MIN_ROWS, least=0, meaning="a number of rows"
+            )
+            # Above 1: never by itself (dead rows are at most all of them).
+            self.compact_dead_ratio = env_number(
+                "ITLR_COMPACT_DEAD_RATIO",
+                COMPACT_DEAD_RATIO,
+                least=0.0,
+                meaning="the share of dead rows that starts a compaction",
+            )
+            self.compact_min_rows = env_number(
+                "ITLR_COMPACT_MIN_ROWS", COMPACT_MIN_ROWS, least=0, meaning="a number of rows"
             )
         except ConfigurationError:
             store.close()  # the caller never gets an index to close
@@ -164,9 +180,14 @@ class EmbeddedIndex:
             self._writing_depth += 1
             try:
                 self._catch_up()
+                if self._writing_depth == 1:
+                    # A vector file of another generation is a compaction a kill cut short.
+                    self.store.remove_orphans()
                 yield
             finally:
                 self._writing_depth -= 1
+            if self._writing_depth == 0:
+                self._compact_if_due()
             if self._writing_depth == 0 and self._uses_ann():
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due(force=True)
@@ -233,26 +254,53 @@ class EmbeddedIndex:
     def _append(self, rows: list[StoredRow], vectors: np.ndarray) -> None:
         with self.store.writing():
             self._catch_up()
+            if self._writing_depth == 0:  # else writing() did, once for the session
+                self.store.remove_orphans()
             self.store.append(rows, vectors)
             for row in rows:
                 self._append_row(row)
             self._vectors = self.store.vectors()
             self._live_cache = self._live_mask_cache = self._fields_cache = None
+            if self._writing_depth == 0:
+                self._compact_if_due()
             if self._uses_ann():
                 # The graph grows with ingestion and is saved now and then, under the lock.
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due()
 
-    def compact(self) -> None:
-        """Rewrite the index with live rows only."""
+    def compact(self) -> tuple[int, int]:
+        """Rewrite the index with live rows only: (committed rows before, after). Crash-safe as
+        every write is: a new vector file, then one transaction swaps rows and generation
+        (itlr.engines.store); a kill before it leaves the index as it was."""
         with self.writing():
-            live = self._live_rows()
-            vectors = np.array(self._vectors[live])
-            rows = [self._rows[i] for i in live]
-            self.store.rewrite([r for r in rows if r is not None], vectors)
-            self._rows, self._latest = [], {}
-            self._catch_up()
-            self.store.remove_orphans()
+            return self._compact()
+
+    def _compact(self) -> tuple[int, int]:
+        before = self.committed_rows
+        live = self._live_rows()
+        if len(live) == before:
+            return before, before
+        vectors = np.array(self._vectors[live])
+        rows = [self._rows[i] for i in live]
+        self.store.rewrite([r for r in rows if r is not None], vectors)
+        self._rows, self._latest = [], {}
+        self._catch_up()
+        self.store.remove_orphans()
+        return before, self.committed_rows
+
+    def dead_rows(self) -> int:
+        """Committed rows no search reads: replaced or deleted documents."""
+        return self.committed_rows - len(self._live_rows())
+
+    def _compact_if_due(self) -> None:
+        rows = self.committed_rows
+        if (
+            rows >= max(1, self.compact_min_rows)
+            and self.dead_rows() > self.compact_dead_ratio * rows
+        ):
+            with self.store.writing():
+                self._catch_up()
+                self._compact()
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -471,7 +519,7 @@ class EmbeddedIndex:
             # The stream holds every row's lexical truths (rows ascending, seen among them).
             lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
             hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
-            threshold = hits[-1].score if len(hits) >= options.k else 0.0
+            threshold = proof_threshold([h.score for h in hits], options.k)
             if trusted:
                 bounds += current
                 if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):

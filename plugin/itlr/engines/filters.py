@@ -127,6 +127,8 @@ def _name(value: Any) -> bool:
 def _scalar(value: Any, where: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise _fail(f"{where}: {value} is not a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and _as_number(value) is None:
+        raise _fail(f"{where}: an integer of over 308 digits is no finite number")
     if not isinstance(value, str | int | float | bool):
         raise _fail(f"{where} compares with strings, numbers or booleans, not {_show(value)}")
     return value
@@ -170,17 +172,15 @@ def _bound(name: str, op: str, value: Any) -> float | datetime:
 
 
 def _as_number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    """A finite float, or None: an int past the float range (a document stored before ingestion
+    refused them) or a string that is no number is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        return number if math.isfinite(number) else None
-    return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _as_date(value: Any) -> datetime | None:

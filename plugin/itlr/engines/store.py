@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -92,19 +93,57 @@ def vector_file(generation: int) -> str:
     return "vectors.f32" if generation == 0 else f"vectors.{generation}.f32"
 
 
+VECTOR_FILE = re.compile(r"vectors(\.\d+)?\.f32")
+_OWN_TABLES = frozenset({"meta", "rows"})
+
+
 def exists(path: Path) -> bool:
     """Whether an index (this format or the legacy one) lives at path."""
-    return _has_meta(path / DATABASE) or (path / LEGACY_MANIFEST).exists()
+    return _has_meta(path / DATABASE) or (path / LEGACY_MANIFEST).is_file()
+
+
+def _peek(database: Path, sql: str) -> list[tuple[Any, ...]] | None:
+    """Rows of a query on a database file that may not be itlr's, or None when it is not
+    SQLite at all. No pragma, no schema, only a SELECT: looking never changes someone else's
+    file (a read-only open would leave -wal/-shm files beside a WAL database)."""
+    if not database.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
+            return db.execute(sql).fetchall()
+    except sqlite3.DatabaseError:
+        return None
 
 
 def _has_meta(database: Path) -> bool:
-    if not database.exists():
+    tables = _peek(database, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    if not tables or not {name for (name,) in tables} >= _OWN_TABLES:
+        return False  # not SQLite, or created but killed before its first commit
+    return bool(_peek(database, "SELECT 1 FROM meta WHERE key = 'format'"))
+
+
+def leftover_of_creation(file: Path) -> bool:
+    """Whether `file` is what a cut-short `VectorStore.create` left: its own empty files, or a
+    database holding nothing but its own empty tables. Anything else is someone's data."""
+    if file.is_symlink() or not file.is_file():
         return False
-    with contextlib.closing(_connect(database)) as db:
-        try:
-            return db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is not None
-        except sqlite3.OperationalError:  # created but killed before its first commit
-            return False
+    if file.name == DATABASE:
+        return _empty_database(file)
+    if file.name.startswith(DATABASE + "-"):  # -wal, -shm, -journal beside it
+        database = file.with_name(DATABASE)
+        return _empty_database(database) if database.exists() else file.stat().st_size == 0
+    if file.name == LOCK or VECTOR_FILE.fullmatch(file.name):
+        return file.stat().st_size == 0
+    return False
+
+
+def _empty_database(database: Path) -> bool:
+    if database.stat().st_size == 0:
+        return True
+    tables = _peek(database, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    if tables is None or not {name for (name,) in tables} <= _OWN_TABLES:
+        return False
+    return all(_peek(database, f"SELECT 1 FROM {name} LIMIT 1") == [] for (name,) in tables)
 
 
 def _connect(database: Path) -> sqlite3.Connection:
@@ -151,7 +190,12 @@ class VectorStore:
                     store._load_meta()
                     return store
                 raise IndexStateError(f"an index already exists at {path}: open it instead")
-            open(path / vector_file(0), "wb").close()
+            vectors = path / vector_file(0)
+            if vectors.exists() and vectors.stat().st_size:
+                raise IndexStateError(
+                    f"{vectors} holds data that is not this index's: give an empty folder"
+                )
+            vectors.touch()
             store._fsync_directory()
             with store._transaction():
                 store._write_meta(model=model, dims=dims, committed=0, generation=0)
@@ -272,7 +316,7 @@ class VectorStore:
         with self.writing():
             current = vector_file(self.generation)
             for candidate in self.path.glob("vectors*.f32"):
-                if candidate.name != current:
+                if VECTOR_FILE.fullmatch(candidate.name) and candidate.name != current:
                     candidate.unlink(missing_ok=True)
 
     # -- internals -------------------------------------------------------------------------

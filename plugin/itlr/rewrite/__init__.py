@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from itlr import json_values
 from itlr.errors import QuerySyntaxError, RewriteError
+from itlr.limits import LIMITS
 from itlr.query import Query, parse
 from itlr.rewrite.llm import LLMConfig
 from itlr.rewrite.rules import Mark, explain_marks, rewrite_rules
@@ -67,6 +69,12 @@ class RewriteResult:
         }
 
 
+def _checked(result: RewriteResult) -> RewriteResult:
+    """The rewrite, if what it turned the question into is within the limits."""
+    LIMITS.check_tree(result.query.root)
+    return result
+
+
 def _by_rules(question: str, warnings: tuple[str, ...] = (), fallback: bool = False):
     found = rewrite_rules(question)
     return RewriteResult(
@@ -93,8 +101,13 @@ def rewrite(question: str, method: Method = "rules", llm: LLMConfig | None = Non
     """Rewrite a question; with method="llm", fall back to the rules (flagged) if the LLM fails."""
     if not isinstance(question, str) or not question.strip():
         raise RewriteError("empty question: ask something, e.g. 'vitamin D, other than bones'")
+    json_values.check(question, "the question")
+    if len(question) > LIMITS.max_query_chars:  # before the rewriter, whose work grows with it
+        raise LIMITS.refuse(
+            "max_query_chars", len(question), f"the question is {len(question):,} characters long"
+        )
     if method == "rules":
-        return _by_rules(question)
+        return _checked(_by_rules(question))
     if method != "llm":
         raise RewriteError(f"unknown rewrite method {method!r}: use rules or llm")
     if llm is None:
@@ -106,16 +119,18 @@ def rewrite(question: str, method: Method = "rules", llm: LLMConfig | None = Non
 
     outcome = _llm_rewriter(llm).rewrite(question)  # type: ignore[attr-defined]
     if isinstance(outcome, LLMAnswer):
-        return RewriteResult(
-            question,
-            outcome.query,
-            "llm",
-            warnings=(*outcome.warnings, *outcome.query.warnings),
-            raw_answer=outcome.raw,
-            cached=outcome.cached,
+        return _checked(
+            RewriteResult(
+                question,
+                outcome.query,
+                "llm",
+                warnings=(*outcome.warnings, *outcome.query.warnings),
+                raw_answer=outcome.raw,
+                cached=outcome.cached,
+            )
         )
     warning = f"LLM rewrite failed, used the rule rewriter instead: {outcome.reason}"
-    result = _by_rules(question, (*outcome.warnings, warning), fallback=True)
+    result = _checked(_by_rules(question, (*outcome.warnings, warning), fallback=True))
     return replace(result, raw_answer=outcome.answers[-1] if outcome.answers else None)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from itlr.errors import QuerySyntaxError, RewriteError
 from itlr.paths import itlr_home
 from itlr.query import Query, parse
+from itlr.settings import seconds
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -49,6 +50,9 @@ class LLMConfig:
     cache: bool = True
     # 0 for repeatable answers; None leaves it out for endpoints that refuse the parameter.
     temperature: float | None = 0.0
+
+    def __post_init__(self) -> None:
+        seconds(self.timeout, "the LLM time-out (--llm-timeout)")
 
     @property
     def endpoint(self) -> str:

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from itlr.errors import (
     ConfigurationError,
@@ -178,6 +179,11 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_: Request, bad: RequestValidationError) -> JSONResponse:
         return _error(422, _validation_message(bad))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, bad: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body it cannot parse, an unknown path) in the same shape.
+        return _error(bad.status_code, str(bad.detail))
 
     @app.exception_handler(LimitError)
     async def over_limit(_: Request, bad: LimitError) -> JSONResponse:

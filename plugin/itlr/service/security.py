@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import replace
 from typing import Any
 
+from itlr import json_values
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS, LimitError
 
@@ -155,8 +156,27 @@ class BodyLimit:
             except LimitError as deep:
                 await send_json(send, 400, {"error": str(deep), "limit": deep.name})
                 return
+        refusal = _bad_values(raw) if raw.strip() else None
+        if refusal is not None:
+            await send_json(send, 400, refusal)
+            return
         body = {"type": "http.request", "body": raw, "more_body": False}
         await self.app(scope, _replay([body], receive), send)
+
+
+def _bad_values(raw: bytes) -> dict[str, Any] | None:
+    """The error body for JSON whose values no front end can take (itlr.json_values): a number
+    outside the float range or a lone surrogate, with the field's path; bytes that are not
+    UTF-8. Malformed JSON passes: the app's own parser reports it with the position."""
+    try:
+        json_values.loads(raw)
+    except json_values.BadValue as bad:
+        return {"error": str(bad), "path": bad.path}
+    except UnicodeDecodeError as bad:
+        return {"error": f"the body is not UTF-8 text (byte {bad.start}): send JSON in UTF-8"}
+    except ValueError:
+        return None
+    return None
 
 
 def _replay(messages: list[Message], then: Receive | None = None) -> Receive:

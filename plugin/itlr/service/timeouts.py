@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from itlr.errors import ConfigurationError
-from itlr.settings import env_number
+from itlr.settings import env_seconds, seconds
 
 log = logging.getLogger("itlr.server")
 
@@ -35,11 +34,9 @@ class ReadTimeouts:
 
     def __post_init__(self) -> None:
         for name, value in (("header", self.header), ("body", self.body)):
-            if not value > 0:
-                raise ConfigurationError(
-                    f"the {name} read time-out (--{name}-timeout, ITLR_{name.upper()}_TIMEOUT) "
-                    f"must be a positive number of seconds, not {value}"
-                )
+            seconds(
+                value, f"the {name} read time-out (--{name}-timeout, ITLR_{name.upper()}_TIMEOUT)"
+            )
 
     @classmethod
     def from_env(cls, header: float | None = None, body: float | None = None) -> ReadTimeouts:
@@ -63,7 +60,7 @@ class ReadTimeouts:
 
 
 def _env_seconds(name: str, default: float) -> float:
-    return env_number(name, default, least=0.0, meaning="a read time-out in seconds")
+    return env_seconds(name, default, "a read time-out")
 
 
 TIMEOUT_RESPONSE = (
