@@ -30,6 +30,8 @@ class ItlrGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except MissingExtra as absent:  # raised outside run_guarded: still one line
+            raise fail(str(absent)) from None
         except ModuleNotFoundError as absent:
             # An optional module imported outside run_guarded: still one line naming the extra.
             extra = extra_of(absent.name or "")
