@@ -39,20 +39,22 @@ UNREACHABLE = (
     "ReadTimeoutError",
     "ProxyError",
 )
-# Runs one `itlr` command in-process, then records which top-level modules were ever imported.
+# Runs `itlr` commands (a JSON list of argument lists) in one process, each output to its own
+# file, then records which top-level modules the process ever imported.
 RUN_AND_LIST_MODULES = """
-import json, sys
+import contextlib, json, sys
 from itlr.__main__ import main
-out, sys.argv = sys.argv[1], ["itlr", *sys.argv[2:]]
-try:
-    main()
-except SystemExit as stop:
-    code = stop.code or 0
-else:
-    code = 0
-with open(out, "w") as listing:
+folder, commands = sys.argv[1], json.loads(sys.argv[2])
+for number, command in enumerate(commands):
+    sys.argv = ["itlr", *command]
+    with open(f"{folder}/out-{number}.txt", "w") as out, contextlib.redirect_stdout(out):
+        try:
+            main()
+        except SystemExit as stop:
+            if stop.code:
+                raise
+with open(f"{folder}/modules.json", "w") as listing:
     json.dump(sorted({name.split(".")[0] for name in sys.modules}), listing)
-sys.exit(code)
 """
 
 
@@ -84,7 +86,7 @@ def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _core_itlr(folder: Path, home: Path, listing: Path, *args: str) -> str:
+def _core_itlr(folder: Path, home: Path, commands: list[list[str]]) -> list[str]:
     env = {
         key: value
         for key, value in os.environ.items()
@@ -92,7 +94,13 @@ def _core_itlr(folder: Path, home: Path, listing: Path, *args: str) -> str:
     }
     env |= {"ITLR_HOME": str(home), "COLUMNS": "200"}
     result = subprocess.run(
-        [str(folder / "bin" / "python"), "-c", RUN_AND_LIST_MODULES, str(listing), *args],
+        [
+            str(folder / "bin" / "python"),
+            "-c",
+            RUN_AND_LIST_MODULES,
+            str(home),
+            json.dumps(commands),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -100,7 +108,10 @@ def _core_itlr(folder: Path, home: Path, listing: Path, *args: str) -> str:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    return result.stdout
+    loaded = set(json.loads((home / "modules.json").read_text()))
+    assert "itlr" in loaded and "onnxruntime" in loaded
+    assert not loaded & {"torch", "sentence_transformers", "transformers"}
+    return [(home / f"out-{number}.txt").read_text() for number in range(len(commands))]
 
 
 def test_the_core_install_searches_without_torch_and_ranks_as_torch_does(
@@ -119,15 +130,11 @@ def test_the_core_install_searches_without_torch_and_ranks_as_torch_does(
     )
     assert installed.stdout.strip() == "True", "the core install brought torch"
 
-    _core_itlr(folder, home, tmp_path / "ingest.json", "ingest", corpus, "--index", "demo")
-    core_hits = []
-    for number, query in enumerate(QUERIES):
-        listing = tmp_path / f"search-{number}.json"
-        out = _core_itlr(folder, home, listing, "search", query, "--index", "demo", "--json")
-        loaded = set(json.loads(listing.read_text()))
-        assert "itlr" in loaded and "onnxruntime" in loaded
-        assert not loaded & {"torch", "sentence_transformers", "transformers"}, query
-        core_hits.append([(hit["id"], hit["score"]) for hit in json.loads(out)["hits"]])
+    searches = [["search", query, "--index", "demo", "--json"] for query in QUERIES]
+    outputs = _core_itlr(folder, home, [["ingest", corpus, "--index", "demo"], *searches])
+    core_hits = [
+        [(hit["id"], hit["score"]) for hit in json.loads(out)["hits"]] for out in outputs[1:]
+    ]
 
     # The reference: the same corpus and queries with the torch encoder, in this process.
     monkeypatch.setenv("ITLR_ENCODER", "torch")
