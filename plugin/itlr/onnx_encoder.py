@@ -1,13 +1,15 @@
 """The ONNX encoder: the same sentence-transformers model, run by onnxruntime instead of torch.
 
-The bundled model ships only safetensors. On first use the transformer is exported once, offline,
-with torch.onnx into $ITLR_HOME/cache/onnx/<model>-<key>-<variant>/ (built in a temporary folder
-and renamed into place under a file lock, so concurrent first uses and a crash mid-export leave
-no half-written model behind); later loads need neither torch nor the export. Tokenisation
-(the model's own tokenizer.json), mean pooling and normalisation follow the model's modules.json
-the way sentence-transformers does, so the vectors match torch's to about 1e-7 (fp32).
+The bundled model ships only safetensors. On first use its transformer is written once as an
+ONNX graph into $ITLR_HOME/cache/onnx/<model>-<key>-<variant>/ (built in a temporary folder and
+renamed into place under a file lock, so concurrent first uses and a crash mid-build leave no
+half-written model behind). A BERT model (the bundled one) is built straight from its safetensors
+weights by itlr.bert_graph, without torch; any other architecture is exported by torch.onnx,
+which needs the `torch` extra once. Tokenisation (the model's own tokenizer.json), mean pooling
+and normalisation follow the model's modules.json the way sentence-transformers does, so the
+vectors match torch's to about 1e-7 (fp32).
 
-The int8 variant is onnxruntime's dynamic quantisation of that export: smaller and faster,
+The int8 variant is onnxruntime's dynamic quantisation of that graph: smaller and faster,
 and further from torch's vectors (docs/benchmarks.md, "Term encoding").
 """
 
@@ -25,16 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from itlr.errors import EmbeddingError
+from itlr import bert_graph
+from itlr.errors import EmbeddingError, ItlrError
+from itlr.extras import require
 from itlr.paths import itlr_home
 
 # Bumped when what an export folder holds changes: older folders are then rebuilt, not misread.
-_FORMAT = 2
+# 3: BERT models are built from their weights (itlr.bert_graph), not exported by torch.
+_FORMAT = 3
 _MODEL_FILE = "model.onnx"
 _META_FILE = "itlr-export.json"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 VARIANTS = ("fp32", "int8")
-_INSTALL_HINT = "pip install 'itlr[onnx]' (onnxruntime and onnx), or use --encoder torch"
+_INSTALL_HINT = "pip install 'onnx>=1.17,<2' (an itlr dependency), or use --encoder onnx"
 _RUNTIME_HINT = "pip install 'onnxruntime>=1.20,<2' (an itlr dependency), or use --encoder torch"
 
 
@@ -165,12 +170,15 @@ def _seal(staging: Path) -> None:
 
 
 def _export_fp32(folder: Path, staging: Path) -> None:
-    """Export the transformer's last hidden state with dynamic batch and sequence axes."""
+    """The transformer's last hidden state with dynamic batch and sequence axes: built from the
+    weights for a BERT model, else exported by torch."""
+    config = _read_json(folder / "config.json") or {}
+    if bert_graph.supports(config):
+        bert_graph.build(folder, config, staging / _MODEL_FILE)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(folder), local_files_only=True)
+    torch, transformers = require("torch", "torch", "transformers")
+    model = transformers.AutoModel.from_pretrained(str(folder), local_files_only=True)
     model.eval()
     accepts_types = "token_type_ids" in model.forward.__code__.co_varnames
 
@@ -253,9 +261,9 @@ def ensure_export(folder: Path, name: str, variant: str) -> Path:
             if target.exists():  # torn: its record or a file is missing
                 shutil.rmtree(target)
             staging.rename(target)
-        except EmbeddingError:
+        except ItlrError:  # already one line: a bad model, a missing extra
             raise
-        except Exception as failure:  # torch.onnx and quantisation raise many kinds
+        except Exception as failure:  # onnx, torch.onnx and quantisation raise many kinds
             raise EmbeddingError(
                 f"cannot export {name!r} to ONNX ({variant}) in {target.parent}: {failure}"
             ) from failure

@@ -16,8 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
+
+from itlr.extras import missing_extra
+
+try:
+    import httpx
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.benchmarks.latency import Timing
 from itlr.embed import Embedder

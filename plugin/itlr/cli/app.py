@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 from itlr.embed import ENCODER_ENV, ENCODERS
 from itlr.engines.factory import ENGINE_ALIASES, ENGINES
 from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
+from itlr.extras import MissingExtra, extra_of
 from itlr.options import Mode as ModeName
 from itlr.rewrite import METHODS as REWRITE_METHODS
 from itlr.scoring import AndName, NotName, OrName, TruthName
@@ -29,6 +30,14 @@ class ItlrGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except MissingExtra as absent:  # raised outside run_guarded: still one line
+            raise fail(str(absent)) from None
+        except ModuleNotFoundError as absent:
+            # An optional module imported outside run_guarded: still one line naming the extra.
+            extra = extra_of(absent.name or "")
+            if extra is None:
+                raise
+            raise fail(str(MissingExtra(extra, (absent.name or "").split(".")[0]))) from None
         except Exception as unknown:
             # typer vendors click, so its NoSuchOption is only known by name and fields.
             if type(unknown).__name__ != "NoSuchOption" or not hasattr(unknown, "option_name"):
@@ -167,8 +176,8 @@ EncoderOpt = Annotated[
     Encoder | None,
     typer.Option(
         envvar=ENCODER_ENV,
-        help="What runs the model: its ONNX export (exported once into $ITLR_HOME) or torch; "
-        "onnx-int8 (needs itlr[onnx]) is smaller and less exact. Default onnx.",
+        help="What runs the model: its ONNX graph (built once into $ITLR_HOME) or torch (needs "
+        "itlr[torch]); onnx-int8 is smaller and less exact. Default onnx.",
         show_default=False,
     ),
 ]

@@ -18,6 +18,7 @@ from itlr.cli.proxy import (
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
 from itlr.errors import ConfigurationError
+from itlr.extras import require
 from itlr.limits import LIMITS
 from itlr.service.security import TOKEN_ENV
 
@@ -131,7 +132,7 @@ def serve(
         return app, opened, timeouts
 
     service, opened, timeouts = run_guarded(action)
-    import uvicorn
+    (uvicorn,) = run_guarded(lambda: require("serve", "uvicorn"))
 
     err.print(
         f"serving {opened.engine} index {opened.name!r} ({opened.count()} documents) on "

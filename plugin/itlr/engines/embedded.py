@@ -756,7 +756,11 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
     count = queries.shape[0]
     if vectors.shape[0] <= SINGLE_THREAD_ROWS:
         return np.einsum("ij,kj->ik", vectors, np.asarray(queries, dtype=np.float32))
-    import torch
+    try:
+        import torch
+    except ImportError:  # the core install has no torch: numpy's BLAS, slower on large indexes
+        product: np.ndarray = vectors @ np.asarray(queries, dtype=np.float32).T
+        return product
 
     right = np.ascontiguousarray(queries, dtype=np.float32)
     if count == 1:

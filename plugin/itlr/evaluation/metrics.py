@@ -18,8 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import ir_measures
-from ir_measures import AP, RR, R, nDCG
+from itlr.extras import missing_extra
+
+try:
+    import ir_measures
+    from ir_measures import AP, RR, R, nDCG
+except ImportError as absent:
+    raise missing_extra("eval", absent) from None
 
 Run = Mapping[str, Mapping[str, float]]
 

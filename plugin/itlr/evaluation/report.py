@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from itlr.evaluation.paper_tables import GRID_NOT, NEGATIONS, SyntheticReport
+from itlr.extras import require
 
 
 def _fmt(value: float | None) -> str:
@@ -80,7 +81,7 @@ def synthetic_markdown(report: SyntheticReport) -> str:
 
 
 def _pyplot():
-    import matplotlib
+    (matplotlib,) = require("eval", "matplotlib")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -17,15 +17,21 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import anyio.to_thread
-import httpx
 import numpy as np
 import orjson
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+
+from itlr.extras import missing_extra
+
+try:
+    import anyio.to_thread
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.background import BackgroundTask
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.connection import Connection

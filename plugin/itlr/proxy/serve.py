@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from itlr.extras import require
 from itlr.service.security import check_exposure
 from itlr.service.server import serving
 from itlr.service.timeouts import ReadTimeouts
@@ -16,8 +17,7 @@ def run_proxy(
 ) -> None:
     """Serve an app of `create_proxy_app` until interrupted. Uvicorn's access log stays off: it
     would log paths with query strings at info level; the proxy logs what it forwards itself."""
-    import uvicorn
-
+    (uvicorn,) = require("serve", "uvicorn")
     check_exposure(host, app.state.proxy.token)
     guard = (timeouts or ReadTimeouts()).uvicorn_options()
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="info", **guard)

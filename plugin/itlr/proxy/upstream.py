@@ -17,7 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
+from itlr.extras import missing_extra
+
+try:
+    import httpx
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.engines.connection import Connection, engine_from_root, error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body

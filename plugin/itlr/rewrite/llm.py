@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from itlr.errors import QuerySyntaxError, RewriteError
+from itlr.extras import require
 from itlr.paths import itlr_home
 from itlr.query import Query, parse
 from itlr.settings import seconds
@@ -198,12 +199,11 @@ class LLMRewriter:
     """One client per configuration, reused across questions (connection pooling)."""
 
     def __init__(self, config: LLMConfig) -> None:
-        from openai import OpenAI
-
+        (openai,) = require("llm", "openai")
         self.config = config
         self.prompt = load_prompt(config.prompt_version)
         # Our own retry loop decides about backoff and fallback, so the client's is off.
-        self.client: OpenAI = OpenAI(
+        self.client: OpenAI = openai.OpenAI(
             base_url=config.base_url,
             api_key=config.api_key(),
             timeout=config.timeout,
@@ -270,7 +270,7 @@ class LLMRewriter:
         raise AssertionError("unreachable")
 
     def _request(self, messages: list[dict[str, str]]) -> str:
-        import openai
+        (openai,) = require("llm", "openai")
 
         config = self.config
         try:

@@ -11,11 +11,16 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, create_model
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from itlr.extras import missing_extra
+
+try:
+    from fastapi import FastAPI, Request, Response
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, create_model
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.errors import (
     ConfigurationError,

@@ -13,7 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import uvicorn
+from itlr.extras import missing_extra
+
+try:
+    import uvicorn
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.service.timeouts import ReadTimeouts
 

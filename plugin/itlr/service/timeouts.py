@@ -15,7 +15,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from itlr.extras import missing_extra
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError as absent:
+    raise missing_extra("serve", absent) from None
 
 from itlr.settings import env_seconds, seconds
 
