@@ -30,7 +30,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ class Document:
     id: str
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
+    # The input key the id was read from and its value as given, e.g. ("id", 7): an index
+    # itlr did not make keeps it as a field where its mapping has that field (itlr.ingest).
+    id_source: tuple[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -151,8 +154,9 @@ def _from_record(record: Any, keys: Fields = Fields()) -> Document:
             f"a document is a JSON object, this line is {_json_kind(record)}: "
             'write {"id": ..., "text": ...}'
         )
-    doc_id = next(
-        (i for i in (_document_id(record.get(k)) for k in keys.id_keys) if i is not None), None
+    id_key, doc_id = next(
+        ((k, i) for k, i in ((k, _document_id(record.get(k))) for k in keys.id_keys) if i),
+        (None, None),
     )
     text_key = next((k for k in keys.text_keys if isinstance(record.get(k), str)), None)
     if doc_id is None or text_key is None:
@@ -177,7 +181,8 @@ def _from_record(record: Any, keys: Fields = Fields()) -> Document:
             f"contains {bad.object[bad.start : bad.end]!a}, a lone surrogate, which is not "
             "valid Unicode text"
         ) from None
-    return Document(doc_id, text, fields)
+    id_source = (id_key, record[id_key]) if id_key and id_key != "_id" else None
+    return Document(doc_id, text, fields, id_source)
 
 
 def _json_kind(value: Any) -> str:
@@ -374,6 +379,7 @@ def _bulk_entry(
         return
     # The action line's _id wins over any id inside the document.
     record = {k: v for k, v in source.items() if k not in keys.id_keys}
+    own_id = next(((k, source[k]) for k in keys.id_keys if k in source), None)
     id_key = keys.id_field or "_id"
     if kind == "update" and not any(isinstance(record.get(k), str) for k in keys.text_keys):
         # A partial update of fields only: it can patch a copy earlier in this file.
@@ -395,6 +401,8 @@ def _bulk_entry(
     except _NotADocument as bad:
         yield BadLine(str(path), source_number, str(bad))
         return
+    # The id field the document itself carried (the action's _id is the id).
+    document = replace(document, id_source=own_id)
     yield ("update", document) if kind == "update" else document  # type: ignore[misc]
 
 
@@ -585,7 +593,7 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             if doc_id in by_id:
                 earlier = by_id[doc_id]
                 duplicates += 1
-                by_id[doc_id] = Document(doc_id, earlier.text, {**earlier.fields, **patch})
+                by_id[doc_id] = replace(earlier, fields={**earlier.fields, **patch})
             else:
                 bad_lines.append(orphan)
         elif entry[0] == "delete":
@@ -596,8 +604,10 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             earlier = by_id.get(document.id)
             if earlier is not None:
                 duplicates += 1
-                document = Document(
-                    document.id, document.text, {**earlier.fields, **document.fields}
+                document = replace(
+                    document,
+                    fields={**earlier.fields, **document.fields},
+                    id_source=document.id_source or earlier.id_source,
                 )
             deleted.pop(document.id, None)
             by_id[document.id] = document

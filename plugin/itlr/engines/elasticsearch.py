@@ -172,6 +172,9 @@ class ElasticsearchBackend(ClusterBackend):
     def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
         return self.client.mget(index=self.index, ids=ids, source=fields or False)
 
+    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
+        return self.client.mget(index=self.index, ids=ids, source_excludes=excludes)
+
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(searches=lines)
 
