@@ -200,3 +200,28 @@ def test_the_proxy_relays_with_the_ui_users_own_credentials(secured, embedder) -
         assert anonymous.status_code == 401
         admin = ui.post(f"/{INDEX_B}/_search", json=plain, auth=secured.admin)
         assert admin.status_code == 200 and admin.json()["hits"]["hits"]
+
+
+def test_ingest_into_the_team_index_keeps_its_shape_on_elasticsearch(secured) -> None:
+    auth = connection(secured, **as_user(secured.admin))
+    index = itlr.Index.open(INDEX_B, vector_field="vec", text_field="body", create=True, **auth)
+    with secured.client() as http:
+        before = http.get(f"/{INDEX_B}/_mapping").json()[INDEX_B]["mappings"]
+        stored = http.get(f"/{INDEX_B}/_doc/d001").json()["_source"]
+    report = index.add([{"id": "d001", **stored}, {"id": "b-new", **{**stored, "body": "sleep"}}])
+    assert (report.added, report.updated, report.failed) == (1, 1, {})
+    with secured.client() as http:
+        after = http.get(f"/{INDEX_B}/_mapping").json()[INDEX_B]["mappings"]
+        kept = http.get(f"/{INDEX_B}/_doc/b-new").json()["_source"]
+    added = {k: v["type"] for k, v in after["properties"].items() if k not in before["properties"]}
+    assert added == {
+        "vec": "dense_vector",
+        "itlr_hash": "keyword",
+        "itlr_tokens": "keyword",
+        "itlr_token_keys": "long",
+        "itlr_length": "integer",
+    }
+    assert all(after["properties"][k] == v for k, v in before["properties"].items())
+    assert set(kept) == {"body", "year", "topic", *added}
+    again = index.add([{"id": "d001", **stored}])
+    assert again.unchanged == 1
