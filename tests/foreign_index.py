@@ -60,6 +60,8 @@ def create_index(
 
 
 def bulk(url: str, name: str, docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        return
     lines = []
     for doc in docs:
         source = {k: v for k, v in doc.items() if k != "_id"}

@@ -20,9 +20,13 @@ from typing import Any
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec, remote_backend
+from itlr.engines.foreign import add_itlr_fields as prepare_in_place
+from itlr.engines.foreign import index_mapping as _mapping
+from itlr.engines.foreign import itlr_fields as _itlr_fields
+from itlr.engines.foreign import vector_mapping as _vector_mapping
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD, lexical_fields
+from itlr.lexical import TOKEN_KEYS_FIELD, lexical_fields
 
 BATCH_SIZE = 64
 
@@ -75,58 +79,6 @@ def _text_of(source: dict[str, Any], path: str) -> str | None:
     if isinstance(value, list):
         value = " ".join(str(v) for v in value if v is not None)
     return None if value is None or value == "" else str(value)
-
-
-def _vector_mapping(backend: ClusterBackend, dims: int, model: str) -> dict[str, Any]:
-    body = backend.dialect.mapping(dims, model)
-    return body["mappings"]["properties"][backend.layout.vector_field]
-
-
-def _mapping(backend: ClusterBackend, index: str) -> dict[str, Any]:
-    with backend._errors():
-        answer = dict(backend.client.indices.get_mapping(index=index))
-    (body,) = answer.values()
-    return body["mappings"]
-
-
-def _knn_enabled(backend: ClusterBackend) -> bool:
-    with backend._errors():
-        answer = dict(backend.client.indices.get_settings(index=backend.index))
-    (body,) = answer.values()
-    return str(body["settings"]["index"].get("knn", "false")).lower() == "true"
-
-
-def prepare_in_place(backend: ClusterBackend, dims: int, model: str) -> None:
-    """Add the vector and hash fields to the index's mapping, or say in one line why not."""
-    properties = _mapping(backend, backend.index).get("properties", {})
-    field_name = backend.layout.vector_field
-    if field_name in properties:
-        backend.check_index()  # the right type and dimension, or a one-line refusal
-    elif backend.engine == "opensearch" and not _knn_enabled(backend):
-        raise IndexStateError(
-            f"index {backend.index!r} was created without `index.knn: true`, so OpenSearch "
-            f"cannot add the knn_vector field {field_name!r} in place: back-fill into a new "
-            "index with `--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
-        )
-    new = {} if field_name in properties else {field_name: _vector_mapping(backend, dims, model)}
-    new.update({k: v for k, v in _itlr_fields().items() if k not in properties})
-    if new:
-        with backend._errors():
-            if backend.engine == "elasticsearch":
-                backend.client.indices.put_mapping(index=backend.index, properties=new)
-            else:
-                backend.client.indices.put_mapping(index=backend.index, body={"properties": new})
-
-
-def _itlr_fields() -> dict[str, Any]:
-    """The fields written beside the vector: the content hash, and the token counts and length
-    of the text that hybrid truth values read (itlr.lexical)."""
-    return {
-        HASH_FIELD: {"type": "keyword", "index": False},
-        TOKENS_FIELD: {"type": "keyword"},
-        TOKEN_KEYS_FIELD: {"type": "long", "index": False},
-        LENGTH_FIELD: {"type": "integer"},
-    }
 
 
 def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) -> None:

@@ -30,7 +30,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +301,7 @@ def _bulk_entry(
         return
     # The action line's _id wins over any id inside the document.
     record = {k: v for k, v in source.items() if k not in keys.id_keys}
+    own_id = next(((k, source[k]) for k in keys.id_keys if k in source), None)
     id_key = keys.id_field or "_id"
     if kind == "update" and not any(isinstance(record.get(k), str) for k in keys.text_keys):
         # A partial update of fields only: it can patch a copy earlier in this file.
@@ -322,6 +323,8 @@ def _bulk_entry(
     except NotADocument as bad:
         yield BadLine(str(path), source_number, str(bad))
         return
+    # The id field the document itself carried (the action's _id is the id).
+    document = replace(document, id_source=own_id)
     yield ("update", document) if kind == "update" else document  # type: ignore[misc]
 
 
@@ -512,7 +515,7 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             if doc_id in by_id:
                 earlier = by_id[doc_id]
                 duplicates += 1
-                by_id[doc_id] = Document(doc_id, earlier.text, {**earlier.fields, **patch})
+                by_id[doc_id] = replace(earlier, fields={**earlier.fields, **patch})
             else:
                 bad_lines.append(orphan)
         elif entry[0] == "delete":
@@ -523,8 +526,10 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             earlier = by_id.get(document.id)
             if earlier is not None:
                 duplicates += 1
-                document = Document(
-                    document.id, document.text, {**earlier.fields, **document.fields}
+                document = replace(
+                    document,
+                    fields={**earlier.fields, **document.fields},
+                    id_source=document.id_source or earlier.id_source,
                 )
             deleted.pop(document.id, None)
             by_id[document.id] = document

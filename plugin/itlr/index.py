@@ -205,6 +205,11 @@ class Index:
         `text`/`body`/`content`, or the keys `id_field` / `text_field` name); its other keys
         are stored as fields for filters. A document nested deeper than ITLR_MAX_DEPTH, with a
         NaN / Infinity value or an empty text is refused with a one-line error.
+
+        Into a cluster index itlr did not make (no `_meta.itlr`) documents keep their shape:
+        their keys stay at the top of `_source`, the id goes to `_id` (and stays a field only
+        where the index maps its key or `id_field` names it), and itlr's own fields are mapped
+        before the first write; what cannot be written safely is refused in one line first.
         """
         keys = Fields(id_field, text_field)
         docs = (
@@ -215,7 +220,12 @@ class Index:
         )
         with writer_session(self.backend):
             report = ingest(
-                docs, self.backend, self.embedder, batch_size=batch_size, on_batch=on_batch
+                docs,
+                self.backend,
+                self.embedder,
+                batch_size=batch_size,
+                on_batch=on_batch,
+                id_field=id_field,
             )
         self._refresh(report)
         return report

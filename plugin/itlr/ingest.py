@@ -12,7 +12,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -85,6 +85,7 @@ def ingest(
     batch_size: int = 64,
     resume: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    id_field: str | None = None,
 ) -> IngestReport:
     """Embed and store documents as upserts (module docstring). Without resume every document
     is embedded and written again.
@@ -95,6 +96,11 @@ def ingest(
     The engine writes one batch while the encoder works on the next, so that a cluster's bulk
     round trips hide behind encoding instead of adding to it. At most one batch is in flight;
     an engine error surfaces at the latest when the next batch is handed over.
+
+    Into a cluster index itlr did not make, documents keep their shape (their fields at the top,
+    the id in `_id`, and as a field only where the index maps the key it was read from or
+    `id_field` names it); itlr's fields are mapped before the first document is embedded, and a
+    replace that would drop a stored document's fields is refused before its batch is written.
     """
     report = IngestReport()
     with (
@@ -116,12 +122,23 @@ def ingest(
             report.added += sum(1 for i in written if i in new)
             report.updated += sum(1 for i in written if i not in new)
 
+        prepare = getattr(backend, "prepare_writes", None)
+        if prepare is not None:
+            prepare()  # a foreign index: its mapping is ready, or refused, before any work
+        shaped = bool(getattr(backend, "foreign", False))
         for batch in batched(documents, batch_size):
+            if shaped:
+                batch = [_with_id_field(d, backend, id_field) for d in batch]
             if pending is not None and in_flight & {d.id for d in batch}:
                 pending.result()  # compare with the copy being written, once it is stored
                 pending = None
-            stored = _stored_state(backend, [d.id for d in batch]) if resume else {}
+            stored = _stored_state(backend, [d.id for d in batch]) if resume or shaped else {}
             embed, reuse = _changes(batch, stored, backend.model)
+            if not resume:
+                embed, reuse = batch, []
+            guard = getattr(backend, "check_replacements", None)
+            if guard is not None:
+                guard({d.id: d.fields for d in embed + reuse}, stored)
             report.unchanged += len(batch) - len(embed) - len(reuse)
             todo = embed + reuse
             if todo:
@@ -143,6 +160,17 @@ def ingest(
         if pending is not None:
             pending.result()
     return report
+
+
+def _with_id_field(document: Document, backend: Backend, named: str | None) -> Document:
+    """A document for an index itlr did not make: the key its id was read from stays one of
+    its fields where the index maps that key or the caller named it, as it was given."""
+    if document.id_source is None:
+        return document
+    key, value = document.id_source
+    if key != named and key not in getattr(backend, "top_fields", ()):
+        return document
+    return replace(document, fields={**document.fields, key: value})
 
 
 def _stored_state(backend: Backend, ids: list[str]) -> dict[str, tuple[str | None, dict[str, Any]]]:

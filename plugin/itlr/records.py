@@ -24,6 +24,9 @@ class Document:
     id: str
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
+    # The input key the id was read from and its value as given, e.g. ("id", 7): an index
+    # itlr did not make keeps it as a field where its mapping has that field (itlr.ingest).
+    id_source: tuple[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,9 @@ def record_document(record: Any, keys: Fields = Fields()) -> Document:
             f"a document is a JSON object, this line is {_json_kind(record)}: "
             'write {"id": ..., "text": ...}'
         )
-    doc_id = next(
-        (i for i in (document_id(record.get(k)) for k in keys.id_keys) if i is not None), None
+    id_key, doc_id = next(
+        ((k, i) for k, i in ((k, document_id(record.get(k))) for k in keys.id_keys) if i),
+        (None, None),
     )
     text_key = next((k for k in keys.text_keys if isinstance(record.get(k), str)), None)
     if doc_id is None or text_key is None:
@@ -119,7 +123,8 @@ def record_document(record: Any, keys: Fields = Fields()) -> Document:
     check_value(record, f"document {doc_id!r}")
     used = {*keys.id_keys, text_key} if keys.id_field else {*ID_KEYS, text_key}
     fields = {k: v for k, v in record.items() if k not in used}
-    return Document(doc_id, text, fields)
+    id_source = (id_key, record[id_key]) if id_key and id_key != "_id" else None
+    return Document(doc_id, text, fields, id_source)
 
 
 def _json_kind(value: Any) -> str:

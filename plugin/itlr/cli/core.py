@@ -143,7 +143,10 @@ def ingest(
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = target.add(
-                documents, batch_size=batch_size, on_batch=lambda n: progress.advance(task, n)
+                documents,
+                batch_size=batch_size,
+                on_batch=lambda n: progress.advance(task, n),
+                id_field=id_field,
             )
         if source_file.deletions:
             report.deleted = target.delete(source_file.deletions).deleted

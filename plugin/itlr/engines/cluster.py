@@ -42,7 +42,10 @@ from itlr.engines.dialect import (
     lexical_stats,
     lexical_stats_body,
     mapped_fields,
+    own_fields,
+    shaped_bulk_actions,
 )
+from itlr.engines.foreign import add_itlr_fields
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
 from itlr.errors import EngineError, IndexStateError
@@ -84,6 +87,11 @@ class ClusterBackend:
         self.mapped: set[str] | None = None
         # Hybrid truths' statistics as last counted: a search may be built from them.
         self.remembered = RememberedStats()
+        # An index itlr did not make (no `_meta.itlr`): documents keep their shape, and itlr's
+        # fields are mapped before the first write. None until the mapping has been read.
+        self.foreign: bool | None = None
+        self.top_fields: frozenset[str] = frozenset()
+        self._writes_ready = False
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -114,6 +122,10 @@ class ClusterBackend:
         """mget of these ids with these _source fields (None: no _source)."""
         raise NotImplementedError
 
+    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
+        """mget of these ids with their _source but these fields."""
+        raise NotImplementedError
+
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         """`_msearch` of header/body line pairs."""
         raise NotImplementedError
@@ -124,17 +136,32 @@ class ClusterBackend:
         """Create the index from mappings/<engine>.json if missing; True if created."""
         with self._errors():
             if self.client.indices.exists(index=self.index):
+                mappings = self._mappings()
+                self._learn_shape(mappings)
+                if self.foreign and self.layout.vector_field not in self.top_fields:
+                    # Made elsewhere, no vector yet: mapped before the first write.
+                    self._adopt_mapping(mappings.get("properties", {}))
+                    return False
                 self.check_index()
                 return False
             self._create_index(knn_engine)
+            self.foreign, self._writes_ready = False, True
             return True
 
-    def check_index(self) -> None:
-        """Refuse an index whose vectors cannot match the model; warn about another model."""
+    def _mappings(self) -> dict[str, Any]:
         with self._errors():
             mapping = self.client.indices.get_mapping(index=self.index)
         (index_mapping,) = dict(mapping).values()
-        mappings = index_mapping["mappings"]
+        return dict(index_mapping["mappings"])
+
+    def _learn_shape(self, mappings: dict[str, Any]) -> None:
+        self.foreign = "itlr" not in (mappings.get("_meta") or {})
+        self.top_fields = frozenset(mappings.get("properties", {}))
+
+    def check_index(self) -> None:
+        """Refuse an index whose vectors cannot match the model; warn about another model."""
+        mappings = self._mappings()
+        self._learn_shape(mappings)
         vector = mappings.get("properties", {}).get(self.layout.vector_field)
         if vector is None or vector.get("type") != self.vector_type:
             raise IndexStateError(
@@ -219,6 +246,44 @@ class ClusterBackend:
 
     # -- writes --------------------------------------------------------------------------
 
+    def prepare_writes(self) -> None:
+        """Before the first write into an index itlr did not make: map the vector, the text
+        field (if missing) and itlr's own fields explicitly, or refuse in one line (a vector
+        field of another type or dimension, `index.knn` off on OpenSearch, a field itlr writes
+        mapped with another type) before anything is written."""
+        if self._writes_ready:
+            return
+        if self.foreign is None:
+            self._learn_shape(self._mappings())
+        if self.foreign:
+            text = {self.layout.text_field: {"type": "text"}}
+            add_itlr_fields(self, self.dims, self.model, also=text)
+            self.check_index()  # learn the mapping as it is now
+        self._writes_ready = True
+
+    def check_replacements(
+        self,
+        fields: dict[str, dict[str, Any]],
+        stored: dict[str, tuple[str | None, dict[str, Any]]],
+    ) -> None:
+        """Refuse, in one line, to replace a stored document of an index itlr did not make
+        with one that lacks some of its fields: a replace writes the whole document, so they
+        would be lost."""
+        if not self.foreign:
+            return
+        for doc_id, new in fields.items():
+            if doc_id not in stored:
+                continue
+            lost = sorted(set(stored[doc_id][1]) - set(new))
+            if lost:
+                names = ", ".join(repr(name) for name in lost[:5])
+                more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+                raise IndexStateError(
+                    f"document {doc_id!r} of index {self.index!r} has fields {names}{more} that "
+                    "the new copy lacks, and replacing it would drop them: give the whole "
+                    "document (every field it holds); nothing of this batch was written"
+                )
+
     def add(
         self,
         ids: Sequence[str],
@@ -232,8 +297,14 @@ class ClusterBackend:
             raise IndexStateError(
                 f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
             )
+        self.prepare_writes()
         hashes = [content_hash(t, self.model) for t in texts]
-        actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
+        if self.foreign:
+            actions = shaped_bulk_actions(
+                self.index, self.layout, ids, texts, vectors, fields, hashes
+            )
+        else:
+            actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
         return self.bulk(actions)
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -283,6 +354,18 @@ class ClusterBackend:
         (by an older itlr or another tool) has hash "" and is embedded again."""
         if not ids:
             return {}
+        if self.foreign:
+            # The document's own fields are the top of its _source (all but the vector).
+            with self._errors():
+                found = self._mget_excluding(ids, [self.layout.vector_field])
+            return {
+                d["_id"]: (
+                    str(d["_source"].get(HASH_FIELD, "")),
+                    own_fields(d["_source"], self.layout),
+                )
+                for d in found["docs"]
+                if d.get("found")
+            }
         fields = [HASH_FIELD, self.layout.metadata_field]
         with self._errors():
             found = self._mget(ids, fields)

@@ -157,6 +157,8 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
             f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
             f"{short_text(str(garbled))}; check `url`"
         ) from None
+    except os_errors.SSLError as untrusted:
+        raise _untrusted(connection.url, untrusted) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach {connection.url} ({_cause(down)}): is it running? check `url`"
@@ -211,6 +213,32 @@ def _missing_index(url: str, index: str) -> IndexStateError:
     )
 
 
+def _untrusted(url: str, error: Any) -> EngineError:
+    """A TLS handshake that failed: most often a certificate signed by a CA not trusted here."""
+    text = str(error)
+    cause = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in text else "TLS error"
+    return EngineError(
+        f"cannot reach {url} over TLS ({cause}): give the CA that signed its certificate with "
+        "`ca_file` / --ca-file / ITLR_CA_FILE (or `verify_certs=False` for a test cluster only)"
+    )
+
+
+def _denied(product: str, url: str, reason: str) -> EngineError:
+    """A 403: the engine's reason (the action, the user, the privileges that grant it) and
+    what itlr needs."""
+    if "script" in reason:  # cluster:admin/script/get|put: itlr's stored scripts
+        need = (
+            "reading and installing itlr's stored scripts needs the cluster privilege `manage`: "
+            "have an administrator run `itlr install` once"
+        )
+    else:
+        need = (
+            "searching needs `read` on the index; ingestion and back-fill also need `write` "
+            "and `manage` on it"
+        )
+    return EngineError(f"{product} at {url} denied the request ({reason}): {need}")
+
+
 @contextlib.contextmanager
 def opensearch_errors(url: str, index: str) -> Iterator[None]:
     """opensearch-py's exceptions become one actionable line."""
@@ -221,6 +249,8 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
 
     try:
         yield
+    except os_errors.SSLError as untrusted:
+        raise _untrusted(url, untrusted) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach OpenSearch at {url} ({_cause(down)}): is it running? check `url`"
@@ -229,6 +259,8 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
         raise EngineError(
             f"OpenSearch at {url} refused the credentials: check `user`/`password` or `api_key`"
         ) from None
+    except os_errors.AuthorizationException as denied:
+        raise _denied("OpenSearch", url, reason(denied)) from None
     except os_errors.NotFoundError as missing:
         if "index_not_found" in str(missing.error):
             raise _missing_index(url, index) from None
@@ -257,10 +289,7 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
             f"Elasticsearch at {url} refused the credentials: check `user`/`password` or `api_key`"
         ) from None
     except es_errors.AuthorizationException as denied:
-        raise EngineError(
-            f"Elasticsearch at {url} denied the request ({reason(denied)}): "
-            "the user or API key needs read/write on the index and manage on scripts"
-        ) from None
+        raise _denied("Elasticsearch", url, reason(denied)) from None
     except es_errors.NotFoundError as missing:
         if "index_not_found" in str(missing):
             raise _missing_index(url, index) from None
@@ -275,6 +304,8 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
         if "script_lang not supported [painless]" in text or "lang [painless]" in text:
             text += " (this node has no lang-painless module: use a full distribution)"
         raise EngineError(f"Elasticsearch at {url} refused the request: {text}") from None
+    except elastic_transport.TlsError as untrusted:
+        raise _untrusted(url, untrusted) from None
     except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "

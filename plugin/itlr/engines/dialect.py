@@ -326,6 +326,46 @@ def bulk_actions(
     ]
 
 
+def shaped_bulk_actions(
+    index: str,
+    layout: IndexLayout,
+    ids: Sequence[str],
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    fields: Sequence[dict[str, Any]] | None,
+    hashes: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Bulk actions for an index itlr did not make: each document keeps its own shape, its
+    fields at the top of `_source` where the team's other writes put them, the id in `_id`
+    alone, and beside them only the text and what itlr adds (vector, hash, lexical fields),
+    each mapped before the first write (itlr.engines.foreign)."""
+    fields = fields or [{} for _ in ids]
+    return [
+        {
+            "_op_type": "index",
+            "_index": index,
+            "_id": doc_id,
+            "_source": {
+                **extra,
+                layout.text_field: text,
+                layout.vector_field: vector.tolist(),
+                **lexical_fields(text),
+                HASH_FIELD: digest,
+            },
+        }
+        for doc_id, text, vector, extra, digest in zip(
+            ids, texts, vectors, fields, hashes, strict=True
+        )
+    ]
+
+
+def own_fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
+    """A document's own fields in an index made elsewhere: every top-level field of _source
+    but the text and what itlr writes beside it."""
+    skip = {layout.text_field, layout.vector_field, HASH_FIELD, *LEXICAL_FIELDS}
+    return {k: v for k, v in source.items() if k not in skip}
+
+
 def hits_from_response(
     response: dict[str, Any],
     query: Query | None,
@@ -404,8 +444,7 @@ def _fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
     metadata = source.get(layout.metadata_field)
     if layout.tiebreak == "doc_id" and isinstance(metadata, dict):
         return dict(metadata)
-    skip = {layout.text_field, layout.vector_field, HASH_FIELD, *LEXICAL_FIELDS}
-    return {k: v for k, v in source.items() if k not in skip}
+    return own_fields(source, layout)
 
 
 _BOOL_KEYS = ("must", "filter", "should", "must_not")

@@ -92,7 +92,12 @@ def server_version(client: Any) -> str | None:
     try:
         return str(client.info()["version"]["number"])
     except ApiError:
-        nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
+        try:
+            nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
+        except ApiError as refused:
+            if refused.meta.status == 403:
+                return None  # a user without `monitor` (one that may only read its indexes)
+            raise
         return next((str(node["version"]) for node in nodes.values()), None)
 
 
@@ -118,15 +123,23 @@ class ElasticsearchBackend(ClusterBackend):
         first needed, or assumes the newest Elasticsearch when there is no client (translate)."""
         super().__init__(client, index, model, dims, layout, inline_script, url)
         self._version = version
+        self._version_unknown = False
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         return elasticsearch_errors(self.url, self.index)
 
     @property
     def capabilities(self) -> Capabilities:
-        if self._version is None and self.client is not None:
+        if self._version is None and self.client is not None and not self._version_unknown:
             with self._errors():
                 self._version = server_version(self.client)
+            if self._version is None:
+                self._version_unknown = True
+                self._warn(
+                    f"cannot read the version of {self.url} as this user (GET / and the node "
+                    "info need the cluster privilege `monitor`): requests are shaped for the "
+                    "newest Elasticsearch"
+                )
             problem = unsupported_version(self._version) if self._version else None
             if problem:
                 raise EngineError(problem)
@@ -171,6 +184,9 @@ class ElasticsearchBackend(ClusterBackend):
 
     def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
         return self.client.mget(index=self.index, ids=ids, source=fields or False)
+
+    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
+        return self.client.mget(index=self.index, ids=ids, source_excludes=excludes)
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(searches=lines)

@@ -86,5 +86,8 @@ class OpenSearchBackend(ClusterBackend):
     def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
         return self.client.mget(index=self.index, body={"ids": ids}, _source=fields or False)
 
+    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
+        return self.client.mget(index=self.index, body={"ids": ids}, _source_excludes=excludes)
+
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(body=lines)

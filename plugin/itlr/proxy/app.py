@@ -52,6 +52,7 @@ from itlr.proxy.upstream import (
     IndexConfig,
     SearchTarget,
     Upstream,
+    UpstreamDenied,
     UpstreamTimeout,
     auth_headers,
     timeout_seconds,
@@ -476,6 +477,8 @@ class QueryBarProxy:
                 return upstream_timeout(slow)
             except ScriptMismatch as foreign:
                 return script_mismatch(foreign)
+            except UpstreamDenied as denied:
+                return Response(denied.content, denied.status_code, media_type=denied.media_type)
             except EngineError as failed:
                 return error_response(502, "itlr_upstream_error", f"itlr: {failed}")
             except ItlrError as failed:

@@ -46,6 +46,22 @@ class UpstreamTimeout(EngineError):
         )
 
 
+class UpstreamDenied(EngineError):
+    """The upstream refused the UI user's credentials (401) or their privileges (403) for a
+    request the proxy made on their behalf: the UI gets the engine's own answer."""
+
+    def __init__(self, url: str, response: httpx.Response) -> None:
+        self.status_code = response.status_code
+        self.content = response.content
+        self.media_type = response.headers.get("content-type", "application/json")
+        super().__init__(f"the upstream {url} answered {response.status_code}")
+
+
+def _refuse_denied(url: str, response: httpx.Response) -> None:
+    if response.status_code in (401, 403):
+        raise UpstreamDenied(url, response)
+
+
 def timeout_seconds(client: httpx.AsyncClient) -> float | None:
     return client.timeout.read
 
@@ -249,6 +265,7 @@ class Upstream:
             payload = response.json()
         except ValueError:
             payload = response.text
+        _refuse_denied(self.connection.url, response)
         if response.status_code != 200 or not isinstance(payload, dict):
             raise EngineError(
                 f"cannot count the token statistics of {target!r} that hybrid truths need: the "
@@ -266,6 +283,7 @@ class Upstream:
         """(engine, version) from the cluster's root endpoint."""
         if self._engine is None:
             response = await self._get("/", headers)
+            _refuse_denied(self.connection.url, response)
             if response.status_code != 200:
                 raise EngineError(
                     f"the upstream {self.connection.url} answered {response.status_code} to GET /"
@@ -280,6 +298,7 @@ class Upstream:
     async def vectors(self, target: str, headers: dict[str, str]) -> IndexVectors:
         if target not in self._vectors:
             response = await self._get(f"/{target}/_mapping", headers)
+            _refuse_denied(self.connection.url, response)
             if response.status_code != 200:
                 raise IndexStateError(
                     f"cannot read the mapping of {target!r}: the upstream answered "
@@ -290,8 +309,10 @@ class Upstream:
 
     async def target(self, target: str, headers: dict[str, str]) -> SearchTarget:
         """How to build logical searches on the target (the proxy sends them itself)."""
-        engine, version = await self.engine(headers)
+        # The target's mapping first: a user who may not read the index gets the engine's
+        # refusal for it, whatever else they may read.
         vectors = await self.vectors(target, headers)
+        engine, version = await self.engine(headers)
         dialect = dialect_for(engine, vectors.layout, server_version=version or None)
         if vectors.layout.tiebreak is None:
             layout = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)

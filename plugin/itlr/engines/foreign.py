@@ -1,0 +1,90 @@
+"""The fields itlr adds to an index it did not make (no `_meta.itlr`), mapped explicitly before
+anything is written, so that dynamic mapping never guesses their types: the vector, the content
+hash, and the token counts and length hybrid truth values read. Back-fill (itlr.backfill) and
+ingestion (ClusterBackend.add) both prepare a foreign index here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from itlr.errors import IndexStateError
+from itlr.fingerprint import HASH_FIELD
+from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD
+
+if TYPE_CHECKING:
+    from itlr.engines.cluster import ClusterBackend
+
+
+def itlr_fields() -> dict[str, Any]:
+    """The fields written beside the vector: the content hash, and the token counts and length
+    of the text that hybrid truth values read (itlr.lexical)."""
+    return {
+        HASH_FIELD: {"type": "keyword", "index": False},
+        TOKENS_FIELD: {"type": "keyword"},
+        TOKEN_KEYS_FIELD: {"type": "long", "index": False},
+        LENGTH_FIELD: {"type": "integer"},
+    }
+
+
+def vector_mapping(backend: ClusterBackend, dims: int, model: str) -> dict[str, Any]:
+    """The vector field's mapping as itlr makes it for this engine."""
+    body = backend.dialect.mapping(dims, model)
+    return dict(body["mappings"]["properties"][backend.layout.vector_field])
+
+
+def index_mapping(backend: ClusterBackend, index: str) -> dict[str, Any]:
+    """The `mappings` object of one index."""
+    with backend._errors():
+        answer = dict(backend.client.indices.get_mapping(index=index))
+    (body,) = answer.values()
+    return dict(body["mappings"])
+
+
+def knn_enabled(backend: ClusterBackend) -> bool:
+    with backend._errors():
+        answer = dict(backend.client.indices.get_settings(index=backend.index))
+    (body,) = answer.values()
+    return str(body["settings"]["index"].get("knn", "false")).lower() == "true"
+
+
+def put_properties(backend: ClusterBackend, properties: dict[str, Any]) -> None:
+    with backend._errors():
+        if backend.engine == "elasticsearch":
+            backend.client.indices.put_mapping(index=backend.index, properties=properties)
+        else:
+            backend.client.indices.put_mapping(index=backend.index, body={"properties": properties})
+
+
+def add_itlr_fields(
+    backend: ClusterBackend, dims: int, model: str, also: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Add the vector field and itlr's own fields (and `also`) to the index's mapping where
+    they are missing, or say in one line why not, before changing anything. Returns what was
+    added."""
+    properties = index_mapping(backend, backend.index).get("properties", {})
+    field_name = backend.layout.vector_field
+    if field_name in properties:
+        backend.check_index()  # the right type and dimension, or a one-line refusal
+    elif backend.engine == "opensearch" and not knn_enabled(backend):
+        raise IndexStateError(
+            f"index {backend.index!r} was created without `index.knn: true`, so OpenSearch "
+            f"cannot add the knn_vector field {field_name!r} in place: back-fill into a new "
+            "index with `--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
+        )
+    wanted = itlr_fields()
+    clashes = [
+        f"{name!r} is mapped as {properties[name].get('type', 'an object')}, not {spec['type']}"
+        for name, spec in wanted.items()
+        if name in properties and properties[name].get("type") != spec["type"]
+    ]
+    if clashes:
+        raise IndexStateError(
+            f"index {backend.index!r} already maps fields itlr writes, with other types "
+            f"({'; '.join(clashes)}): itlr cannot write there; use another index"
+        )
+    new = {} if field_name in properties else {field_name: vector_mapping(backend, dims, model)}
+    new.update({k: v for k, v in {**wanted, **(also or {})}.items() if k not in properties})
+    if new:
+        put_properties(backend, new)
+    return new
