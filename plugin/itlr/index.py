@@ -32,6 +32,7 @@ from itlr.translation import Request, Translation, translate_requests, truths_to
 
 if TYPE_CHECKING:
     from itlr.backfill import BackfillReport
+    from itlr.engines.coverage import Coverage
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
@@ -169,6 +170,13 @@ class Index:
 
     def count(self) -> int:
         return self.backend.count()
+
+    def coverage(self) -> Coverage | None:
+        """How many documents of a cluster index have a text but no vector, so that no search
+        can find them (counted at most every few seconds); None for an embedded index, whose
+        documents always get their vector with their text."""
+        coverage = getattr(self.backend, "coverage", None)
+        return coverage() if coverage is not None else None
 
     def __len__(self) -> int:
         return self.count()
