@@ -21,8 +21,9 @@ from itlr.embed import Embedder, get_embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.dialect import mapped_fields
 from itlr.engines.factory import EngineSpec, remote_backend
-from itlr.errors import IndexStateError
+from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.hash_guard import install_hash_guard
 from itlr.lexical import (
     LENGTH_FIELD,
     LEXICAL_FIELDS,
@@ -92,7 +93,7 @@ class BackfillReport:
         }
 
 
-def _text_of(source: dict[str, Any], path: str) -> str | None:
+def text_of(source: dict[str, Any], path: str) -> str | None:
     """A (dotted) field of _source as text; None where the document has none."""
     value: Any = source
     for part in path.split("."):
@@ -336,7 +337,7 @@ def backfill(
             todo: list[tuple[dict[str, Any], str, str]] = []
             for hit in batch:
                 source = hit.get("_source") or {}
-                text = _text_of(source, text_field)
+                text = text_of(source, text_field)
                 copied = copies.get(hit["_id"])
                 if text is None:
                     report.no_text += 1
@@ -477,12 +478,21 @@ def backfill_spec(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    install_pipeline: bool = False,
 ) -> BackfillReport:
-    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields."""
+    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
+    `install_pipeline`: first make itlr's hash guard the index's final pipeline
+    (itlr.hash_guard)."""
     embedder = get_embedder(model)
-    backend = remote_backend(spec, embedder.name, embedder.dims)
-    if not isinstance(backend, ClusterBackend):
-        raise IndexStateError("back-fill works on a cluster index: give `url`")
+    backend = cluster_backend(spec, embedder)
+    if install_pipeline:
+        if into:
+            raise ConfigurationError(
+                "--install-pipeline guards the index back-filled in place: not with --into"
+            )
+        check_before_backfill(backend, spec.layout.text_field, embedder.dims, embedder.name)
+        prepare_in_place(backend, embedder.dims, embedder.name)  # itlr_hash_was mapped first
+        install_hash_guard(backend)
     return backfill(
         backend,
         embedder,
@@ -493,3 +503,10 @@ def backfill_spec(
         on_batch=on_batch,
         on_total=on_total,
     )
+
+
+def cluster_backend(spec: EngineSpec, embedder: Embedder) -> ClusterBackend:
+    backend = remote_backend(spec, embedder.name, embedder.dims)
+    if not isinstance(backend, ClusterBackend):
+        raise IndexStateError("back-fill works on a cluster index: give `url`")
+    return backend
