@@ -3,11 +3,16 @@ vector of one of their text fields, written beside them with the content hash
 (itlr.fingerprint) so that a re-run skips what is current and re-embeds what changed, and with
 the text's token counts and length (itlr.lexical) that hybrid truth values read.
 
+Before anything changes, a text field no document has and a vector field of another type or
+dimension are refused in one line (`check_before_backfill`), and the documents are counted.
+
 In place: the vector field is added to the mapping, then every document is read with the
 client's `helpers.scan` and its vector written with `helpers.streaming_bulk` partial updates
 (429s backed off). Where OpenSearch cannot add a knn_vector field to the index (created without
-`index.knn: true`), `into` copies every document with its vector into a new index with the right
-settings instead, and `alias` then points at the new one.
+`index.knn: true`), `into` mirrors the source into a new index with the right settings instead
+(every document, with its vector where it has a text; on a re-run changed fields are copied
+and documents gone from the source deleted), and `alias` then points at the new one. Keeping
+the vectors current afterwards: itlr.follow.
 """
 
 from __future__ import annotations
@@ -323,7 +328,9 @@ def backfill(
         if batch:
             yield batch
 
-    def copy(hit: dict[str, Any], source: dict[str, Any], copied: dict[str, Any] | None):
+    def copy(
+        hit: dict[str, Any], source: dict[str, Any], copied: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
         """The index action that makes the copy equal `source`, or None when it already does."""
         if copied == source:
             return None
