@@ -261,3 +261,46 @@ def test_a_killed_follower_resumes_with_nothing_lost_or_embedded_twice(
         assert current(opensearch_url, name, embedder)
     finally:
         delete_index(opensearch_url, name)
+
+
+def test_a_refused_request_is_retried_after_a_back_off_and_following_carries_on(
+    opensearch_url, corpus, embedder
+) -> None:
+    from itlr.backfill import cluster_backend
+    from itlr.engines.connection import Connection
+    from itlr.engines.dialect import IndexLayout
+    from itlr.engines.factory import EngineSpec
+    from itlr.follow import Follower
+
+    docs = documents(corpus, 12)
+    name = create_index(opensearch_url, "opensearch", docs[:6])
+    spec = EngineSpec(
+        engine="opensearch",
+        index=name,
+        connection=Connection(opensearch_url),
+        layout=IndexLayout("vec", "body"),
+    )
+    errors: list[str] = []
+    follower = Follower(
+        cluster_backend(spec, embedder), embedder, "body", interval=0.2, on_error=errors.append
+    )
+    follower.prepare(install_pipeline=False)
+    thread = threading.Thread(target=follower.run, daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: hashed(opensearch_url, name) == 6)
+        rest("POST", f"{opensearch_url}/{name}/_close")  # every request now refused
+        wait_for(lambda: bool(errors), 60)
+        assert "trying again in" in errors[0] and "\n" not in errors[0]
+        rest("POST", f"{opensearch_url}/{name}/_open")
+        httpx.get(
+            f"{opensearch_url}/_cluster/health/{name}?wait_for_status=yellow&timeout=60s",
+            timeout=90,
+        )
+        bulk(opensearch_url, name, docs[6:])
+        wait_for(lambda: hashed(opensearch_url, name) == 12)
+    finally:
+        follower.stop.set()
+        thread.join(120)
+        delete_index(opensearch_url, name)
+    assert follower.report.embedded == 12 and follower.report.failed == {}
