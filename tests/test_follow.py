@@ -304,3 +304,61 @@ def test_a_refused_request_is_retried_after_a_back_off_and_following_carries_on(
         thread.join(120)
         delete_index(opensearch_url, name)
     assert follower.report.embedded == 12 and follower.report.failed == {}
+
+
+def test_install_pipeline_without_follow_guards_the_index_a_plain_rerun_then_embeds(
+    opensearch_url, corpus
+) -> None:
+    from typer.testing import CliRunner
+
+    from itlr.cli import app
+
+    docs = documents(corpus, 8)
+    name = create_index(opensearch_url, "opensearch", docs)
+    url = f"{opensearch_url}/{name}"
+    common = ["backfill", "--url", opensearch_url, "--index", name, "--text-field", "body"]
+    try:
+        first = CliRunner().invoke(app, [*common, "--vector-field", "vec", "--install-pipeline"])
+        assert first.exit_code == 0, first.output
+        assert "8 embedded" in first.output
+        settings = httpx.get(f"{url}/_settings", timeout=30).json()[name]["settings"]["index"]
+        assert settings["final_pipeline"] == PIPELINE_ID
+        rest("POST", f"{url}/_update/{docs[0]['_id']}?refresh=true", {"doc": {"body": "Lava."}})
+        again = CliRunner().invoke(app, [*common, "--vector-field", "vec"])
+        assert "1 embedded, 7 already current" in again.output, again.output
+
+        # An index with a final pipeline of its own is refused in one line, settings unchanged.
+        other = create_index(opensearch_url, "opensearch", docs)
+        try:
+            rest("PUT", f"{opensearch_url}/_ingest/pipeline/teams-own", {"processors": []})
+            rest(
+                "PUT",
+                f"{opensearch_url}/{other}/_settings",
+                {"index": {"final_pipeline": "teams-own"}},
+            )
+            refused = CliRunner().invoke(
+                app,
+                [
+                    "backfill",
+                    "--url",
+                    opensearch_url,
+                    "--index",
+                    other,
+                    "--text-field",
+                    "body",
+                    "--vector-field",
+                    "vec",
+                    "--install-pipeline",
+                ],
+            )
+            assert refused.exit_code != 0
+            line = refused.output.strip()
+            assert "\n" not in line and "already has the final pipeline 'teams-own'" in line
+            kept = httpx.get(f"{opensearch_url}/{other}/_settings", timeout=30).json()
+            assert kept[other]["settings"]["index"]["final_pipeline"] == "teams-own"
+            mapping = httpx.get(f"{opensearch_url}/{other}/_mapping", timeout=30).json()
+            assert set(mapping[other]["mappings"]["properties"]) == {"body", "year", "topic"}
+        finally:
+            delete_index(opensearch_url, other)
+    finally:
+        delete_index(opensearch_url, name)

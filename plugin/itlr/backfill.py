@@ -28,7 +28,7 @@ from itlr.engines.dialect import mapped_fields
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
-from itlr.hash_guard import install_hash_guard
+from itlr.hash_guard import check_hash_guard, install_hash_guard
 from itlr.lexical import (
     LENGTH_FIELD,
     LEXICAL_FIELDS,
@@ -498,6 +498,7 @@ def backfill_spec(
                 "--install-pipeline guards the index back-filled in place: not with --into"
             )
         check_before_backfill(backend, spec.layout.text_field, embedder.dims, embedder.name)
+        check_hash_guard(backend)
         prepare_in_place(backend, embedder.dims, embedder.name)  # itlr_hash_was mapped first
         install_hash_guard(backend)
     return backfill(

@@ -34,7 +34,7 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
 from itlr.errors import EngineError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
-from itlr.hash_guard import install_hash_guard
+from itlr.hash_guard import check_hash_guard, install_hash_guard
 from itlr.lexical import lexical_fields
 
 # Seconds between two looks at an index that had nothing to do.
@@ -144,6 +144,8 @@ class Follower:
     def prepare(self, install_pipeline: bool) -> None:
         """The back-fill's checks and mapping, and the pipeline when asked for."""
         check_before_backfill(self.backend, self.text_field, self.embedder.dims, self.embedder.name)
+        if install_pipeline:
+            check_hash_guard(self.backend)
         prepare_in_place(self.backend, self.embedder.dims, self.embedder.name)
         if install_pipeline:
             install_hash_guard(self.backend)

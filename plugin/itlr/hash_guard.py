@@ -33,16 +33,7 @@ PIPELINE = {
 def install_hash_guard(backend: ClusterBackend) -> None:
     """Put itlr's ingest pipeline and make it the index's `final_pipeline` (a pipeline the
     request cannot skip); refuse in one line an index that already has another one."""
-    with backend._errors():
-        answer = dict(backend.client.indices.get_settings(index=backend.index))
-    (body,) = answer.values()
-    current = body["settings"]["index"].get("final_pipeline")
-    if current not in (None, "_none", PIPELINE_ID):
-        raise IndexStateError(
-            f"index {backend.index!r} already has the final pipeline {current!r}: add itlr's "
-            f"processor to it (GET _ingest/pipeline/{PIPELINE_ID} after `itlr backfill "
-            "--install-pipeline` on another index shows it) instead of --install-pipeline"
-        )
+    check_hash_guard(backend)
     with backend._errors():
         if backend.engine == "elasticsearch":
             backend.client.ingest.put_pipeline(id=PIPELINE_ID, **PIPELINE)
@@ -54,3 +45,16 @@ def install_hash_guard(backend: ClusterBackend) -> None:
             backend.client.indices.put_settings(
                 index=backend.index, body={"index": {"final_pipeline": PIPELINE_ID}}
             )
+
+
+def check_hash_guard(backend: ClusterBackend) -> None:
+    """Refuse, before anything changes, an index whose final pipeline is another one."""
+    with backend._errors():
+        answer = dict(backend.client.indices.get_settings(index=backend.index))
+    (body,) = answer.values()
+    current = body["settings"]["index"].get("final_pipeline")
+    if current not in (None, "_none", PIPELINE_ID):
+        raise IndexStateError(
+            f"index {backend.index!r} already has the final pipeline {current!r}: add itlr's "
+            "hash-guard processor (docs/follow.md) to it instead of --install-pipeline"
+        )
