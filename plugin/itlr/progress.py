@@ -9,6 +9,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
@@ -35,6 +36,19 @@ def document_progress(console: Console) -> Progress:
         MofNCompleteColumn(),
         RateColumn(),
         TimeRemainingColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    )
+
+
+def follow_progress(console: Console) -> Progress:
+    """A follower has no total: the documents it has embedded, its rate and how long it has
+    run, on a terminal only (as document_progress)."""
+    return Progress(
+        "[progress.description]{task.description}",
+        "{task.completed:,.0f} documents",
+        RateColumn(),
+        TimeElapsedColumn(),
         console=console,
         transient=not console.is_terminal,
     )

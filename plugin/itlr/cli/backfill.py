@@ -94,12 +94,12 @@ def follow_index(
     import threading
 
     from itlr.follow import follow_spec
-    from itlr.progress import document_progress
+    from itlr.progress import follow_progress
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with document_progress(err) as progress:
+        with follow_progress(err) as progress:
             task = progress.add_task(f"following {spec.index}", total=None)
             report = follow_spec(
                 spec,
