@@ -257,7 +257,9 @@ def test_a_killed_follower_resumes_with_nothing_lost_or_embedded_twice(
         with Following(opensearch_url, name) as follower:
             wait_for(lambda: hashed(opensearch_url, name) == count, 600)
         report = follower.result
-        assert report is not None and report.embedded == count - done
+        # What the killed run wrote is not embedded again (a batch it sent just before the kill
+        # may still have landed after the count).
+        assert report is not None and count - done - 8 <= report.embedded <= count - done
         assert current(opensearch_url, name, embedder)
     finally:
         delete_index(opensearch_url, name)
