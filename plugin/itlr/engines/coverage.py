@@ -92,14 +92,15 @@ class CoverageCache:
         self.put(counted)
         return counted
 
-    def fresh(self, index: str) -> Coverage | None:
+    def fresh(self, key: str) -> Coverage | None:
         with self._lock:
-            kept = self._counted.get(index)
+            kept = self._counted.get(key)
         return kept[1] if kept is not None and time.monotonic() - kept[0] < self.ttl else None
 
-    def put(self, coverage: Coverage) -> None:
+    def put(self, coverage: Coverage, key: str | None = None) -> None:
+        """Keep a count under its index's name, or `key` (the proxy's: name and caller)."""
         with self._lock:
-            self._counted[coverage.index] = (time.monotonic(), coverage)
+            self._counted[key or coverage.index] = (time.monotonic(), coverage)
 
     def forget(self) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ caller's credentials and reused for a few seconds (itlr.engines.coverage)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from starlette.requests import Request
@@ -24,7 +25,10 @@ from itlr.proxy.upstream import Upstream, auth_headers
 async def target_coverage(
     upstream: Upstream, cache: CoverageCache, target: str, headers: dict[str, str]
 ) -> Coverage:
-    kept = cache.fresh(target)
+    # Counted per caller: one user's answer never stands in for another's, who may not be
+    # allowed to read the index.
+    key = f"{target}\0{hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()}"
+    kept = cache.fresh(key)
     if kept is not None:
         return kept
     layout = (await upstream.vectors(target, headers)).layout
@@ -44,7 +48,7 @@ async def target_coverage(
             f"{response.status_code} ({error_reason(payload, payload)})"
         )
     counted = parse_coverage(target, payload)
-    cache.put(counted)
+    cache.put(counted, key)
     return counted
 
 
