@@ -3,11 +3,16 @@ vector of one of their text fields, written beside them with the content hash
 (itlr.fingerprint) so that a re-run skips what is current and re-embeds what changed, and with
 the text's token counts and length (itlr.lexical) that hybrid truth values read.
 
+Before anything changes, a text field no document has and a vector field of another type or
+dimension are refused in one line (`check_before_backfill`), and the documents are counted.
+
 In place: the vector field is added to the mapping, then every document is read with the
 client's `helpers.scan` and its vector written with `helpers.streaming_bulk` partial updates
 (429s backed off). Where OpenSearch cannot add a knn_vector field to the index (created without
-`index.knn: true`), `into` copies every document with its vector into a new index with the right
-settings instead, and `alias` then points at the new one.
+`index.knn: true`), `into` mirrors the source into a new index with the right settings instead
+(every document, with its vector where it has a text; on a re-run changed fields are copied
+and documents gone from the source deleted), and `alias` then points at the new one. Keeping
+the vectors current afterwards: itlr.follow.
 """
 
 from __future__ import annotations
@@ -19,16 +24,24 @@ from typing import Any
 
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.engines.dialect import mapped_fields
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.engines.foreign import add_itlr_fields as prepare_in_place
 from itlr.engines.foreign import index_mapping as _mapping
 from itlr.engines.foreign import itlr_fields as _itlr_fields
 from itlr.engines.foreign import vector_mapping as _vector_mapping
-from itlr.errors import IndexStateError
-from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import TOKEN_KEYS_FIELD, lexical_fields
+from itlr.errors import ConfigurationError, IndexStateError
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.hash_guard import check_hash_guard, install_hash_guard
+from itlr.lexical import (
+    LEXICAL_FIELDS,
+    TOKEN_KEYS_FIELD,
+    lexical_fields,
+)
 
 BATCH_SIZE = 64
+# Mapping types whose values are text a back-fill can embed (named in a refusal's hint).
+TEXT_TYPES = ("text", "match_only_text", "keyword", "wildcard")
 
 
 @dataclass
@@ -36,20 +49,35 @@ class BackfillReport:
     """What one back-fill run did; `encode_seconds` is the encoder's part of `seconds`."""
 
     index: str
+    # A copy (`into`): documents without text are copied without a vector, documents gone
+    # from the source are deleted from the copy.
+    copy: bool = False
     seen: int = 0
     embedded: int = 0
     skipped: int = 0
     no_text: int = 0
+    copied: int = 0
+    deleted: int = 0
+    count: int | None = None
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     encode_seconds: float = 0.0
 
     def summary(self) -> str:
         rate = self.embedded / self.seconds if self.seconds else 0.0
+        if self.copy:
+            middle = (
+                f"{self.skipped} already current ({self.copied} of them with changed fields "
+                f"copied), {self.no_text} without text (copied, no vector), {self.deleted} "
+                "deleted (gone from the source)"
+            )
+        else:
+            middle = f"{self.skipped} already current, {self.no_text} without text (no vector)"
         line = (
-            f"back-filled {self.index}: {self.embedded} embedded, {self.skipped} already current, "
-            f"{self.no_text} without text, {len(self.failed)} failed of {self.seen} documents "
-            f"in {self.seconds:.1f}s ({rate:,.1f} docs/s)"
+            f"back-filled {self.index}: {self.embedded} embedded, {middle}, "
+            f"{len(self.failed)} failed of {self.seen} documents"
+            + (f"; it holds {self.count}" if self.count is not None else "")
+            + f" in {self.seconds:.1f}s ({rate:,.1f} docs/s)"
         )
         if self.failed:
             first_id, reason = next(iter(self.failed.items()))
@@ -63,13 +91,16 @@ class BackfillReport:
             "embedded": self.embedded,
             "skipped": self.skipped,
             "no_text": self.no_text,
+            "copied": self.copied,
+            "deleted": self.deleted,
+            "count": self.count,
             "failed": self.failed,
             "seconds": self.seconds,
             "encode_seconds": self.encode_seconds,
         }
 
 
-def _text_of(source: dict[str, Any], path: str) -> str | None:
+def text_of(source: dict[str, Any], path: str) -> str | None:
     """A (dotted) field of _source as text; None where the document has none."""
     value: Any = source
     for part in path.split("."):
@@ -99,18 +130,99 @@ def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) ->
             backend.client.indices.create(index=target, body=body)
 
 
-def _current_hashes(backend: ClusterBackend, index: str, ids: list[str]) -> dict[str, str]:
-    """The stored hash of each id already in `index` (resuming a copy into a new index)."""
+def _mget_sources(
+    backend: ClusterBackend, index: str, ids: list[str], fields: list[str] | bool
+) -> dict[str, dict[str, Any]]:
+    """{id: _source (these fields; True: whole, False: none)} of the ids `index` holds."""
     with backend._errors():
         if backend.engine == "elasticsearch":
-            found = backend.client.mget(index=index, ids=ids, source=[HASH_FIELD])
+            found = backend.client.mget(index=index, ids=ids, source=fields)
         else:
-            found = backend.client.mget(index=index, body={"ids": ids}, _source=[HASH_FIELD])
-    return {
-        d["_id"]: str(d["_source"].get(HASH_FIELD))
-        for d in found["docs"]
-        if d.get("found") and HASH_FIELD in (d.get("_source") or {})
-    }
+            found = backend.client.mget(index=index, body={"ids": ids}, _source=fields)
+    return {d["_id"]: dict(d.get("_source") or {}) for d in found["docs"] if d.get("found")}
+
+
+def _count(backend: ClusterBackend, index: str, query: dict[str, Any] | None = None) -> int:
+    with backend._errors():
+        if query is None:
+            return int(backend.client.count(index=index)["count"])
+        if backend.engine == "elasticsearch":
+            return int(backend.client.count(index=index, query=query)["count"])
+        return int(backend.client.count(index=index, body={"query": query})["count"])
+
+
+def itlr_written_fields(vector_field: str) -> tuple[str, ...]:
+    """The fields back-fill writes beside a document's own (a copy strips them first)."""
+    return (vector_field, HASH_FIELD, PREVIOUS_HASH_FIELD, *LEXICAL_FIELDS)
+
+
+def _text_fields(properties: dict[str, Any], prefix: str = "") -> list[str]:
+    names = []
+    for name, spec in properties.items():
+        if not isinstance(spec, dict):
+            continue
+        if spec.get("type") in TEXT_TYPES:
+            names.append(prefix + name)
+        names += _text_fields(spec.get("properties", {}), f"{prefix}{name}.")
+    return names
+
+
+def _check_vector_field(
+    backend: ClusterBackend, index: str, properties: dict[str, Any], dims: int, model: str
+) -> None:
+    """A vector field already mapped must be of the engine's vector type and the model's
+    dimension: anything else is refused before a mapping changes."""
+    field_name = backend.layout.vector_field
+    vector = properties.get(field_name)
+    if vector is None:
+        return
+    kind = vector.get("type", "object")
+    if kind != backend.vector_type:
+        raise IndexStateError(
+            f"index {index!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
+            "back-fill into another field with --vector-field NEW_FIELD"
+        )
+    mapped = backend._mapped_dims(vector)
+    if mapped is not None and int(mapped) != dims:
+        raise IndexStateError(
+            f"index {index!r} field {field_name!r} holds {mapped}-dim vectors but model {model!r} "
+            f"makes {dims}-dim ones: choose the matching --model or another --vector-field"
+        )
+
+
+def check_before_backfill(
+    backend: ClusterBackend, text_field: str, dims: int, model: str, into: str | None = None
+) -> int:
+    """Refuse, in one line and before any mapping changes, a back-fill that cannot do what it
+    is asked: a text field no document has, a vector field of another type or dimension (in
+    the source or in an existing `into`). Returns how many documents the source holds."""
+    properties = _mapping(backend, backend.index).get("properties", {})
+    total = _count(backend, backend.index)
+    known = _text_fields(properties)
+    hint = f" (its text fields: {', '.join(known[:10])})" if known else ""
+    if text_field not in mapped_fields(properties):
+        raise IndexStateError(
+            f"index {backend.index!r} maps no field {text_field!r}: name the field that holds "
+            f"the text with --text-field{hint}"
+        )
+    if total and not _count(backend, backend.index, {"exists": {"field": text_field}}):
+        raise IndexStateError(
+            f"none of the {total} documents of {backend.index!r} has a value in "
+            f"{text_field!r}: name the field that holds the text with --text-field{hint}"
+        )
+    _check_vector_field(backend, backend.index, properties, dims, model)
+    if into is not None:
+        with backend._errors():
+            exists = backend.client.indices.exists(index=into)
+        if exists:
+            target = _mapping(backend, into).get("properties", {})
+            _check_vector_field(backend, into, target, dims, model)
+    return total
+
+
+def _stripped(source: dict[str, Any], vector_field: str) -> dict[str, Any]:
+    drop = itlr_written_fields(vector_field)
+    return {k: v for k, v in source.items() if k not in drop}
 
 
 def backfill(
@@ -126,22 +238,24 @@ def backfill(
 ) -> BackfillReport:
     """Embed `text_field` of every document of the backend's index and store the vectors.
 
-    In place by default; with `into`, into that new index (documents copied whole), and with
-    `alias`, the alias then names `into` alone. `on_total(n)` is told how many documents the
-    index holds, `on_batch(n)` of each n documents read.
+    In place by default; with `into`, the source mirrored into that index (every document
+    copied whole, those without text without a vector, those gone from the source deleted),
+    and with `alias`, the alias then names `into` alone. `on_total(n)` is told how many
+    documents the index holds before anything changes, `on_batch(n)` of each n documents read.
     """
     started = time.perf_counter()
+    total = check_before_backfill(backend, text_field, embedder.dims, embedder.name, into)
+    if on_total is not None:
+        on_total(total)
     target = into or backend.index
     if into:
         prepare_into(backend, into, embedder.dims, embedder.name)
     else:
         prepare_in_place(backend, embedder.dims, embedder.name)
-    report = BackfillReport(target)
-    if on_total is not None:
-        with backend._errors():
-            on_total(int(backend.client.count(index=backend.index)["count"]))
+    report = BackfillReport(target, copy=bool(into))
     helpers = backend._bulk_helpers()
     fields = None if into else [text_field, HASH_FIELD, TOKEN_KEYS_FIELD]
+    vector_field = backend.layout.vector_field
 
     def documents() -> Iterator[dict[str, Any]]:
         with backend._errors():
@@ -163,25 +277,46 @@ def backfill(
         if batch:
             yield batch
 
+    def copy(
+        hit: dict[str, Any], source: dict[str, Any], copied: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The index action that makes the copy equal `source`, or None when it already does."""
+        if copied == source:
+            return None
+        return {"_op_type": "index", "_index": into, "_id": hit["_id"], **source}
+
     def actions() -> Iterator[dict[str, Any]]:
         for batch in batches():
             report.seen += len(batch)
-            stored = (
-                _current_hashes(backend, into, [h["_id"] for h in batch])
-                if into
-                else {h["_id"]: (h.get("_source") or {}).get(HASH_FIELD) for h in batch}
-            )
+            ids = [h["_id"] for h in batch]
+            copies = _mget_sources(backend, into, ids, True) if into else {}
             todo: list[tuple[dict[str, Any], str, str]] = []
             for hit in batch:
                 source = hit.get("_source") or {}
-                text = _text_of(source, text_field)
+                text = text_of(source, text_field)
+                copied = copies.get(hit["_id"])
                 if text is None:
                     report.no_text += 1
+                    if into:
+                        action = copy(hit, _stripped(source, vector_field), copied)
+                        if action is not None:
+                            yield action
                     continue
                 digest = content_hash(text, embedder.name)
-                if stored.get(hit["_id"]) == digest:
+                stored = (copied or {}).get(HASH_FIELD) if into else source.get(HASH_FIELD)
+                if stored == digest:
                     report.skipped += 1
-                    if not into and TOKEN_KEYS_FIELD not in source:
+                    if into:
+                        # The vector is current: the copy takes the source's other fields.
+                        assert copied is not None
+                        kept = {
+                            k: copied[k] for k in itlr_written_fields(vector_field) if k in copied
+                        }
+                        action = copy(hit, {**_stripped(source, vector_field), **kept}, copied)
+                        if action is not None:
+                            report.copied += 1
+                            yield action
+                    elif TOKEN_KEYS_FIELD not in source:
                         # Back-filled before the lexical fields (or their keys) existed: the
                         # vector is current, only the token counts are written.
                         yield {
@@ -198,12 +333,12 @@ def backfill(
                 report.encode_seconds += time.perf_counter() - encode_start
                 for (hit, text, digest), vector in zip(todo, vectors, strict=True):
                     new = {
-                        backend.layout.vector_field: vector.tolist(),
+                        vector_field: vector.tolist(),
                         HASH_FIELD: digest,
                         **lexical_fields(text),
                     }
                     if into:
-                        source = {**hit["_source"], **new}
+                        source = {**_stripped(hit["_source"], vector_field), **new}
                         yield {"_op_type": "index", "_index": into, "_id": hit["_id"], **source}
                     else:
                         yield {
@@ -217,13 +352,63 @@ def backfill(
                 on_batch(len(batch))
 
     report.failed.update(backend.bulk(actions(), chunk_size=batch_size))
+    report.embedded -= len(report.failed)
+    if into:
+        report.deleted = _delete_gone(backend, into, batch_size * 16, report)
     with backend._errors():
         backend.client.indices.refresh(index=target)
+        if into:
+            report.count = _count(backend, into)
         if into and alias:
             move_alias(backend, alias, into)
-    report.embedded -= len(report.failed)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _delete_gone(backend: ClusterBackend, into: str, batch: int, report: BackfillReport) -> int:
+    """Delete from the copy every document the source no longer holds (deleted since the
+    last run, or during this one): the copy's ids read once, asked of the source in batches,
+    so memory stays bounded however large the index."""
+    helpers = backend._bulk_helpers()
+    with backend._errors():
+        backend.client.indices.refresh(index=into)
+
+    def gone() -> Iterator[dict[str, Any]]:
+        ids: list[str] = []
+        with backend._errors():
+            hits = helpers.scan(
+                backend.client,
+                index=into,
+                query={"query": {"match_all": {}}, "_source": False},
+                size=batch,
+                scroll="5m",
+            )
+            for hit in hits:
+                ids.append(hit["_id"])
+                if len(ids) == batch:
+                    yield from _deletions(backend, into, ids)
+                    ids = []
+        if ids:
+            yield from _deletions(backend, into, ids)
+
+    sent = 0
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal sent
+        for action in gone():
+            sent += 1
+            yield action
+
+    failed = backend.bulk(counted(), chunk_size=500)
+    report.failed.update(failed)
+    return sent - len(failed)
+
+
+def _deletions(backend: ClusterBackend, into: str, ids: list[str]) -> Iterator[dict[str, Any]]:
+    present = _mget_sources(backend, backend.index, ids, False)
+    for doc_id in ids:
+        if doc_id not in present:
+            yield {"_op_type": "delete", "_index": into, "_id": doc_id}
 
 
 def move_alias(backend: ClusterBackend, alias: str, index: str) -> None:
@@ -249,12 +434,22 @@ def backfill_spec(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    install_pipeline: bool = False,
 ) -> BackfillReport:
-    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields."""
+    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
+    `install_pipeline`: first make itlr's hash guard the index's final pipeline
+    (itlr.hash_guard)."""
     embedder = get_embedder(model)
-    backend = remote_backend(spec, embedder.name, embedder.dims)
-    if not isinstance(backend, ClusterBackend):
-        raise IndexStateError("back-fill works on a cluster index: give `url`")
+    backend = cluster_backend(spec, embedder)
+    if install_pipeline:
+        if into:
+            raise ConfigurationError(
+                "--install-pipeline guards the index back-filled in place: not with --into"
+            )
+        check_before_backfill(backend, spec.layout.text_field, embedder.dims, embedder.name)
+        check_hash_guard(backend)
+        prepare_in_place(backend, embedder.dims, embedder.name)  # itlr_hash_was mapped first
+        install_hash_guard(backend)
     return backfill(
         backend,
         embedder,
@@ -265,3 +460,10 @@ def backfill_spec(
         on_batch=on_batch,
         on_total=on_total,
     )
+
+
+def cluster_backend(spec: EngineSpec, embedder: Embedder) -> ClusterBackend:
+    backend = remote_backend(spec, embedder.name, embedder.dims)
+    if not isinstance(backend, ClusterBackend):
+        raise IndexStateError("back-fill works on a cluster index: give `url`")
+    return backend

@@ -11,6 +11,9 @@ import hashlib
 
 # The cluster field (a keyword, not indexed) that holds the hash beside the vector.
 HASH_FIELD = "itlr_hash"
+# Where itlr's ingest pipeline (itlr.follow) moves the hash when anyone else writes the
+# document: the follower compares it with the current text's hash before embedding again.
+PREVIOUS_HASH_FIELD = "itlr_hash_was"
 
 
 def content_hash(text: str, model: str) -> str:

@@ -10,7 +10,8 @@ same names and call the same methods.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,8 @@ from itlr.translation import Request, Translation, translate_requests, truths_to
 
 if TYPE_CHECKING:
     from itlr.backfill import BackfillReport
+    from itlr.engines.coverage import Coverage
+    from itlr.follow import FollowCycle, FollowReport
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
@@ -136,12 +139,23 @@ class Index:
         into: str | None = None,
         alias: str | None = None,
         engine: str | None = None,
+        install_pipeline: bool = False,
+        follow: bool = False,
+        stop: threading.Event | None = None,
+        interval: float = 1.0,
+        on_cycle: Callable[[FollowCycle], None] | None = None,
         **connection: Any,
-    ) -> BackfillReport:
+    ) -> BackfillReport | FollowReport:
         """Embed `text_field` of every document already in a cluster index (one itlr did not
         make) and write the vectors into `vector_field`; re-runs embed only changed texts.
-        With `into`, copy the documents with their vectors into that new index instead (and
-        point `alias` at it). Open the result with `Index.open(..., vector_field=...)`."""
+        With `into`, mirror the source into that index instead (documents copied whole, those
+        gone from the source deleted; `alias` then points at it). Open the result with
+        `Index.open(..., vector_field=...)`.
+
+        `follow=True` keeps running until `stop` is set: every `interval` seconds it embeds
+        the documents written since (no `itlr_hash`), calling `on_cycle` after each busy look,
+        and returns a FollowReport (itlr.follow). `install_pipeline` makes itlr's hash guard
+        the index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard)."""
         from itlr.backfill import backfill_spec
 
         spec = EngineSpec(
@@ -150,7 +164,24 @@ class Index:
             connection=Connection.from_env(url, **connection),
             layout=IndexLayout(vector_field, text_field),
         )
-        return backfill_spec(spec, model=model, into=into, alias=alias)
+        if follow:
+            from itlr.follow import follow_spec
+
+            if into:
+                raise ConfigurationError(
+                    "`follow` keeps an index current in place: not with `into`"
+                )
+            return follow_spec(
+                spec,
+                model=model,
+                install_pipeline=install_pipeline,
+                interval=interval,
+                stop=stop,
+                on_cycle=on_cycle,
+            )
+        return backfill_spec(
+            spec, model=model, into=into, alias=alias, install_pipeline=install_pipeline
+        )
 
     # -- what it is ------------------------------------------------------------------------
 
@@ -170,6 +201,13 @@ class Index:
 
     def count(self) -> int:
         return self.backend.count()
+
+    def coverage(self) -> Coverage | None:
+        """How many documents of a cluster index have a text but no vector, so that no search
+        can find them (counted at most every few seconds); None for an embedded index, whose
+        documents always get their vector with their text."""
+        coverage = getattr(self.backend, "coverage", None)
+        return coverage() if coverage is not None else None
 
     def __len__(self) -> int:
         return self.count()

@@ -9,15 +9,22 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
 
 
 class RateColumn(ProgressColumn):
+    """Documents done over the time since the task started: rich's own speed estimate divides
+    the last few advances by the moments between them, and a batch reported right after the
+    one before reads as hundreds of thousands of documents a second."""
+
     def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if speed is None else f"{speed:,.1f} docs/s", style="progress.data.speed")
+        elapsed = task.finished_time if task.finished else task.elapsed
+        if not elapsed or not task.completed:
+            return Text("", style="progress.data.speed")
+        return Text(f"{task.completed / elapsed:,.1f} docs/s", style="progress.data.speed")
 
 
 def document_progress(console: Console) -> Progress:
@@ -29,6 +36,19 @@ def document_progress(console: Console) -> Progress:
         MofNCompleteColumn(),
         RateColumn(),
         TimeRemainingColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    )
+
+
+def follow_progress(console: Console) -> Progress:
+    """A follower has no total: the documents it has embedded, its rate and how long it has
+    run, on a terminal only (as document_progress)."""
+    return Progress(
+        "[progress.description]{task.description}",
+        "{task.completed:,.0f} documents",
+        RateColumn(),
+        TimeElapsedColumn(),
         console=console,
         transient=not console.is_terminal,
     )

@@ -28,6 +28,25 @@ def backfill(
         str | None, typer.Option(help="With --into: point this alias at the new index when done.")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Documents per embedding batch.")] = 64,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep running: embed the documents written since (no itlr_hash) every "
+            "--interval seconds, until SIGINT/SIGTERM (the batch under way is finished).",
+        ),
+    ] = False,
+    install_pipeline: Annotated[
+        bool,
+        typer.Option(
+            "--install-pipeline",
+            help="Make itlr's ingest pipeline the index's final pipeline: a write that changes "
+            "a document drops its itlr_hash, so --follow checks its text again.",
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.05, max=3600, help="--follow: seconds between idle looks.")
+    ] = 1.0,
 ) -> None:
     """Give every document of an existing index a vector of its --text-field, written into
     --vector-field beside a content hash: a re-run (or a resumed one after a kill) embeds only
@@ -41,6 +60,10 @@ def backfill(
             raise ConfigurationError("--alias moves an alias to the --into index: give --into")
         if spec.engine == "memory":
             raise ConfigurationError("backfill works on a cluster index: give --url")
+        if follow:
+            if into:
+                raise ConfigurationError("--follow keeps an index current in place: not --into")
+            return follow_index(spec, model, install_pipeline, batch_size, interval)
         with document_progress(err) as progress:
             task = progress.add_task("back-filling", total=None)
             report = backfill_spec(
@@ -51,6 +74,7 @@ def backfill(
                 batch_size=batch_size,
                 on_batch=lambda n: progress.advance(task, n),
                 on_total=lambda n: progress.update(task, total=n),
+                install_pipeline=install_pipeline,
             )
         for doc_id, reason in list(report.failed.items())[:20]:
             say(err, "failed", "red", f"{doc_id}: {reason}")
@@ -59,6 +83,39 @@ def backfill(
             raise typer.Exit(1)
 
     run_guarded(action)
+
+
+def follow_index(
+    spec: Any, model: str | None, install_pipeline: bool, batch_size: int, interval: float
+) -> None:
+    """`--follow`: one line per busy cycle on stdout, a live count on a terminal, a summary at
+    the end; SIGINT and SIGTERM stop it after the batch under way (exit 0)."""
+    import signal
+    import threading
+
+    from itlr.follow import follow_spec
+    from itlr.progress import follow_progress
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with follow_progress(err) as progress:
+            task = progress.add_task(f"following {spec.index}", total=None)
+            report = follow_spec(
+                spec,
+                model=model,
+                install_pipeline=install_pipeline,
+                batch_size=batch_size,
+                interval=interval,
+                stop=stop,
+                on_cycle=lambda c: out.print(c.line(spec.index), highlight=False, soft_wrap=True),
+                on_batch=lambda n: progress.advance(task, n),
+                on_error=lambda line: say(err, "retrying", "yellow", line),
+            )
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    out.print(report.summary(), highlight=False, soft_wrap=True)
 
 
 @bench_app.command("backfill")

@@ -32,6 +32,7 @@ from itlr.certificate import (
     unseen_cannot_beat,
 )
 from itlr.engines.connection import error_reason
+from itlr.engines.coverage import Coverage, CoverageCache, coverage_body, parse_coverage
 from itlr.engines.dialect import (
     Dialect,
     IndexLayout,
@@ -92,6 +93,8 @@ class ClusterBackend:
         self.foreign: bool | None = None
         self.top_fields: frozenset[str] = frozenset()
         self._writes_ready = False
+        # How many documents have a text but no vector, counted at most every few seconds.
+        self.coverage_cache = CoverageCache()
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -215,6 +218,7 @@ class ClusterBackend:
 
     def refresh(self) -> None:
         self.remembered.written()  # what was written shows now: count again
+        self.coverage_cache.forget()
         with self._errors():
             self.client.indices.refresh(index=self.index)
 
@@ -340,6 +344,7 @@ class ClusterBackend:
                     failures[str(result.get("_id"))] = str(reason)
         # A count made while the actions went in may have missed some: count again after.
         self.remembered.written()
+        self.coverage_cache.forget()
         return failures
 
     def existing_ids(self, ids: list[str]) -> set[str]:
@@ -385,6 +390,28 @@ class ClusterBackend:
             found = self._mget(ids, [field])
         by_id = {d["_id"]: d["_source"][field] for d in found["docs"] if d.get("found")}
         return np.asarray([by_id[i] for i in ids], dtype=np.float32)
+
+    # -- coverage ------------------------------------------------------------------------
+
+    def coverage(self) -> Coverage:
+        """How many documents have a text but no vector (no search can find them): one count,
+        reused for a few seconds."""
+
+        def count() -> Coverage:
+            body = coverage_body(self.layout.vector_field, self.layout.text_field)
+            with self._errors():
+                response = self.client.search(index=self.index, body=body)
+            return parse_coverage(self.index, dict(response))
+
+        return self.coverage_cache.get(self.index, count)
+
+    def _covered(self, hits: Hits) -> Hits:
+        """The hits with a warning when documents they could not come from exist; then no
+        certificate holds: the top k is the exact top k of the embedded documents only."""
+        warning = self.coverage().warning(self.layout.vector_field, self.layout.text_field)
+        if warning is None:
+            return hits
+        return Hits(hits, (*hits.warnings, warning), False if hits.exact else hits.exact)
 
     # -- search --------------------------------------------------------------------------
 
@@ -442,9 +469,10 @@ class ClusterBackend:
             if recent:
                 guessed = None  # counted moments ago: no new count goes along
         try:
-            return self._counted_search(query, term_vectors, options, lexical, guessed)
+            hits = self._counted_search(query, term_vectors, options, lexical, guessed)
         except StaleStatistics as stale:
-            return self._counted_search(query, term_vectors, options, stale.fresh, None)
+            hits = self._counted_search(query, term_vectors, options, stale.fresh, None)
+        return self._covered(hits)
 
     def _counted_search(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from itlr.errors import IndexStateError
-from itlr.fingerprint import HASH_FIELD
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ def itlr_fields() -> dict[str, Any]:
     of the text that hybrid truth values read (itlr.lexical)."""
     return {
         HASH_FIELD: {"type": "keyword", "index": False},
+        PREVIOUS_HASH_FIELD: {"type": "keyword", "index": False},
         TOKENS_FIELD: {"type": "keyword"},
         TOKEN_KEYS_FIELD: {"type": "long", "index": False},
         LENGTH_FIELD: {"type": "integer"},

@@ -47,6 +47,7 @@ from itlr.limits import LIMITS, LimitError
 from itlr.options import SearchOptions
 from itlr.proxy import stages
 from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
+from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
     IndexConfig,
@@ -558,6 +559,7 @@ class QueryBarProxy:
 
 
 METRICS_PATH = "/_itlr/metrics"
+HEALTHZ_PATH = "/_itlr/healthz"
 
 
 def create_proxy_app(
@@ -592,18 +594,29 @@ def create_proxy_app(
         await proxy.client.aclose()
 
     async def metrics(request: Request) -> Response:
-        """The term cache's counters in Prometheus' text format (behind the proxy's token)."""
+        """The term cache's counters and the coverage gauges of every index searched so far
+        in Prometheus' text format (behind the proxy's token)."""
         if not proxy._authorized(request):
             return error_response(
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
             )
-        return Response(prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+        text = prometheus_text() + await coverage.gauges(request)
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
+    async def healthz(request: Request) -> Response:
+        if not proxy._authorized(request):
+            return error_response(
+                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
+            )
+        return await coverage.healthz(request)
+
+    coverage = CoverageReport(proxy.upstream, connection)
     methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
     app = Starlette(
         routes=[
             # `_` starts no index name, so this path never shadows one of the upstream's.
             Route(METRICS_PATH, metrics, methods=["GET"]),
+            Route(HEALTHZ_PATH, healthz, methods=["GET"]),
             Route("/", proxy.handle, methods=methods),
             Route("/{path:path}", proxy.handle, methods=methods),
         ],

@@ -307,6 +307,10 @@ class Upstream:
             self._vectors[target] = index_vectors(target, response.json(), self.indexes)
         return self._vectors[target]
 
+    def known_targets(self) -> list[str]:
+        """The indexes (or patterns) whose layout has been read: those searched so far."""
+        return list(self._vectors)
+
     async def target(self, target: str, headers: dict[str, str]) -> SearchTarget:
         """How to build logical searches on the target (the proxy sends them itself)."""
         # The target's mapping first: a user who may not read the index gets the engine's

@@ -22,6 +22,7 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
+from itlr.engines.coverage import prometheus_lines
 from itlr.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -260,6 +261,7 @@ def create_app(
             with follower.current():
                 count = index.count()
                 commit = follower.generation
+                coverage = index.coverage()
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         return JSONResponse(
@@ -271,13 +273,21 @@ def create_app(
                 "count": count,
                 "term_cache": [stats.to_dict() for stats in term_cache_stats()],
                 **({"commit": commit} if commit else {}),
+                # A cluster index: documents with a text but no vector (no search finds them).
+                **({"coverage": coverage.to_dict()} if coverage else {}),
             }
         )
 
     @app.get("/metrics")
     def metrics() -> Response:
-        """The term cache's counters in Prometheus' text format."""
-        return Response(prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+        """The term cache's counters and (a cluster index) its coverage gauges in Prometheus'
+        text format; an engine that does not answer leaves the gauges out."""
+        try:
+            coverage = index.coverage()
+        except EngineError:
+            coverage = None
+        text = prometheus_text() + prometheus_lines([coverage] if coverage else [])
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)
     if token is not None:

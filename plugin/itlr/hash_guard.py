@@ -1,0 +1,60 @@
+"""itlr's ingest pipeline: on every write that runs pipelines it moves `itlr_hash` aside to
+`itlr_hash_was`, so that `itlr backfill --follow` (itlr.follow) sees the document again and
+compares its text with the hash it was embedded from. Installed as the index's `final_pipeline`
+(a request's own `pipeline` cannot skip it) by `itlr backfill --install-pipeline`."""
+
+from __future__ import annotations
+
+from itlr.engines.cluster import ClusterBackend
+from itlr.errors import IndexStateError
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
+
+PIPELINE_ID = "itlr-hash-guard-v1"
+# Fixed source, no user text: a write by anyone moves the hash aside for the follower to check.
+PIPELINE = {
+    "description": (
+        "itlr: a write that runs pipelines moves itlr_hash to itlr_hash_was, so that "
+        "`itlr backfill --follow` compares the text with it and embeds it again if it changed"
+    ),
+    "processors": [
+        {
+            "script": {
+                "lang": "painless",
+                "source": (
+                    f"if (ctx.containsKey('{HASH_FIELD}')) "
+                    f"{{ ctx['{PREVIOUS_HASH_FIELD}'] = ctx.remove('{HASH_FIELD}'); }}"
+                ),
+            }
+        }
+    ],
+}
+
+
+def install_hash_guard(backend: ClusterBackend) -> None:
+    """Put itlr's ingest pipeline and make it the index's `final_pipeline` (a pipeline the
+    request cannot skip); refuse in one line an index that already has another one."""
+    check_hash_guard(backend)
+    with backend._errors():
+        if backend.engine == "elasticsearch":
+            backend.client.ingest.put_pipeline(id=PIPELINE_ID, **PIPELINE)
+            backend.client.indices.put_settings(
+                index=backend.index, settings={"index.final_pipeline": PIPELINE_ID}
+            )
+        else:
+            backend.client.ingest.put_pipeline(id=PIPELINE_ID, body=PIPELINE)
+            backend.client.indices.put_settings(
+                index=backend.index, body={"index": {"final_pipeline": PIPELINE_ID}}
+            )
+
+
+def check_hash_guard(backend: ClusterBackend) -> None:
+    """Refuse, before anything changes, an index whose final pipeline is another one."""
+    with backend._errors():
+        answer = dict(backend.client.indices.get_settings(index=backend.index))
+    (body,) = answer.values()
+    current = body["settings"]["index"].get("final_pipeline")
+    if current not in (None, "_none", PIPELINE_ID):
+        raise IndexStateError(
+            f"index {backend.index!r} already has the final pipeline {current!r}: add itlr's "
+            "hash-guard processor (docs/follow.md) to it instead of --install-pipeline"
+        )
