@@ -242,7 +242,7 @@ def backfill(
                 todo.append((hit, text, digest))
             if todo:
                 encode_start = time.perf_counter()
-                vectors = embedder.encode([text for _, text, _ in todo])
+                vectors = embedder.encode_passages([text for _, text, _ in todo])
                 report.encode_seconds += time.perf_counter() - encode_start
                 for (hit, text, digest), vector in zip(todo, vectors, strict=True):
                     new = {
@@ -297,9 +297,13 @@ def backfill_spec(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    encoder: str | None = None,
+    encoder_url: str | None = None,
+    passage_prompt: str | None = None,
 ) -> BackfillReport:
-    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields."""
-    embedder = get_embedder(model)
+    """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
+    `passage_prompt` goes in front of each text (search with the matching `query_prompt`)."""
+    embedder = get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
     backend = remote_backend(spec, embedder.name, embedder.dims)
     if not isinstance(backend, ClusterBackend):
         raise IndexStateError("back-fill works on a cluster index: give `url`")

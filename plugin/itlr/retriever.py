@@ -57,4 +57,4 @@ class Retriever:
 
     def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
-        return self.backend.search_vector(self.embedder.encode([text])[0], k, filter)
+        return self.backend.search_vector(self.embedder.encode_queries([text])[0], k, filter)

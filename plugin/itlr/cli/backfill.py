@@ -7,7 +7,19 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, out, run_guarded, say
+from itlr.cli.app import (
+    EncoderOpt,
+    EncoderUrlOpt,
+    IndexOpt,
+    ModelOpt,
+    PassagePromptOpt,
+    app,
+    engine_command,
+    err,
+    out,
+    run_guarded,
+    say,
+)
 from itlr.cli.bench import bench_app
 
 
@@ -17,6 +29,9 @@ def backfill(
     index: IndexOpt,
     spec: Any = None,
     model: ModelOpt = None,
+    encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    passage_prompt: PassagePromptOpt = None,
     into: Annotated[
         str | None,
         typer.Option(
@@ -46,6 +61,9 @@ def backfill(
             report = backfill_spec(
                 spec,
                 model=model,
+                encoder=encoder.value if encoder else None,
+                encoder_url=encoder_url,
+                passage_prompt=passage_prompt,
                 into=into,
                 alias=alias,
                 batch_size=batch_size,

@@ -48,6 +48,7 @@ from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import Hit, Hits, SearchOptions
+from itlr.prompts import Prompts
 from itlr.query import Query
 
 
@@ -83,6 +84,9 @@ class ClusterBackend:
         self.mapped: set[str] | None = None
         # Hybrid truths' statistics as last counted: a search may be built from them.
         self.remembered = RememberedStats()
+        # The prompts the index records in _meta.itlr (None: it records none, not itlr's);
+        # a new index is created with the ones set here (itlr.prompts).
+        self.prompts: Prompts | None = None
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -147,6 +151,8 @@ class ClusterBackend:
                 f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
             )
         self._adopt_mapping(mappings.get("properties", {}))
+        meta = mappings.get("_meta", {}).get("itlr")
+        self.prompts = Prompts.from_meta(meta) if isinstance(meta, dict) else None
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:
             self._warn(
