@@ -12,6 +12,7 @@ server does. `requests` records the inputs of every request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -33,6 +34,7 @@ class EmbeddingServer:
         self.embedder = embedder
         self.model = model
         self.requests: list[list[str]] = []
+        self.authorizations: list[str | None] = []
         self._script: deque[Misbehaviour] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -88,10 +90,8 @@ class EmbeddingServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (its time-out)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)  # unless the client gave up (its time-out)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
@@ -102,6 +102,7 @@ class EmbeddingServer:
                 inputs = request.get("input")
                 inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
                 server.requests.append(inputs)
+                server.authorizations.append(self.headers.get("Authorization"))
                 step = server._next()
                 if step is not None and step.delay:
                     time.sleep(step.delay)
