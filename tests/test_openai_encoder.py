@@ -140,6 +140,13 @@ def test_an_endpoint_that_is_not_running_fails_in_one_line(quick, monkeypatch) -
         Embedder("m", encoder="openai", encoder_url="http://127.0.0.1:9/v1")
 
 
+def test_credentials_in_the_url_never_show_in_errors(quick, monkeypatch) -> None:
+    monkeypatch.setenv("ITLR_ENCODER_RETRIES", "0")
+    with pytest.raises(EmbeddingError) as failure:
+        Embedder("m", encoder="openai", encoder_url="http://user:s3cret@127.0.0.1:9/v1")
+    assert "s3cret" not in str(failure.value) and "127.0.0.1:9/v1" in str(failure.value)
+
+
 def answer_of(*rows: list, indexes: tuple[int, ...] = ()) -> str:
     """An /v1/embeddings body with these rows (NaN written as JSON's NaN)."""
     numbered = indexes or tuple(range(len(rows)))

@@ -247,7 +247,9 @@ class Embedder:
         counts); int8's differ by up to 1e-2 and an endpoint's may come from another runtime,
         so both are kept apart."""
         if self.url is not None:
-            return f"{self.name} ({self.encoder} {self.url})"
+            from itlr.openai_encoder import shown
+
+            return f"{self.name} ({self.encoder} {shown(self.url)})"
         return f"{self.name} ({self.encoder})" if self.encoder == "onnx-int8" else self.name
 
 

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -125,6 +126,7 @@ class OpenAIEncoder:
         openai = _openai()
         self.model = model
         self.url = url.rstrip("/")
+        self.shown_url = shown(self.url)
         self.timeout = (
             timeout
             if timeout is not None
@@ -151,7 +153,7 @@ class OpenAIEncoder:
         """One endpoint call for `texts` (the Embedder batches them)."""
         batch = [str(text) for text in texts]
         openai = self._errors
-        where = f"the embedding endpoint {self.url} (model {self.model!r})"
+        where = f"the embedding endpoint {self.shown_url} (model {self.model!r})"
         try:
             raw = self._client.embeddings.with_raw_response.create(
                 model=self.model, input=batch, encoding_format="float"
@@ -173,6 +175,14 @@ class OpenAIEncoder:
                 f"{_reason(refused)}"
             ) from None
         return parse_embeddings(text, len(batch), self.dims)
+
+
+def shown(url: str) -> str:
+    """`url` without a user or password it may carry: errors and metrics are read by others."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _cause(error: BaseException) -> str:
