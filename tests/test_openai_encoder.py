@@ -338,3 +338,34 @@ def test_the_cli_says_a_bad_endpoint_in_one_line(tmp_path, quick) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith("error: cannot reach the embedding endpoint")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_proxy_index_config_names_the_encoder_and_prompt_of_its_indexes(tmp_path, server):
+    from itlr.proxy.upstream import index_vectors, load_index_configs
+
+    config = tmp_path / "indexes.json"
+    entry = {"vector_field": "vec", "text_field": "body", "model": "bge-small-en-v1.5"}
+    remote = {"encoder": "openai", "encoder_url": server.base_url, "query_prompt": "query: "}
+    config.write_text(json.dumps({"logs-*": {**entry, **remote}, "*": {**entry, "model": None}}))
+    configs = load_index_configs(config)
+    mapping = {"mappings": {"properties": {"vec": {"type": "knn_vector", "dimension": 384}}}}
+    logs = index_vectors("logs-1", {"logs-1": mapping}, configs)
+    assert (logs.model, logs.encoder, logs.encoder_url, logs.query_prompt) == (
+        "bge-small-en-v1.5",
+        "openai",
+        server.base_url,
+        "query: ",
+    )
+    other = index_vectors("notes", {"notes": mapping}, configs)
+    assert (other.model, other.encoder, other.query_prompt) == ("all-MiniLM-L6-v2", None, "")
+
+
+def test_a_proxy_index_config_with_the_openai_encoder_needs_its_url(tmp_path, monkeypatch):
+    from itlr.proxy.upstream import load_index_configs
+
+    monkeypatch.delenv("ITLR_ENCODER_URL", raising=False)
+    config = tmp_path / "indexes.json"
+    entry = {"vector_field": "vec", "text_field": "body", "encoder": "openai"}
+    config.write_text(json.dumps({"logs-*": entry}))
+    with pytest.raises(ConfigurationError, match="needs the endpoint's URL"):
+        load_index_configs(config)

@@ -65,7 +65,8 @@ IndexConfigOpt = Annotated[
     Path | None,
     typer.Option(
         help='With the proxy: JSON file {"PATTERN": {"vector_field": ..., "text_field": ..., '
-        '"model": ...}} for indexes itlr did not make.',
+        '"model": ..., "encoder": ..., "encoder_url": ..., "query_prompt": ...}} for indexes '
+        "itlr did not make (all but the fields optional).",
         show_default=False,
     ),
 ]
