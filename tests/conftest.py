@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 # Real servers: fixtures `opensearch_url`, `elasticsearch_url`, `elasticsearch_painless_url`.
-pytest_plugins = ["opensearch_fixture", "elasticsearch_fixture", "secured_elasticsearch"]
+pytest_plugins = [
+    "opensearch_fixture",
+    "elasticsearch_fixture",
+    "secured_elasticsearch",
+    "infinity_fixture",
+]
 
 # Tests never touch the user's indexes or caches.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

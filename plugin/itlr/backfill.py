@@ -329,7 +329,7 @@ def backfill(
                 todo.append((hit, text, digest))
             if todo:
                 encode_start = time.perf_counter()
-                vectors = embedder.encode([text for _, text, _ in todo])
+                vectors = embedder.encode_passages([text for _, text, _ in todo])
                 report.encode_seconds += time.perf_counter() - encode_start
                 for (hit, text, digest), vector in zip(todo, vectors, strict=True):
                     new = {
@@ -435,11 +435,15 @@ def backfill_spec(
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
     install_pipeline: bool = False,
+    encoder: str | None = None,
+    encoder_url: str | None = None,
+    passage_prompt: str | None = None,
 ) -> BackfillReport:
     """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
     `install_pipeline`: first make itlr's hash guard the index's final pipeline
-    (itlr.hash_guard)."""
-    embedder = get_embedder(model)
+    (itlr.hash_guard). `passage_prompt` goes in front of each text (search with the matching
+    `query_prompt`)."""
+    embedder = get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
     backend = cluster_backend(spec, embedder)
     if install_pipeline:
         if into:

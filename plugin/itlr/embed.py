@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import importlib.util
 import os
 import threading
@@ -24,9 +25,13 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # onnxruntime (itlr.onnx_encoder, the core install), fp32 or int8. onnx is the default: it kept torch's top 10 on every demo,
 # synthetic and NegConstraint dev query with scores within 6e-7, and encodes faster
 # (docs/benchmarks.md, "Encoder backends"); int8 did not, so it is only an option.
-ENCODERS = ("torch", "onnx", "onnx-int8")
+# openai asks an OpenAI-compatible /v1/embeddings endpoint (itlr.openai_encoder) for the vectors
+# of the model it serves under the name `model`.
+ENCODERS = ("torch", "onnx", "onnx-int8", "openai")
+REMOTE_ENCODERS = ("openai",)
 DEFAULT_ENCODER = "onnx"
 ENCODER_ENV = "ITLR_ENCODER"
+ENCODER_URL_ENV = "ITLR_ENCODER_URL"
 
 
 class FairSlots:
@@ -99,14 +104,31 @@ def resolve_model(name: str | None) -> tuple[str, str]:
 
 
 _default_encoder: str | None = None
+_default_url: str | None = None
 _threads: int | None = None  # set_torch_threads' count, for the ONNX encoders
 
 
-def set_default_encoder(encoder: str | None) -> None:
-    """The encoder of every embedder this process loads without naming one (None: back to
-    $ITLR_ENCODER, else DEFAULT_ENCODER). Embedders already loaded keep theirs."""
-    global _default_encoder
+def set_default_encoder(encoder: str | None, url: str | None = None) -> None:
+    """The encoder (and a remote encoder's endpoint) of every embedder this process loads
+    without naming one (None: back to $ITLR_ENCODER / $ITLR_ENCODER_URL, else DEFAULT_ENCODER).
+    Embedders already loaded keep theirs."""
+    global _default_encoder, _default_url
     _default_encoder = resolve_encoder(encoder) if encoder else None
+    _default_url = url or None
+
+
+def resolve_encoder_url(encoder: str, url: str | None) -> str | None:
+    """The endpoint a remote encoder asks (None for a local one): the one given, else
+    set_default_encoder's, else $ITLR_ENCODER_URL."""
+    if encoder not in REMOTE_ENCODERS:
+        return None
+    chosen = url or _default_url or os.environ.get(ENCODER_URL_ENV, "").strip()
+    if not chosen:
+        raise ConfigurationError(
+            f"the {encoder} encoder needs the endpoint's URL: give `encoder_url` "
+            f"(e.g. http://127.0.0.1:7997/v1) or set {ENCODER_URL_ENV}"
+        )
+    return chosen
 
 
 def resolve_encoder(encoder: str | None) -> str:
@@ -134,21 +156,34 @@ class Embedder:
         device: str = "cpu",
         batch_size: int = 64,
         encoder: str | None = None,
+        encoder_url: str | None = None,
     ):
-        self.name, location = resolve_model(model)
         self.encoder = resolve_encoder(encoder)
+        self.url = resolve_encoder_url(self.encoder, encoder_url)
+        # Prefixed to query terms / passages before encoding (with_prompts): E5's "query: ".
+        self.query_prompt = ""
+        self.passage_prompt = ""
+        self.batch_size = batch_size
+        if self.url is not None:
+            from itlr.openai_encoder import OpenAIEncoder
+
+            # The endpoint's model name: nothing is loaded here, so no local path is needed.
+            self.name = str(model or DEFAULT_MODEL)
+            self._model: Any = OpenAIEncoder(self.name, self.url)
+            self.dims = int(self._model.dims)
+            return
+        self.name, location = resolve_model(model)
         # Nothing may come from a hub at run time unless the user asked for it explicitly.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        self.batch_size = batch_size
         if self.encoder != "torch":
             from itlr.onnx_encoder import OnnxEncoder
 
             variant = "int8" if self.encoder == "onnx-int8" else "fp32"
             # `_model` is what runs the model, whichever encoder: its `encode` takes the texts.
-            self._model: Any = OnnxEncoder(self.name, location, variant, threads=_threads)
+            self._model = OnnxEncoder(self.name, location, variant, threads=_threads)
             self.dims = self._model.dims
             return
         (sentence_transformers,) = require("torch", "sentence_transformers")
@@ -175,7 +210,8 @@ class Embedder:
         batch = batch_size or self.batch_size
         parts = []
         for start in range(0, len(texts), batch):
-            with ENCODE_SLOTS.slot():
+            # The slots share the cores; an endpoint's call waits on the network, not on them.
+            with contextlib.nullcontext() if self.url is not None else ENCODE_SLOTS.slot():
                 if self.encoder != "torch":
                     parts.append(self._model.encode(list(texts[start : start + batch])))
                     continue
@@ -192,28 +228,58 @@ class Embedder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def encode_terms(self, terms: Sequence[str]) -> np.ndarray:
-        """Query terms' vectors through the process's term cache for this model
-        (itlr.term_cache): a term seen before does not reach the encoder."""
-        return cache_for(self.cache_name).encode(terms, self.encode, self.dims)
+        """Query terms' vectors, each with the query prompt in front, through the process's
+        term cache for this model (itlr.term_cache): a term seen before does not reach the
+        encoder. The cache is keyed by the prompted text, so prompts never share a vector."""
+        prompted = [self.query_prompt + term for term in terms]
+        return cache_for(self.cache_name).encode(prompted, self.encode, self.dims)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Whole queries' vectors (the dense baseline), with the query prompt, uncached."""
+        return self.encode([self.query_prompt + text for text in texts])
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Documents' vectors (ingestion, back-fill), with the passage prompt in front."""
+        if not self.passage_prompt:
+            return self.encode(texts)
+        return self.encode([self.passage_prompt + text for text in texts])
+
+    def with_prompts(self, query: str, passage: str) -> Embedder:
+        """This embedder (the same loaded model) with other prompts."""
+        if (query, passage) == (self.query_prompt, self.passage_prompt):
+            return self
+        prompted = copy.copy(self)
+        prompted.query_prompt, prompted.passage_prompt = query, passage
+        return prompted
 
     @property
     def cache_name(self) -> str:
         """The key of this embedder's cached vectors (term cache, evaluation cache): the model's
         name for torch and onnx, whose vectors agree to about 1e-7 (as torch's do across thread
-        counts); int8's differ by up to 1e-2 and are kept apart."""
+        counts); int8's differ by up to 1e-2 and an endpoint's may come from another runtime,
+        so both are kept apart."""
+        if self.url is not None:
+            from itlr.openai_encoder import shown
+
+            return f"{self.name} ({self.encoder} {shown(self.url)})"
         return f"{self.name} ({self.encoder})" if self.encoder == "onnx-int8" else self.name
 
 
-def get_embedder(model: str | None = None, encoder: str | None = None) -> Embedder:
-    """A process-wide embedder per model and encoder: loading takes seconds, encoding is the
-    cheap part. Every spelling of a model (None, its name, `sentence-transformers/<name>`) is one
-    entry: keyed by the argument as given, each would load another copy."""
-    return _embedder_named(resolve_model(model)[0], resolve_encoder(encoder))
+def get_embedder(
+    model: str | None = None, encoder: str | None = None, encoder_url: str | None = None
+) -> Embedder:
+    """A process-wide embedder per model, encoder and endpoint: loading takes seconds, encoding
+    is the cheap part. Every spelling of a model (None, its name, `sentence-transformers/<name>`)
+    is one entry: keyed by the argument as given, each would load another copy."""
+    chosen = resolve_encoder(encoder)
+    url = resolve_encoder_url(chosen, encoder_url)
+    name = str(model or DEFAULT_MODEL) if url is not None else resolve_model(model)[0]
+    return _embedder_named(name, chosen, url)
 
 
 @lru_cache(maxsize=4)
-def _embedder_named(name: str, encoder: str) -> Embedder:
-    return Embedder(name, encoder=encoder)
+def _embedder_named(name: str, encoder: str, url: str | None) -> Embedder:
+    return Embedder(name, encoder=encoder, encoder_url=url)
 
 
 def set_torch_threads(count: int | None) -> None:

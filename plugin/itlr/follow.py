@@ -258,9 +258,13 @@ def follow_spec(
     on_cycle: Callable[[FollowCycle], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     on_error: Callable[[str], None] | None = None,
+    encoder: str | None = None,
+    encoder_url: str | None = None,
+    passage_prompt: str | None = None,
 ) -> FollowReport:
-    """Follow the index an EngineSpec names until `stop` is set."""
-    embedder = get_embedder(model)
+    """Follow the index an EngineSpec names until `stop` is set. The encoder options are
+    back-fill's (itlr.backfill.backfill_spec): the follower must embed as the back-fill did."""
+    embedder = get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
     follower = Follower(
         cluster_backend(spec, embedder),
         embedder,

@@ -27,6 +27,7 @@ from itlr.errors import ConfigurationError
 from itlr.ingest import IngestReport, delete, ingest, writer_session
 from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions, search_options
+from itlr.prompts import settle
 from itlr.query import Node, Query
 from itlr.records import Document, Fields, check_document, document_from_record
 from itlr.retriever import Retriever, SearchResult
@@ -78,6 +79,9 @@ class Index:
         create: bool | None = None,
         knn_engine: str | None = None,
         encoder: str | None = None,
+        encoder_url: str | None = None,
+        query_prompt: str | None = None,
+        passage_prompt: str | None = None,
     ) -> Index:
         """Open an index by name.
 
@@ -86,8 +90,13 @@ class Index:
         index is created for the model (the bundled all-MiniLM-L6-v2 by default).
         With `url` the engine is asked what it is (OpenSearch or Elasticsearch) unless `engine`
         says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
-        cluster index is created only with `create=True`. `encoder` runs the model with torch
-        (the default) or its ONNX export (`"onnx"`, `"onnx-int8"`; itlr.embed.ENCODERS).
+        cluster index is created only with `create=True`. `encoder` runs the model with its
+        ONNX export (`"onnx"`, the default, `"onnx-int8"`) or torch, or asks the
+        OpenAI-compatible endpoint at `encoder_url` (`"openai"`: `model` is the name it serves;
+        the key comes from ITLR_ENCODER_API_KEY); itlr.embed.ENCODERS.
+        `query_prompt` / `passage_prompt` go in front of query terms / documents (E5's
+        `"query: "`); an index itlr makes records them, and later opens use the recorded ones
+        (itlr.prompts): giving others is an error.
         """
         engine = engine_name(engine) if engine else ("auto" if url else "embedded")
         connection = None
@@ -112,7 +121,15 @@ class Index:
         )
         if create is None:
             create = engine == "embedded"
-        return cls.from_spec(spec, model=model, create=create, encoder=encoder)
+        return cls.from_spec(
+            spec,
+            model=model,
+            create=create,
+            encoder=encoder,
+            encoder_url=encoder_url,
+            query_prompt=query_prompt,
+            passage_prompt=passage_prompt,
+        )
 
     @classmethod
     def from_spec(
@@ -122,10 +139,17 @@ class Index:
         model: str | None = None,
         create: bool = False,
         encoder: str | None = None,
+        encoder_url: str | None = None,
+        query_prompt: str | None = None,
+        passage_prompt: str | None = None,
     ) -> Index:
         """Open the index an EngineSpec describes (what the CLI's engine flags build)."""
-        embedder = get_embedder(model, encoder)
-        return cls(spec, open_backend(spec, embedder, create=create), embedder)
+        embedder = get_embedder(model, encoder, encoder_url)
+        given = embedder.with_prompts(query_prompt or "", passage_prompt or "")
+        backend = open_backend(spec, given, create=create)
+        recorded = getattr(backend, "prompts", None)
+        prompts = settle(query_prompt, passage_prompt, recorded, f"index {spec.index!r}")
+        return cls(spec, backend, embedder.with_prompts(prompts.query, prompts.passage))
 
     @classmethod
     def backfill(
@@ -144,6 +168,9 @@ class Index:
         stop: threading.Event | None = None,
         interval: float = 1.0,
         on_cycle: Callable[[FollowCycle], None] | None = None,
+        encoder: str | None = None,
+        encoder_url: str | None = None,
+        passage_prompt: str | None = None,
         **connection: Any,
     ) -> BackfillReport | FollowReport:
         """Embed `text_field` of every document already in a cluster index (one itlr did not
@@ -164,6 +191,11 @@ class Index:
             connection=Connection.from_env(url, **connection),
             layout=IndexLayout(vector_field, text_field),
         )
+        encoders = {
+            "encoder": encoder,
+            "encoder_url": encoder_url,
+            "passage_prompt": passage_prompt,
+        }
         if follow:
             from itlr.follow import follow_spec
 
@@ -178,9 +210,15 @@ class Index:
                 interval=interval,
                 stop=stop,
                 on_cycle=on_cycle,
+                **encoders,
             )
         return backfill_spec(
-            spec, model=model, into=into, alias=alias, install_pipeline=install_pipeline
+            spec,
+            model=model,
+            into=into,
+            alias=alias,
+            install_pipeline=install_pipeline,
+            **encoders,
         )
 
     # -- what it is ------------------------------------------------------------------------

@@ -145,7 +145,7 @@ def ingest(
                 started = time.perf_counter()
                 parts = []
                 if embed:
-                    parts.append(embedder.encode([d.text for d in embed]))
+                    parts.append(embedder.encode_passages([d.text for d in embed]))
                 if reuse:
                     parts.append(backend.stored_vectors([d.id for d in reuse]))  # type: ignore[attr-defined]
                 vectors = np.concatenate(parts) if len(parts) > 1 else parts[0]

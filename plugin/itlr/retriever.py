@@ -67,7 +67,7 @@ class Retriever:
             )
         if filter is not None:
             LIMITS.check_filter(filter)
-        return self.backend.search_vector(self.embedder.encode([text])[0], k, filter)
+        return self.backend.search_vector(self.embedder.encode_queries([text])[0], k, filter)
 
 
 CUT_MARK = " [itlr: cut]"

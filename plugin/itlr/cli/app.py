@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from itlr.embed import ENCODER_ENV, ENCODERS
+from itlr.embed import ENCODER_ENV, ENCODER_URL_ENV, ENCODERS
 from itlr.engines.factory import ENGINE_ALIASES, ENGINES
 from itlr.errors import ConfigurationError, ItlrError, QuerySyntaxError
 from itlr.extras import MissingExtra, extra_of
+from itlr.openai_encoder import KEY_ENV as ENCODER_KEY_ENV
 from itlr.options import Mode as ModeName
+from itlr.prompts import PASSAGE_PROMPT_ENV, QUERY_PROMPT_ENV
 from itlr.rewrite import METHODS as REWRITE_METHODS
 from itlr.scoring import AndName, NotName, OrName, TruthName
 
@@ -109,6 +111,9 @@ def _python_option_names() -> frozenset[str]:
             "host",
             "torch_threads",
             "encoder",
+            "encoder_url",
+            "query_prompt",
+            "passage_prompt",
         }
     )
 
@@ -177,10 +182,50 @@ EncoderOpt = Annotated[
     typer.Option(
         envvar=ENCODER_ENV,
         help="What runs the model: its ONNX graph (built once into $ITLR_HOME) or torch (needs "
-        "itlr[torch]); onnx-int8 is smaller and less exact. Default onnx.",
+        "itlr[torch]); onnx-int8 is smaller and less exact; openai asks the OpenAI-compatible "
+        "endpoint at --encoder-url for --model's vectors (needs itlr[llm]; key from "
+        f"{ENCODER_KEY_ENV}). Default onnx.",
         show_default=False,
     ),
 ]
+EncoderUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar=ENCODER_URL_ENV,
+        help="With --encoder openai: the endpoint's base URL, e.g. http://127.0.0.1:7997/v1.",
+        show_default=False,
+    ),
+]
+QueryPromptOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar=QUERY_PROMPT_ENV,
+        help="Text put before each query term, e.g. 'query: ' for E5 models. An index itlr "
+        "made records its prompts; by default they are used.",
+        show_default=False,
+    ),
+]
+PassagePromptOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar=PASSAGE_PROMPT_ENV,
+        help="Text put before each document's text, e.g. 'passage: ' for E5 models; recorded "
+        "in an index itlr makes.",
+        show_default=False,
+    ),
+]
+
+
+def encoding(
+    encoder: Any, url: str | None, query_prompt: str | None, passage_prompt: str | None
+) -> dict[str, Any]:
+    """The encoder flags as `Index.open`'s keywords."""
+    return {
+        "encoder": encoder.value if encoder else None,
+        "encoder_url": url,
+        "query_prompt": query_prompt,
+        "passage_prompt": passage_prompt,
+    }
 
 
 _CONNECTION_HELP = {

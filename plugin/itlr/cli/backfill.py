@@ -7,7 +7,19 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import IndexOpt, ModelOpt, app, engine_command, err, out, run_guarded, say
+from itlr.cli.app import (
+    EncoderOpt,
+    EncoderUrlOpt,
+    IndexOpt,
+    ModelOpt,
+    PassagePromptOpt,
+    app,
+    engine_command,
+    err,
+    out,
+    run_guarded,
+    say,
+)
 from itlr.cli.bench import bench_app
 
 
@@ -17,6 +29,9 @@ def backfill(
     index: IndexOpt,
     spec: Any = None,
     model: ModelOpt = None,
+    encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    passage_prompt: PassagePromptOpt = None,
     into: Annotated[
         str | None,
         typer.Option(
@@ -55,6 +70,12 @@ def backfill(
     from itlr.errors import ConfigurationError
     from itlr.progress import document_progress
 
+    encoders = {
+        "encoder": encoder.value if encoder else None,
+        "encoder_url": encoder_url,
+        "passage_prompt": passage_prompt,
+    }
+
     def action() -> None:
         if alias and not into:
             raise ConfigurationError("--alias moves an alias to the --into index: give --into")
@@ -63,12 +84,13 @@ def backfill(
         if follow:
             if into:
                 raise ConfigurationError("--follow keeps an index current in place: not --into")
-            return follow_index(spec, model, install_pipeline, batch_size, interval)
+            return follow_index(spec, model, install_pipeline, batch_size, interval, encoders)
         with document_progress(err) as progress:
             task = progress.add_task("back-filling", total=None)
             report = backfill_spec(
                 spec,
                 model=model,
+                **encoders,
                 into=into,
                 alias=alias,
                 batch_size=batch_size,
@@ -86,7 +108,12 @@ def backfill(
 
 
 def follow_index(
-    spec: Any, model: str | None, install_pipeline: bool, batch_size: int, interval: float
+    spec: Any,
+    model: str | None,
+    install_pipeline: bool,
+    batch_size: int,
+    interval: float,
+    encoders: dict[str, Any],
 ) -> None:
     """`--follow`: one line per busy cycle on stdout, a live count on a terminal, a summary at
     the end; SIGINT and SIGTERM stop it after the batch under way (exit 0)."""
@@ -111,6 +138,7 @@ def follow_index(
                 on_cycle=lambda c: out.print(c.line(spec.index), highlight=False, soft_wrap=True),
                 on_batch=lambda n: progress.advance(task, n),
                 on_error=lambda line: say(err, "retrying", "yellow", line),
+                **encoders,
             )
     finally:
         for number, handler in previous.items():

@@ -14,10 +14,14 @@ from rich.text import Text
 from itlr import strict_json
 from itlr.cli.app import (
     EncoderOpt,
+    EncoderUrlOpt,
     IndexOpt,
     ModelOpt,
+    PassagePromptOpt,
+    QueryPromptOpt,
     Rewrite,
     app,
+    encoding,
     engine_command,
     err,
     out,
@@ -61,10 +65,10 @@ def parse_command(
     run_guarded(action)
 
 
-def _open(spec, model: str | None, create: bool, encoder: str | None = None):
+def _open(spec, model: str | None, create: bool, **encoding: Any):
     from itlr.index import Index
 
-    index = Index.from_spec(spec, model=model, create=create, encoder=encoder)
+    index = Index.from_spec(spec, model=model, create=create, **encoding)
     for warning in index.warnings:
         warn(warning)
     return index
@@ -83,6 +87,10 @@ def ingest(
     index: IndexOpt,
     spec: Any = None,
     model: ModelOpt = None,
+    encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    query_prompt: QueryPromptOpt = None,
+    passage_prompt: PassagePromptOpt = None,
     knn_engine: Annotated[
         str | None,
         typer.Option(help="k-NN engine for a new OpenSearch index: lucene (default) or faiss."),
@@ -139,7 +147,8 @@ def ingest(
                 f"{source} holds no document ({len(source_file.bad_lines)} bad lines, listed "
                 "above): nothing was ingested and no index was created"
             )
-        target = _open(replace(spec, knn_engine=knn_engine), model, create=True)
+        chosen = encoding(encoder, encoder_url, query_prompt, passage_prompt)
+        target = _open(replace(spec, knn_engine=knn_engine), model, create=True, **chosen)
         with document_progress(err) as progress:
             task = progress.add_task("embedding", total=len(documents))
             report = target.add(
@@ -209,6 +218,8 @@ def search(
     llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
     encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    query_prompt: QueryPromptOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
     """Search an index with a logical query; prints hits with each term's truth value."""
@@ -223,8 +234,8 @@ def search(
         else:
             parse(text)  # a syntax error shows before the model loads
         options = search_options(**option_values, model=model)
-        chosen = encoder.value if encoder else None
-        result = _open(spec, model, create=False, encoder=chosen).search(
+        chosen = encoding(encoder, encoder_url, query_prompt, None)
+        result = _open(spec, model, create=False, **chosen).search(
             text, options=options, rewrite=rewrite.value, llm=config
         )
         if result.rewrite is not None:

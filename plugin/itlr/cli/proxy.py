@@ -12,7 +12,13 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import connection_command, run_guarded
+from itlr.cli.app import (
+    EncoderOpt,
+    EncoderUrlOpt,
+    QueryPromptOpt,
+    connection_command,
+    run_guarded,
+)
 from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS, search_option_command
 from itlr.engines.connection import Connection
 from itlr.errors import ConfigurationError
@@ -60,7 +66,8 @@ IndexConfigOpt = Annotated[
     Path | None,
     typer.Option(
         help='With the proxy: JSON file {"PATTERN": {"vector_field": ..., "text_field": ..., '
-        '"model": ...}} for indexes itlr did not make.',
+        '"model": ..., "encoder": ..., "encoder_url": ..., "query_prompt": ...}} for indexes '
+        "itlr did not make (all but the fields optional).",
         show_default=False,
     ),
 ]
@@ -109,6 +116,7 @@ def serve_proxy(
     index_config: Path | None = None,
     vector_field: str | None = None,
     text_field: str | None = None,
+    query_prompt: str | None = None,
     **options: Any,
 ) -> None:
     """Serve the query-bar proxy in front of `upstream` (a URL or a Connection) until
@@ -149,7 +157,7 @@ def serve_proxy(
             token=token,
             timeout=upstream_timeout,
             allow_script_writes=allow_script_writes,
-            indexes=index_configs(index_config, vector_field, text_field, model),
+            indexes=index_configs(index_config, vector_field, text_field, model, query_prompt),
         )
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -159,10 +167,14 @@ def serve_proxy(
 
 
 def index_configs(
-    path: Any, vector_field: str | None, text_field: str | None, model: str | None
+    path: Any,
+    vector_field: str | None,
+    text_field: str | None,
+    model: str | None,
+    query_prompt: str | None = None,
 ) -> tuple[Any, ...]:
     """Layouts of indexes itlr did not make: a config file's, then --vector-field /
-    --text-field for every other index."""
+    --text-field (and --query-prompt) for every other index."""
     from itlr.errors import ConfigurationError
     from itlr.proxy.upstream import IndexConfig, load_index_configs
 
@@ -170,7 +182,7 @@ def index_configs(
     if bool(vector_field) != bool(text_field):
         raise ConfigurationError("give --vector-field and --text-field together")
     if vector_field and text_field:
-        configs = (*configs, IndexConfig("*", vector_field, text_field, model))
+        configs = (*configs, IndexConfig("*", vector_field, text_field, model, query_prompt))
     return configs
 
 
@@ -192,6 +204,9 @@ def main(
     model: Annotated[
         str | None, typer.Option(help="Embedding model of the indexes (default: bundled).")
     ] = None,
+    encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    query_prompt: QueryPromptOpt = None,
     index_config: IndexConfigOpt = None,
     vector_field: VectorFieldOpt = None,
     text_field: TextFieldOpt = None,
@@ -202,6 +217,9 @@ def main(
     option_values: Any = None,
 ) -> None:
     """Serve the query-bar proxy: point Kibana / Dashboards at it and type itlr:(...) queries."""
+    from itlr.embed import set_default_encoder
+
+    run_guarded(lambda: set_default_encoder(encoder.value if encoder else None, encoder_url))
     serve_proxy(
         connection,
         field,
@@ -212,6 +230,7 @@ def main(
         index_config=index_config,
         vector_field=vector_field,
         text_field=text_field,
+        query_prompt=query_prompt,
         upstream_timeout=upstream_timeout,
         header_timeout=header_timeout,
         body_timeout=body_timeout,

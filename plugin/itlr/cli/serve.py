@@ -6,7 +6,18 @@ from typing import Annotated, Any
 
 import typer
 
-from itlr.cli.app import EncoderOpt, ModelOpt, app, engine_command, err, run_guarded, warn
+from itlr.cli.app import (
+    EncoderOpt,
+    EncoderUrlOpt,
+    ModelOpt,
+    PassagePromptOpt,
+    QueryPromptOpt,
+    app,
+    engine_command,
+    err,
+    run_guarded,
+    warn,
+)
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
 from itlr.cli.proxy import (
     DEFAULT_UPSTREAM_TIMEOUT,
@@ -69,6 +80,9 @@ def serve(
     llm_timeout: LLMTimeoutOpt = 30.0,
     model: ModelOpt = None,
     encoder: EncoderOpt = None,
+    encoder_url: EncoderUrlOpt = None,
+    query_prompt: QueryPromptOpt = None,
+    passage_prompt: PassagePromptOpt = None,
     torch_threads: Annotated[
         int | None,
         typer.Option(
@@ -92,7 +106,7 @@ def serve(
     from itlr.embed import set_default_encoder
 
     # Process-wide: the service's Index and the proxy's embedder both load through get_embedder.
-    run_guarded(lambda: set_default_encoder(encoder.value if encoder else None))
+    run_guarded(lambda: set_default_encoder(encoder.value if encoder else None, encoder_url))
     if proxy:
         serving = {
             "header_timeout": header_timeout,
@@ -100,6 +114,7 @@ def serve(
             "upstream_timeout": upstream_timeout,
             "allow_script_writes": allow_script_writes,
             "index_config": index_config,
+            "query_prompt": query_prompt,
             # --vector-field / --text-field: the layout of indexes itlr did not make, as for
             # `python -m itlr.cli.proxy`; their defaults name no such layout.
             "vector_field": _given(context, "vector_field", spec.layout.vector_field),
@@ -123,7 +138,13 @@ def serve(
         client = client_token(token)
         check_exposure(host, client)  # before the model loads
         set_torch_threads(torch_threads)
-        opened = Index.from_spec(spec, model=model, create=False)
+        opened = Index.from_spec(
+            spec,
+            model=model,
+            create=False,
+            query_prompt=query_prompt,
+            passage_prompt=passage_prompt,
+        )
         for warning in opened.warnings:
             warn(warning)
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)

@@ -53,6 +53,7 @@ from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import Hit, Hits, SearchOptions
+from itlr.prompts import Prompts
 from itlr.query import Query
 
 
@@ -95,6 +96,9 @@ class ClusterBackend:
         self._writes_ready = False
         # How many documents have a text but no vector, counted at most every few seconds.
         self.coverage_cache = CoverageCache()
+        # The prompts the index records in _meta.itlr (None: it records none, not itlr's);
+        # a new index is created with the ones set here (itlr.prompts).
+        self.prompts: Prompts | None = None
 
     # -- engine hooks ----------------------------------------------------------------------
 
@@ -178,6 +182,8 @@ class ClusterBackend:
                 f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
             )
         self._adopt_mapping(mappings.get("properties", {}))
+        meta = mappings.get("_meta", {}).get("itlr")
+        self.prompts = Prompts.from_meta(meta) if isinstance(meta, dict) else None
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:
             self._warn(

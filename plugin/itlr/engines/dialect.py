@@ -42,6 +42,7 @@ from itlr.lexical import (
     token_key,
 )
 from itlr.options import Hit, Hits, SearchOptions
+from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.query_memo import QueryMemo
 from itlr.resources import mapping_file, painless_file
@@ -113,7 +114,12 @@ class StoredScript:
 
 
 def derive_mapping(
-    engine: str, layout: IndexLayout, dims: int, model: str, knn_engine: str | None = None
+    engine: str,
+    layout: IndexLayout,
+    dims: int,
+    model: str,
+    knn_engine: str | None = None,
+    prompts: Prompts | None = None,
 ) -> dict[str, Any]:
     """The index body from mappings/<engine>.json with field names, dims and model filled in."""
     template = json.loads(mapping_file(engine).read_text())
@@ -135,7 +141,11 @@ def derive_mapping(
     properties[HASH_FIELD] = {"type": "keyword", "index": False}
     meta = body["mappings"]["_meta"]["itlr"]
     meta.update(
-        model=model, dims=dims, vector_field=layout.vector_field, text_field=layout.text_field
+        model=model,
+        dims=dims,
+        vector_field=layout.vector_field,
+        text_field=layout.text_field,
+        **(prompts or Prompts()).to_meta(),
     )
     return body
 
@@ -761,8 +771,10 @@ class Dialect:
         """(path, body) of the PUT requests registering the stored scripts."""
         return [(f"_scripts/{s.id}", s.body()) for s in (self.score_script, self.exclude_script)]
 
-    def mapping(self, dims: int, model: str, knn_engine: str | None = None) -> dict[str, Any]:
-        return derive_mapping(self.engine, self.layout, dims, model, knn_engine)
+    def mapping(
+        self, dims: int, model: str, knn_engine: str | None = None, prompts: Prompts | None = None
+    ) -> dict[str, Any]:
+        return derive_mapping(self.engine, self.layout, dims, model, knn_engine, prompts)
 
     def hits(
         self,

@@ -24,6 +24,7 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
 from itlr.errors import EngineError
+from itlr.prompts import Prompts
 
 SCORE_SCRIPT = StoredScript.load("score-es", "itlr_score.painless", "elasticsearch")
 EXCLUDE_SCRIPT = StoredScript.load("exclude-es", "itlr_exclude.painless", "elasticsearch")
@@ -151,7 +152,7 @@ class ElasticsearchBackend(ClusterBackend):
     # -- index ---------------------------------------------------------------------------
 
     def _create_index(self, knn_engine: str | None) -> None:
-        body = self.dialect.mapping(self.dims, self.model, knn_engine)
+        body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
         self.client.indices.create(
             index=self.index, settings=body["settings"], mappings=body["mappings"]
         )
@@ -249,9 +250,11 @@ class ElasticsearchDialect(Dialect):
             source["exclude_vectors"] = False
         return source
 
-    def mapping(self, dims: int, model: str, knn_engine: str | None = None) -> dict[str, Any]:
+    def mapping(
+        self, dims: int, model: str, knn_engine: str | None = None, prompts: Prompts | None = None
+    ) -> dict[str, Any]:
         """`knn_engine` is an OpenSearch notion (lucene / faiss) and is ignored here."""
-        body = derive_mapping("elasticsearch", self.layout, dims, model)
+        body = derive_mapping("elasticsearch", self.layout, dims, model, prompts=prompts)
         if self.capabilities.vectors_left_out_of_source:
             # --explain (and any reindexing tool) reads the vectors from _source.
             body["settings"]["index"]["mapping.exclude_source_vectors"] = False

@@ -43,6 +43,7 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import fragments, query_words
 from itlr.options import Hit, Hits, SearchOptions
+from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.settings import env_number
 
@@ -115,9 +116,14 @@ class EmbeddedIndex:
 
     @classmethod
     def create(
-        cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
+        cls,
+        path: str | Path,
+        model: str,
+        dims: int,
+        lock_timeout: float = LOCK_WAIT_SECONDS,
+        prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
-        return cls(VectorStore.create(Path(path), model, dims, lock_timeout))
+        return cls(VectorStore.create(Path(path), model, dims, lock_timeout, prompts=prompts))
 
     @classmethod
     def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedIndex:
@@ -125,7 +131,12 @@ class EmbeddedIndex:
 
     @classmethod
     def open_or_create(
-        cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
+        cls,
+        path: str | Path,
+        model: str,
+        dims: int,
+        lock_timeout: float = LOCK_WAIT_SECONDS,
+        prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
         path = Path(path)
         if exists(path):
@@ -133,7 +144,9 @@ class EmbeddedIndex:
             index.check_compatible(model, dims)
             return index
         # Two processes may both find no index and create it: the second opens the first's.
-        index = cls(VectorStore.create(path, model, dims, lock_timeout, exist_ok=True))
+        index = cls(
+            VectorStore.create(path, model, dims, lock_timeout, exist_ok=True, prompts=prompts)
+        )
         index.check_compatible(model, dims)
         return index
 
@@ -151,6 +164,11 @@ class EmbeddedIndex:
                 f"index at {self.path} was built with model {self.model!r}, not {model!r}: "
                 f'use `model="{self.model}"` or a new index'
             )
+
+    @property
+    def prompts(self) -> Prompts:
+        """The prompts its documents were embedded with (itlr.prompts)."""
+        return self.store.prompts
 
     def manifest(self) -> dict[str, Any]:
         return {

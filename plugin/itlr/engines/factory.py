@@ -11,6 +11,7 @@ from itlr.embed import Embedder
 from itlr.engines.connection import Connection, detect_engine
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError, EngineError
+from itlr.prompts import Prompts
 
 ENGINES = ("embedded", "opensearch", "elasticsearch", "auto")
 CLUSTER_ENGINES = ("opensearch", "elasticsearch")
@@ -53,20 +54,23 @@ class EngineSpec:
 
 
 def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
-    """An engine for the spec's index; `create` makes a missing index (ingestion)."""
+    """An engine for the spec's index; `create` makes a missing index (ingestion), recording
+    the embedder's prompts. The backend's `prompts` are those the index records."""
+    prompts = Prompts(embedder.query_prompt, embedder.passage_prompt)
     if spec.engine == "embedded":
         from itlr.engines.embedded import EmbeddedIndex
         from itlr.paths import index_path
 
         path = index_path(spec.index)
         if create:
-            return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims)
+            return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims, prompts=prompts)
         backend = EmbeddedIndex.open(path)
         backend.check_compatible(embedder.name, embedder.dims)
         return backend
 
     backend = remote_backend(spec, embedder.name, embedder.dims)
     if create:
+        backend.prompts = prompts
         backend.ensure_index(spec.knn_engine)
     else:
         backend.check_index()

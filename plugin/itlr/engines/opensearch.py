@@ -64,7 +64,7 @@ class OpenSearchBackend(ClusterBackend):
         return opensearch_errors(self.url, self.index)
 
     def _create_index(self, knn_engine: str | None) -> None:
-        body = self.dialect.mapping(self.dims, self.model, knn_engine)
+        body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
         self.client.indices.create(index=self.index, body=body)
 
     def _mapped_dims(self, vector: dict[str, Any]) -> int:

@@ -54,6 +54,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from itlr.errors import IndexStateError
+from itlr.prompts import Prompts
 
 FORMAT_VERSION = 2
 DATABASE = "index.db"
@@ -167,6 +168,7 @@ class VectorStore:
         self._lock = FileLock(self.path / LOCK, thread_local=False)
         self.model = ""
         self.dims = 0
+        self.prompts = Prompts()
         self.generation = 0
         self.committed = 0
 
@@ -180,6 +182,7 @@ class VectorStore:
         dims: int,
         lock_timeout: float = LOCK_WAIT_SECONDS,
         exist_ok: bool = False,
+        prompts: Prompts | None = None,
     ) -> VectorStore:
         """A new, empty index; with exist_ok, the one another process just created wins."""
         path.mkdir(parents=True, exist_ok=True)
@@ -198,7 +201,13 @@ class VectorStore:
             vectors.touch()
             store._fsync_directory()
             with store._transaction():
-                store._write_meta(model=model, dims=dims, committed=0, generation=0)
+                store._write_meta(
+                    model=model,
+                    dims=dims,
+                    committed=0,
+                    generation=0,
+                    **(prompts or Prompts()).to_meta(),
+                )
             store._load_meta()
         return store
 
@@ -369,6 +378,7 @@ class VectorStore:
             )
         self.model = meta["model"]
         self.dims = int(meta["dims"])
+        self.prompts = Prompts.from_meta(meta)
         self.committed = int(meta["committed"])
         self.generation = int(meta["generation"])
 

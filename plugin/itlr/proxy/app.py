@@ -51,6 +51,7 @@ from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
     IndexConfig,
+    IndexVectors,
     SearchTarget,
     Upstream,
     UpstreamDenied,
@@ -223,16 +224,22 @@ class QueryBarProxy:
 
     # -- embedding -------------------------------------------------------------------------
 
-    def _encode(self, model: str, terms: list[str]) -> np.ndarray:
+    def _embedder_for(self, vectors: IndexVectors) -> Embedder:
+        """The proxy's embedder, or the one an index config names for the index."""
+        if vectors.encoder is not None:
+            return get_embedder(vectors.model, vectors.encoder, vectors.encoder_url)
+        if self._embedder is None:
+            self._embedder = get_embedder(vectors.model)
+        if self._embedder.name != vectors.model:
+            raise EngineError(
+                f"the index was embedded with {vectors.model!r} but the proxy runs "
+                f"{self._embedder.name!r}: start it with the index's `model`"
+            )
+        return self._embedder
+
+    def _encode(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray:
         with self._encode_lock:
-            if self._embedder is None:
-                self._embedder = get_embedder(model)
-            if self._embedder.name != model:
-                raise EngineError(
-                    f"the index was embedded with {model!r} but the proxy runs "
-                    f"{self._embedder.name!r}: start it with the index's `model`"
-                )
-            embedder = self._embedder
+            embedder = self._embedder_for(vectors)
 
         def encode(missing: list[str]) -> np.ndarray:
             with self._encode_lock:
@@ -242,22 +249,24 @@ class QueryBarProxy:
         with stages.span("encode (cache + model)"):
             return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
 
-    def _cached(self, model: str, terms: list[str]) -> np.ndarray | None:
+    def _cached(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray | None:
         """The vectors when every term is in the term cache, else None. Microseconds, so it
         runs on the event loop: a repeated query skips the hand-off to a worker thread."""
         embedder = self._embedder  # a plain read: the lock may be held by a running encode
-        if embedder is None or embedder.name != model:
+        if embedder is None or embedder.name != vectors.model or vectors.encoder is not None:
             return None
         with stages.span("encode (cache + model)"):
             return cache_for(embedder.cache_name).cached(terms)
 
     async def _vectors(self, searched: SearchTarget, target: str, terms: list[str]) -> np.ndarray:
         model = searched.vectors.model
-        vectors = self._cached(model, terms)
+        # The prompted text is the cache's key too, so prompts never share a vector.
+        terms = [searched.vectors.query_prompt + term for term in terms]
+        vectors = self._cached(searched.vectors, terms)
         if vectors is None:
             encoded_before = stages.get("encode (cache + model)")
             with stages.span("thread hand-off"):
-                vectors = await anyio.to_thread.run_sync(self._encode, model, terms)
+                vectors = await anyio.to_thread.run_sync(self._encode, searched.vectors, terms)
             # The span holds the encode (timed in the worker thread): keep the hand-off alone.
             stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
         mapped = searched.vectors.dims

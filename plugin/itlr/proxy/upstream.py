@@ -13,7 +13,7 @@ import asyncio
 import fnmatch
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import check_stored
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
+from itlr.prompts import Prompts
 from itlr.query import Query
 
 UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
@@ -81,17 +82,27 @@ class IndexVectors:
     model: str
     dims: int
     layout: IndexLayout
+    # What goes before each query term (`_meta.itlr`'s or the config's; itlr.prompts).
+    query_prompt: str = ""
+    # The encoder an index config names for it (None: the proxy's own).
+    encoder: str | None = None
+    encoder_url: str | None = None
 
 
 @dataclass(frozen=True)
 class IndexConfig:
     """Where an index itlr did not make keeps its text and vectors (no `_meta.itlr`), for the
-    indexes whose names match `pattern` (fnmatch: `logs-*`); model None is the bundled one."""
+    indexes whose names match `pattern` (fnmatch: `logs-*`); model None is the bundled one.
+    `encoder` / `encoder_url` name how its vectors were made when not as the proxy's are
+    (`"openai"` and the endpoint), `query_prompt` what goes before each query term."""
 
     pattern: str
     vector_field: str
     text_field: str
     model: str | None = None
+    query_prompt: str | None = None
+    encoder: str | None = None
+    encoder_url: str | None = None
 
     def matches(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.pattern)
@@ -115,12 +126,21 @@ def load_index_configs(path: Path) -> tuple[IndexConfig, ...]:
             raise ConfigurationError(
                 f"the index config {path}: {pattern!r} needs `vector_field` and `text_field`"
             )
-        unknown = set(entry) - {"vector_field", "text_field", "model"}
+        unknown = set(entry) - {f.name for f in fields(IndexConfig)} - {"pattern"}
         if unknown:
             raise ConfigurationError(
                 f"the index config {path}: {pattern!r} has unknown keys {sorted(unknown)}"
             )
-        configs.append(IndexConfig(str(pattern), **{k: str(v) for k, v in entry.items()}))
+        if entry.get("encoder") is not None:
+            from itlr.embed import resolve_encoder, resolve_encoder_url
+
+            chosen = resolve_encoder(str(entry["encoder"]))
+            resolve_encoder_url(chosen, entry.get("encoder_url"))  # a missing URL, said now
+        configs.append(
+            IndexConfig(
+                str(pattern), **{k: None if v is None else str(v) for k, v in entry.items()}
+            )
+        )
     return tuple(configs)
 
 
@@ -129,7 +149,7 @@ def _configured(
 ) -> IndexVectors | None:
     """The vectors of an index itlr did not make, from the first config whose pattern matches;
     the dimension is the mapped one. `tiebreak` None: the engine's own stable sort key."""
-    from itlr.embed import resolve_model
+    from itlr.embed import DEFAULT_MODEL, REMOTE_ENCODERS, resolve_model
 
     config = next((c for c in configs if c.matches(name)), None)
     if config is None:
@@ -146,7 +166,17 @@ def _configured(
         config.text_field,
         tiebreak="doc_id" if "doc_id" in properties else None,
     )
-    return IndexVectors(resolve_model(config.model)[0], _mapped_dims(vector), layout)
+    # An endpoint's model is a name it serves, not a local model to find.
+    remote = config.encoder in REMOTE_ENCODERS
+    model = str(config.model or DEFAULT_MODEL) if remote else resolve_model(config.model)[0]
+    return IndexVectors(
+        model,
+        _mapped_dims(vector),
+        layout,
+        config.query_prompt or "",
+        config.encoder,
+        config.encoder_url,
+    )
 
 
 def _mapped_dims(vector: Any) -> int:
@@ -179,7 +209,8 @@ def index_vectors(
         # What the engine will compare the query vectors with is the mapping, not the note.
         properties = body.get("mappings", {}).get("properties", {})
         dims = _mapped_dims(properties.get(layout.vector_field)) or int(meta.get("dims", 0))
-        vectors = IndexVectors(str(meta.get("model")), dims, layout)
+        prompt = Prompts.from_meta(meta).query
+        vectors = IndexVectors(str(meta.get("model")), dims, layout, prompt)
         found.setdefault(vectors, []).append(name)
     if not found:
         raise IndexStateError(
