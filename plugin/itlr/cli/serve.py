@@ -14,9 +14,11 @@ from itlr.cli.proxy import (
     BodyTimeoutOpt,
     HeaderTimeoutOpt,
     IndexConfigOpt,
+    ScriptCheckOpt,
     UpstreamTimeoutOpt,
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
 from itlr.service.security import TOKEN_ENV
@@ -80,6 +82,7 @@ def serve(
     body_timeout: BodyTimeoutOpt = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     allow_script_writes: AllowScriptWritesOpt = False,
+    script_check_interval: ScriptCheckOpt = SCRIPT_CHECK_SECONDS,
     index_config: IndexConfigOpt = None,
     option_values: Any = None,
 ) -> None:
@@ -98,6 +101,7 @@ def serve(
             "body_timeout": body_timeout,
             "upstream_timeout": upstream_timeout,
             "allow_script_writes": allow_script_writes,
+            "script_check_interval": script_check_interval,
             "index_config": index_config,
             # --vector-field / --text-field: the layout of indexes itlr did not make, as for
             # `python -m itlr.cli.proxy`; their defaults name no such layout.
