@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -20,6 +21,7 @@ from itlr.proxy.upstream import UpstreamTimeout
 LONG_NUMBER = re.compile(rb"\d{20}")
 # A lone UTF-16 surrogate, as JSON writes it (`\ud800`): valid JSON, never valid UTF-8.
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+MAX_DOUBLE = sys.float_info.max
 
 
 class BadBody(ItlrError):
@@ -27,8 +29,10 @@ class BadBody(ItlrError):
 
 
 def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
-    """An error in the cluster's own shape, so the UI shows `reason` as it shows the cluster's."""
-    cause = {"type": kind, "reason": reason, **extra}
+    """An error in the cluster's own shape, so the UI shows `reason` as it shows the cluster's;
+    request text quoted in it is made printable, so the answer itself cannot fail."""
+    shown = {k: printable(v) if isinstance(v, str) else v for k, v in extra.items()}
+    cause = {"type": kind, "reason": printable(reason), **shown}
     return {"error": {"root_cause": [cause], **cause}, "status": status}
 
 
@@ -72,21 +76,35 @@ def encode_json(body: Any) -> bytes:
         return json.dumps(body).encode()
 
 
-def _surrogate_path(value: Any, path: str = "") -> str | None:
-    """Where the first string holding a lone surrogate sits (keys included), else None."""
+def printable(text: str) -> str:
+    """`text` with any lone surrogate written as its escape, so it can be sent as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= char <= "\udfff" for char in text)
+
+
+def _unusable(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(where, what) of the first value no engine can take: a string holding a lone surrogate
+    (keys included), or a number beyond a double's range; None when there is none."""
     if isinstance(value, str):
-        return path or "the body" if any("\ud800" <= c <= "\udfff" for c in value) else None
+        return (path or "the body", "a lone UTF-16 surrogate") if _has_surrogate(value) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > MAX_DOUBLE:
+            return (path or "the body", f"a {len(str(abs(value)))}-digit number")
+        return None
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
-            if _surrogate_path(str(key)) is not None:
-                return here
-            found = _surrogate_path(item, here)
+            if _has_surrogate(str(key)):
+                return printable(here), "a lone UTF-16 surrogate"
+            found = _unusable(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _surrogate_path(item, f"{path}[{index}]")
+            found = _unusable(item, f"{path}[{index}]")
             if found is not None:
                 return found
     return None
@@ -97,23 +115,26 @@ def decode_json(raw: bytes) -> Any:
     library takes (NaN, UTF-16) still parses as before. orjson reads an integer past 64 bits as
     a float: a body with 20 digits in a row goes the standard library's way, exact.
 
-    A lone surrogate (`"\\ud800"`) is valid JSON but no text: nothing built from it can be
-    embedded or sent on as UTF-8, so it is refused here (BadBody, naming where it sits)."""
-    if LONG_NUMBER.search(raw) is None:
+    What orjson refuses may hold values that are valid JSON but that no engine can take: a lone
+    surrogate (`"\\ud800"`, no text: nothing built from it can be embedded or sent on as
+    UTF-8) or an integer beyond a double's range. Those are refused here (BadBody, naming
+    where they sit)."""
+    long_number = LONG_NUMBER.search(raw) is not None
+    if not long_number:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
     decoded = json.loads(raw)
-    if SURROGATE_ESCAPE.search(raw):
-        place = _surrogate_path(decoded)
-        if place is not None:
+    if long_number or SURROGATE_ESCAPE.search(raw):
+        found = _unusable(decoded)
+        if found is not None:
+            place, what = found
             raise BadBody(
-                f"{place} holds a lone UTF-16 surrogate (such as \\ud800), which is no text: "
-                "send valid Unicode"
+                f"{printable(place)} holds {what}, which no engine can take: send valid Unicode "
+                "text and numbers within a double's range"
             )
     return decoded
-
 
 def refusal(failed: ItlrError) -> JSONResponse:
     """The answer to a search the proxy could not rewrite: 400 for the request's fault, 413 for
