@@ -483,9 +483,9 @@ class QueryBarProxy:
             # Whatever it wrote, the next logical search compares itlr's scripts again first.
             self.upstream.scripts_changed()
         if rewritten and upstream.status_code >= 400:
-            failed = await self._script_failure(request, upstream)
-            if failed is not None:
-                return failed
+            foreign = await self._script_failure(request, upstream)
+            if foreign is not None:
+                return foreign
         response_headers = {
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
         }
