@@ -136,6 +136,7 @@ def decode_json(raw: bytes) -> Any:
             )
     return decoded
 
+
 def refusal(failed: ItlrError) -> JSONResponse:
     """The answer to a search the proxy could not rewrite: 400 for the request's fault, 413 for
     its size, 502 / 504 for the upstream's."""
