@@ -11,6 +11,7 @@ The pure cases (`SHAPES`) are the table in docs/query-bar.md."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -349,3 +350,33 @@ def test_an_msearch_header_without_an_index_is_refused_when_its_search_has_a_cla
         f"{proxy_url}/_msearch", content=ndjson, headers={"content-type": "application/x-ndjson"}
     )
     assert_refused(response, "index")
+
+
+@pytest.fixture
+def stored_templates(opensearch_url) -> Iterator[tuple[str, str]]:
+    """Two stored search templates: one whose source holds a clause, one without."""
+    suffix = uuid.uuid4().hex[:8]
+    sources = {
+        f"qb-logical-{suffix}": '{"query": {"query_string": {"query": "itlr:({{q}})"}}}',
+        f"qb-plain-{suffix}": '{"query": {"match": {"text": "{{q}}"}}}',
+    }
+    for name, source in sources.items():
+        stored = httpx.put(
+            f"{opensearch_url}/_scripts/{name}",
+            json={"script": {"lang": "mustache", "source": source}},
+        )
+        assert stored.status_code == 200, stored.text
+    yield tuple(sources)  # type: ignore[misc]
+    for name in sources:
+        httpx.delete(f"{opensearch_url}/_scripts/{name}")
+
+
+def test_a_stored_template_whose_source_holds_a_clause_is_refused(
+    proxy_url, opensearch_demo, stored_templates
+) -> None:
+    logical, plain = stored_templates
+    path = f"{proxy_url}/{opensearch_demo.index}/_search/template"
+    refused = httpx.post(path, json={"id": logical, "params": {"q": "vitamin"}}, timeout=60)
+    assert_refused(refused, "_search/template")
+    passed = httpx.post(path, json={"id": plain, "params": {"q": "vitamin"}}, timeout=60)
+    assert passed.status_code == 200 and passed.json()["hits"]["hits"]

@@ -420,7 +420,20 @@ class QueryBarProxy:
             except _Refused as refused:
                 return refused.response
             pairs = placement.parameters(request.scope.get("query_string") or b"")
-            if mentions_clause(raw, self.field) or placement.url_mentions(pairs, self.field):
+            try:
+                named = (
+                    mentions_clause(raw, self.field)
+                    or placement.url_mentions(pairs, self.field)
+                    or (
+                        "template" in query_api.group("api")
+                        and await self.upstream.stored_template_mentions(
+                            raw, self.field, auth_headers(request.headers)
+                        )
+                    )
+                )
+            except ItlrError as failed:
+                return refusal(failed)
+            if named:
                 return error_response(
                     400,
                     "itlr_query_error",

@@ -27,6 +27,7 @@ from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_stored
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
+from itlr.proxy.clause import mentions_clause
 from itlr.query import Query
 
 UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
@@ -272,6 +273,27 @@ class Upstream:
                 f"cannot count the token statistics of {target!r} that hybrid truths need: the "
                 "upstream's answer has no statistics aggregations"
             ) from None
+
+    async def stored_template_mentions(
+        self, raw: bytes, field: str, headers: dict[str, str]
+    ) -> bool:
+        """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
+        rendering names the field: rendered by the upstream (`_render/template`, the UI's
+        credentials). A template it cannot render is the upstream's to refuse."""
+        bodies = []
+        for line in raw.split(b"\n"):
+            try:
+                bodies.append(json.loads(line))
+            except ValueError:
+                continue
+        for body in bodies:
+            if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+                continue
+            asked = {"id": body["id"], "params": body.get("params") or {}}
+            response = await self._send("POST", "/_render/template", headers, json=asked)
+            if response.status_code == 200 and mentions_clause(response.content, field):
+                return True
+        return False
 
     async def engine(self, headers: dict[str, str]) -> tuple[str, str]:
         """(engine, version) from the cluster's root endpoint."""
