@@ -15,7 +15,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from itlr.cli import app as cli
 from itlr.engines.connection import Connection
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import create_proxy_app, serving
@@ -155,3 +157,13 @@ def test_a_script_deleted_on_the_engine_is_stored_again_after_the_interval(
         answer = logical_search(url, backend.index)
         assert answer.status_code == 200, answer.text[:300]
     assert httpx.get(f"{opensearch_url}/_scripts/{score_id}").status_code == 200
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "inf", "nan", "3601"])
+def test_a_script_check_interval_out_of_bounds_is_refused_in_one_line(seconds) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["serve", "--proxy", "--url", "http://127.0.0.1:1", "--script-check-interval", seconds],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--script-check-interval" in result.output and "at most 3600" in result.output
