@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class LogicalSearch:
 # -- Lucene mode ---------------------------------------------------------------------------
 
 
+@functools.cache
 def clause_pattern(field: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.\\]){re.escape(field)}\s*:\s*\(")
 
