@@ -140,8 +140,23 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
     assert found is not None
     vectors = np.eye(len(found.query.terms), 4, dtype=np.float32)
     rewritten = rewrite_body(body, found, _dialect(engine), vectors, SearchOptions(), STATISTICS)
-    for kept in ("size", "aggs", "_source", "highlight", "fields", "docvalue_fields"):
+    for kept in ("size", "aggs", "fields", "docvalue_fields"):
         assert rewritten.get(kept) == body.get(kept)
+    # _source keeps what the UI excluded and leaves out itlr's own fields besides.
+    if body.get("_source", True) is False:  # Kibana 8 reads `fields` instead
+        assert rewritten["_source"] is False
+    else:
+        excluded = rewritten["_source"]["excludes"]
+        itlr_fields = {"embedding", "itlr_hash", "itlr_tokens", "itlr_token_keys", "itlr_length"}
+        assert itlr_fields <= set(excluded)
+        assert all(name in excluded for name in body.get("_source", {}).get("excludes", []))
+    # The UI's highlight block is kept whole, with a highlight_query for the positive terms.
+    if "highlight" in body:
+        highlight = dict(rewritten["highlight"])
+        should = highlight.pop("highlight_query")["bool"]["should"]
+        assert highlight == body["highlight"]
+        words = " ".join(found.query.positive_terms)
+        assert {"match": {"text": {"query": words, "lenient": True}}} in should
     script_score = rewritten["query"]["script_score"]
     assert script_score["script"]["id"].startswith("itlr-score")
     inner = candidate_bool(rewritten)

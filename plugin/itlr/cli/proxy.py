@@ -21,6 +21,7 @@ from itlr.cli.app import (
 )
 from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS, search_option_command
 from itlr.engines.connection import Connection
+from itlr.engines.integrity import MAX_SCRIPT_CHECK_SECONDS, SCRIPT_CHECK_SECONDS
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions, search_options
 from itlr.settings import seconds
@@ -57,6 +58,16 @@ AllowScriptWritesOpt = Annotated[
     typer.Option(
         "--allow-script-writes",
         help="Pass PUT / POST / DELETE on itlr's stored script ids through (refused otherwise).",
+    ),
+]
+
+ScriptCheckOpt = Annotated[
+    float,
+    typer.Option(
+        envvar="ITLR_SCRIPT_CHECK_INTERVAL",
+        help="Seconds after which a logical search first compares itlr's stored scripts with "
+        "the packaged ones again (also after any write to _scripts through the proxy); "
+        "at most 3600.",
     ),
 ]
 
@@ -117,6 +128,7 @@ def serve_proxy(
     vector_field: str | None = None,
     text_field: str | None = None,
     query_prompt: str | None = None,
+    script_check_interval: float = SCRIPT_CHECK_SECONDS,
     **options: Any,
 ) -> None:
     """Serve the query-bar proxy in front of `upstream` (a URL or a Connection) until
@@ -138,6 +150,12 @@ def serve_proxy(
         seconds(
             upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
         )
+        if not 0 < script_check_interval <= MAX_SCRIPT_CHECK_SECONDS:
+            raise ConfigurationError(
+                "the script check interval (--script-check-interval, ITLR_SCRIPT_CHECK_INTERVAL) "
+                f"must be a number of seconds above 0 and at most {MAX_SCRIPT_CHECK_SECONDS:g}, "
+                f"not {script_check_interval}"
+            )
         defaults = proxy_defaults(model, **options)
         connection = Connection.from_env(upstream) if isinstance(upstream, str) else upstream
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -158,6 +176,7 @@ def serve_proxy(
             timeout=upstream_timeout,
             allow_script_writes=allow_script_writes,
             indexes=index_configs(index_config, vector_field, text_field, model, query_prompt),
+            script_check_seconds=script_check_interval,
         )
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -214,6 +233,7 @@ def main(
     header_timeout: HeaderTimeoutOpt = None,
     body_timeout: BodyTimeoutOpt = None,
     allow_script_writes: AllowScriptWritesOpt = False,
+    script_check_interval: ScriptCheckOpt = SCRIPT_CHECK_SECONDS,
     option_values: Any = None,
 ) -> None:
     """Serve the query-bar proxy: point Kibana / Dashboards at it and type itlr:(...) queries."""
@@ -235,6 +255,7 @@ def main(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         allow_script_writes=allow_script_writes,
+        script_check_interval=script_check_interval,
         **option_values,
     )
 

@@ -25,9 +25,11 @@ from itlr.cli.proxy import (
     BodyTimeoutOpt,
     HeaderTimeoutOpt,
     IndexConfigOpt,
+    ScriptCheckOpt,
     UpstreamTimeoutOpt,
 )
 from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS
 from itlr.errors import ConfigurationError
 from itlr.extras import require
 from itlr.limits import LIMITS
@@ -95,6 +97,7 @@ def serve(
     body_timeout: BodyTimeoutOpt = None,
     upstream_timeout: UpstreamTimeoutOpt = DEFAULT_UPSTREAM_TIMEOUT,
     allow_script_writes: AllowScriptWritesOpt = False,
+    script_check_interval: ScriptCheckOpt = SCRIPT_CHECK_SECONDS,
     index_config: IndexConfigOpt = None,
     option_values: Any = None,
 ) -> None:
@@ -113,6 +116,7 @@ def serve(
             "body_timeout": body_timeout,
             "upstream_timeout": upstream_timeout,
             "allow_script_writes": allow_script_writes,
+            "script_check_interval": script_check_interval,
             "index_config": index_config,
             "query_prompt": query_prompt,
             # --vector-field / --text-field: the layout of indexes itlr did not make, as for

@@ -12,6 +12,10 @@ from itlr.errors import EngineError
 
 # Every id itlr stores scripts under starts so (see StoredScript.id).
 SCRIPT_ID_PREFIX = "itlr-"
+# How old the query-bar proxy's last comparison of the stored scripts may be when a logical
+# search runs (`--script-check-interval`), and the largest it may be set to.
+SCRIPT_CHECK_SECONDS = 30.0
+MAX_SCRIPT_CHECK_SECONDS = 3600.0
 
 
 def reinstall_command(url: str) -> str:

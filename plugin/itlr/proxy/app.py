@@ -9,16 +9,15 @@ async search (`GET _async_search/<id>`) refer to the upstream's id and pass thro
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
-import orjson
 
 from itlr.extras import missing_extra
 
@@ -36,17 +35,26 @@ except ImportError as absent:
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.connection import Connection
 from itlr.engines.integrity import (
+    SCRIPT_CHECK_SECONDS,
     SCRIPT_ID_PREFIX,
     ScriptMismatch,
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, IndexStateError, ItlrError, QuerySyntaxError
+from itlr.errors import EngineError, IndexStateError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
-from itlr.limits import LIMITS, LimitError
+from itlr.limits import LIMITS
 from itlr.options import SearchOptions
-from itlr.proxy import stages
-from itlr.proxy.clause import ClauseError, LogicalSearch, find_logical_search, mentions_clause
+from itlr.proxy import placement, stages
+from itlr.proxy.clause import ClauseError, LogicalSearch, mentions_clause
+from itlr.proxy.codec import (
+    decode_json,
+    encode_json,
+    error_response,
+    refusal,
+    script_mismatch,
+    upstream_timeout,
+)
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
@@ -87,7 +95,6 @@ HOP_BY_HOP = {
 # fires a dozen panel searches at once; httpx's default drops idle ones after 5 s, less than
 # the pause between two queries typed in a query bar; 30 s stays under load balancers' 60.
 UPSTREAM_POOL = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=30)
-LONG_NUMBER = re.compile(rb"\d{20}")
 SEARCH_PATH = re.compile(
     r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
 )
@@ -99,56 +106,27 @@ QUERY_API_PATH = re.compile(
 )
 
 
-def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
-    """An error in the cluster's own shape, so the UI shows `reason` as it shows the cluster's."""
-    cause = {"type": kind, "reason": reason, **extra}
-    return {"error": {"root_cause": [cause], **cause}, "status": status}
-
-
-def error_response(status: int, kind: str, reason: str, **extra: Any) -> JSONResponse:
-    return JSONResponse(error_body(status, kind, reason, **extra), status_code=status)
-
-
-def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
-    if isinstance(bad, QuerySyntaxError):
-        bad = ClauseError(bad.message, bad.position, bad.text)
-    reason = f"itlr: {bad.message}"
-    if bad.position is not None:
-        reason = f"itlr: syntax error at position {bad.position}: {bad.message}"
-    return error_response(
-        400,
-        "itlr_query_error",
-        reason,
-        **({"position": bad.position, "query": bad.text} if bad.position is not None else {}),
-    )
-
-
 SCRIPT_WRITE_PATH = re.compile(rf"^/_scripts/{SCRIPT_ID_PREFIX}[^/]*(?:/[^/]*)?/?$")
 
 
-def script_mismatch(foreign: ScriptMismatch) -> JSONResponse:
-    return error_response(502, "itlr_script_mismatch", f"itlr proxy: {foreign}")
-
-
-def upstream_timeout(slow: UpstreamTimeout) -> JSONResponse:
-    extra = {"timeout_seconds": slow.seconds} if slow.seconds is not None else {}
-    return error_response(504, "itlr_upstream_timeout", f"itlr proxy: {slow}", **extra)
-
-
-def _raw_target(request: Request) -> str:
-    """Path and query string exactly as the UI sent them (percent-escapes kept)."""
+def _raw_target(request: Request, query: bytes | None = None) -> str:
+    """Path and query string exactly as the UI sent them (percent-escapes kept); `query` in
+    place of the query string when the proxy took parameters out of it."""
     path = request.scope.get("raw_path") or request.url.path.encode()
-    query = request.scope.get("query_string") or b""
+    if query is None:
+        query = request.scope.get("query_string") or b""
     return (path + (b"?" + query if query else b"")).decode("latin-1")
 
 
-def encode_json(body: dict[str, Any]) -> bytes:
-    """A rewritten body carries every term's vector: orjson encodes it in a twentieth of the
-    standard library's time; what orjson refuses (an integer past 64 bits) goes the slow way."""
-    try:
-        return orjson.dumps(body)
-    except TypeError:
-        return json.dumps(body).encode()
+def normalised_path(request: Request) -> str | None:
+    """The path as the cluster resolves it (percent-escapes decoded, empty segments dropped),
+    for the guards to match; None when it holds a dot segment, which the cluster would resolve
+    to another resource than the guards see (`/_scripts/./itlr-...`, `/_scripts/x/../itlr-...`)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    segments = unquote(raw.decode("latin-1")).split("/")
+    if any(segment in (".", "..") for segment in segments):
+        return None
+    return "/" + "/".join(segment for segment in segments if segment)
 
 
 async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
@@ -157,18 +135,6 @@ async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
     async for chunk in upstream.aiter_raw():
         yield chunk
     stages.add("relay response body", (time.perf_counter() - started) * 1000)
-
-
-def decode_json(raw: bytes) -> Any:
-    """orjson first (a tenth of the standard library's time); what it refuses and the standard
-    library takes (NaN, UTF-16) still parses as before. orjson reads an integer past 64 bits as
-    a float: a body with 20 digits in a row goes the standard library's way, exact."""
-    if LONG_NUMBER.search(raw) is None:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(raw)
 
 
 # The token statistics one request has counted, by target and token set (hybrid truths).
@@ -193,6 +159,7 @@ class QueryBarProxy:
         timeout: float,
         allow_script_writes: bool = False,
         indexes: Sequence[IndexConfig] = (),
+        script_check_seconds: float = SCRIPT_CHECK_SECONDS,
     ) -> None:
         self.connection = connection
         self.allow_script_writes = allow_script_writes
@@ -218,7 +185,7 @@ class QueryBarProxy:
         self._timeouts = self.client.timeout.as_dict()
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
-        self.upstream = Upstream(self.client, connection, indexes)
+        self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
 
@@ -308,7 +275,7 @@ class QueryBarProxy:
         """The rewritten body, or None when it holds no itlr clause. `counted`: the statistics
         this request has counted so far (an `_msearch` shares them between its searches)."""
         with stages.span("find + parse clause"):
-            found: LogicalSearch | None = find_logical_search(body.get("query"), self.field)
+            found: LogicalSearch | None = placement.walk(body, self.field)
         if found is None:
             return None
         if not target:
@@ -353,26 +320,11 @@ class QueryBarProxy:
         LIMITS.check_msearch(sum(1 for line in lines if line.strip()) // 2)
         counted: Counted = {}
         changed = False
-        position = 0
-        while position + 1 < len(lines):
-            header_line, body_line = lines[position], lines[position + 1]
-            if not header_line.strip():
-                position += 1
-                continue
-            try:
-                header = decode_json(header_line)
-                body = decode_json(body_line)
-            except ValueError:
-                return None
-            if isinstance(header, dict) and isinstance(body, dict):
-                index = header.get("index", target)
-                if isinstance(index, list):
-                    index = ",".join(index)
-                rewritten = await self._rewrite_one(body, index, headers, counted)
-                if rewritten is not None:
-                    lines[position + 1] = encode_json(rewritten)
-                    changed = True
-            position += 2
+        for position, index, body in placement.msearch_searches(lines, target, self.field):
+            rewritten = await self._rewrite_one(body, index, headers, counted)
+            if rewritten is not None:
+                lines[position + 1] = encode_json(rewritten)
+                changed = True
         return b"\n".join(lines) if changed else None
 
     async def _body_to_send(
@@ -437,17 +389,36 @@ class QueryBarProxy:
         return None
 
     async def handle(self, request: Request) -> Response:
+        """`_handle`, with a last guard: a failure of the proxy's own is logged with its
+        traceback and answered in the cluster's error shape, never as a plain-text 500."""
+        try:
+            return await self._handle(request)
+        except Exception:
+            log.exception("itlr proxy: unexpected failure on %s", request.method)
+            return error_response(
+                500,
+                "itlr_proxy_error",
+                "itlr proxy: an unexpected failure (the proxy's log holds its traceback); "
+                "the request was not forwarded",
+            )
+
+    async def _handle(self, request: Request) -> Response:
         if self.stages is not None:
             self.stages.start_request()
         if not self._authorized(request):
             return error_response(
                 401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
             )
-        if (
-            not self.allow_script_writes
-            and request.method not in ("GET", "HEAD")
-            and SCRIPT_WRITE_PATH.match(request.url.path)
-        ):
+        path = normalised_path(request)
+        if path is None:
+            return error_response(
+                400,
+                "itlr_bad_request",
+                "itlr proxy: paths with dot segments (`.`, `..`, or their percent-encodings) are "
+                "refused: name the resource directly",
+            )
+        script_write = request.method not in ("GET", "HEAD") and path.startswith("/_scripts/")
+        if script_write and not self.allow_script_writes and SCRIPT_WRITE_PATH.match(path):
             return error_response(
                 403,
                 "itlr_script_write_refused",
@@ -458,13 +429,28 @@ class QueryBarProxy:
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
         rewritten = False
+        forward_query: bytes | None = None
         query_api = QUERY_API_PATH.match(request.url.path)
         if query_api:
             try:
                 raw = await self._read_search_body(request)
             except _Refused as refused:
                 return refused.response
-            if mentions_clause(raw, self.field):
+            pairs = placement.parameters(request.scope.get("query_string") or b"")
+            try:
+                named = (
+                    mentions_clause(raw, self.field)
+                    or placement.url_mentions(pairs, self.field)
+                    or (
+                        "template" in query_api.group("api")
+                        and await self.upstream.stored_template_mentions(
+                            raw, self.field, auth_headers(request.headers)
+                        )
+                    )
+                )
+            except ItlrError as failed:
+                return refusal(failed)
+            if named:
                 return error_response(
                     400,
                     "itlr_query_error",
@@ -475,29 +461,27 @@ class QueryBarProxy:
         elif search := SEARCH_PATH.match(request.url.path):
             try:
                 raw = await self._read_search_body(request)
+                raw, forward_query = placement.url_body(
+                    request.scope.get("query_string") or b"", raw, search.group("api"), self.field
+                )
                 replaced = await self._body_to_send(request, search, raw)
             except _Refused as refused:
                 return refused.response
-            except LimitError as over:
-                kind = "itlr_request_too_large" if over.is_size else "itlr_limit_exceeded"
-                return error_response(413 if over.is_size else 400, kind, f"itlr: {over}")
-            except (ClauseError, QuerySyntaxError) as bad:
-                return clause_error(bad)
-            except UpstreamTimeout as slow:
-                return upstream_timeout(slow)
-            except ScriptMismatch as foreign:
-                return script_mismatch(foreign)
             except UpstreamDenied as denied:
                 return Response(denied.content, denied.status_code, media_type=denied.media_type)
-            except EngineError as failed:
-                return error_response(502, "itlr_upstream_error", f"itlr: {failed}")
             except ItlrError as failed:
-                return error_response(400, "itlr_error", f"itlr: {failed}")
+                return refusal(failed)
             if replaced is not None:
                 rewritten = True
                 raw = replaced
-                headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            if replaced is not None or forward_query is not None:
+                moved = {"content-length"} | (
+                    {"content-type"} if forward_query is not None else set()
+                )
+                headers = [(k, v) for k, v in headers if k.lower() not in moved]
                 headers.append(("content-length", str(len(raw))))
+                if forward_query is not None:
+                    headers.append(("content-type", "application/json"))
             content = raw
         elif "content-length" in request.headers or "transfer-encoding" in request.headers:
             content = request.stream()
@@ -505,7 +489,7 @@ class QueryBarProxy:
             content = None  # no body came, none goes (not an empty chunked one)
         upstream_request = httpx.Request(
             request.method,
-            self._base + _raw_target(request),
+            self._base + _raw_target(request, forward_query),
             headers=headers,
             content=content,
             extensions={"timeout": self._timeouts},
@@ -527,10 +511,13 @@ class QueryBarProxy:
                 f"({type(down).__name__}): is it running?",
             )
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
+        if script_write:
+            # Whatever it wrote, the next logical search compares itlr's scripts again first.
+            self.upstream.scripts_changed()
         if rewritten and upstream.status_code >= 400:
-            failed = await self._script_failure(request, upstream)
-            if failed is not None:
-                return failed
+            foreign = await self._script_failure(request, upstream)
+            if foreign is not None:
+                return foreign
         response_headers = {
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
         }
@@ -581,11 +568,14 @@ def create_proxy_app(
     timeout: float = 120.0,
     allow_script_writes: bool = False,
     indexes: Sequence[IndexConfig] = (),
+    script_check_seconds: float = SCRIPT_CHECK_SECONDS,
 ) -> Starlette:
     """The proxy as an ASGI app. `embedder` None loads the index's own model on first use;
     `timeout`: seconds the upstream may take to answer (504 beyond); `allow_script_writes`:
     pass PUT / POST / DELETE on itlr's stored script ids through (refused by default);
-    `indexes`: where indexes itlr did not make keep their text and vectors."""
+    `indexes`: where indexes itlr did not make keep their text and vectors;
+    `script_check_seconds`: how old the last comparison of itlr's stored scripts may be when a
+    logical search runs (they are compared again beyond, and after any write to `_scripts`)."""
     proxy = QueryBarProxy(
         connection,
         field,
@@ -595,6 +585,7 @@ def create_proxy_app(
         timeout,
         allow_script_writes,
         indexes,
+        script_check_seconds,
     )
 
     @contextlib.asynccontextmanager

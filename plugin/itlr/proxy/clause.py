@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -58,7 +59,8 @@ class LogicalSearch:
 # -- Lucene mode ---------------------------------------------------------------------------
 
 
-def _clause_pattern(field: str) -> re.Pattern[str]:
+@functools.cache
+def clause_pattern(field: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.\\]){re.escape(field)}\s*:\s*\(")
 
 
@@ -89,11 +91,40 @@ def _closing_bracket(text: str, opening: int) -> int:
 _JOINED_BY_OTHER = re.compile(r"(?:\bOR|\|\||\bNOT|!|-)\s*$", re.IGNORECASE)
 _FOLLOWED_BY_OR = re.compile(r"^\s*(?:OR\b|\|\|)", re.IGNORECASE)
 _ONLY_CONJUNCTIONS = re.compile(r"^(?:\s|\bAND\b|&&|\*:\*)*$", re.IGNORECASE)
+# What makes a clause required in Lucene's syntax: a `+`, or AND on either side of it.
+_REQUIRED_BEFORE = re.compile(r"(?:\bAND|&&|\+)\s*$", re.IGNORECASE)
+_REQUIRED_AFTER = re.compile(r"^\s*(?:AND\b|&&)", re.IGNORECASE)
+_BOOST = re.compile(r"^\^\d+(?:\.\d*)?")
 
 
-def find_in_lucene(text: str, field: str) -> tuple[Query, str | None] | None:
-    """(logical query, the rest of the query string or None) when `text` holds the clause."""
-    matches = list(_clause_pattern(field).finditer(text))
+def _bracket_depth(text: str, end: int) -> int:
+    """How many `(` are open at `end` (quoted and escaped characters skipped)."""
+    depth = 0
+    quote = False
+    position = 0
+    while position < end:
+        char = text[position]
+        if char == "\\":
+            position += 1
+        elif char == '"':
+            quote = not quote
+        elif not quote and char == "(":
+            depth += 1
+        elif not quote and char == ")":
+            depth -= 1
+        position += 1
+    return depth
+
+
+def find_in_lucene(
+    text: str, field: str, default_and: bool = False
+) -> tuple[Query, str | None] | None:
+    """(logical query, the rest of the query string or None) when `text` holds the clause.
+
+    The clause ranks only when every match must satisfy it: alone, or required (`+`, AND on a
+    side, or the query string's default_operator AND). Beside other clauses under the default
+    OR it would be one alternative among others, which has no logical score to rank by."""
+    matches = list(clause_pattern(field).finditer(text))
     if not matches:
         return None
     if len(matches) > 1:
@@ -109,10 +140,28 @@ def find_in_lucene(text: str, field: str) -> tuple[Query, str | None] | None:
     if closing < 0:
         raise ClauseError(f"{field}:( is never closed: add the matching ')'", opening, text)
     before, inner, after = text[: match.start()], text[opening + 1 : closing], text[closing + 1 :]
+    after = _BOOST.sub("", after)
     if _JOINED_BY_OTHER.search(before) or _FOLLOWED_BY_OR.search(after):
         raise ClauseError(
             f"{field}:(...) must be joined to the rest of the query with AND (the rest filters, "
             "the logical query ranks); put OR and NOT inside the brackets",
+            match.start(),
+            text,
+        )
+    if _bracket_depth(text, match.start()) > 0:
+        raise ClauseError(
+            f"{field}:(...) must sit at the top level of the query string, not inside brackets "
+            "(joined to the rest with AND); put OR and NOT inside its own brackets",
+            match.start(),
+            text,
+        )
+    alone = _ONLY_CONJUNCTIONS.match(before + after) is not None
+    required = _REQUIRED_BEFORE.search(before) or _REQUIRED_AFTER.search(after)
+    if not (alone or required or default_and):
+        raise ClauseError(
+            f"{field}:(...) must be joined to the rest of the query with AND: under the query "
+            "string's default operator OR, a clause beside others is only one alternative (the "
+            "rest filters, the logical query ranks); write AND, or put OR inside the brackets",
             match.start(),
             text,
         )
@@ -328,7 +377,8 @@ def find_logical_search(query: Any, field: str) -> LogicalSearch | None:
         text = options.get("query")
         if not isinstance(text, str):
             continue
-        found = find_in_lucene(text, field)
+        default_and = str(options.get("default_operator", "or")).lower() == "and"
+        found = find_in_lucene(text, field, default_and)
         if found is None:
             continue
         _check_place(query, path, field)
@@ -362,7 +412,7 @@ def _strings(value: Any) -> list[str]:
 def mentions_clause(raw: bytes, field: str) -> bool:
     """Whether a request body (JSON or NDJSON) holds a clause on the field anywhere: as Lucene
     text, as a KQL/DQL match, or inside a search template's source string."""
-    lucene = _clause_pattern(field)
+    lucene = clause_pattern(field)
     # A template's source is JSON text with mustache holes: a key naming the field is enough.
     keyed = re.compile(rf'"{re.escape(field)}"\s*:')
     try:

@@ -3,8 +3,11 @@
 The logical scoring is the engine's own request (`Dialect.search_body`): the plan's kNN
 candidates and the stored script, with the rest of the UI's query as the filter (inside every
 kNN clause too, so the time range bounds the candidates). Everything else the UI sent (size,
-from, aggregations, _source, fields, highlight, track_total_hits, ...) is kept as sent; the
-ranking is the logical score, the UI's own sort only breaks ties.
+from, aggregations, fields, track_total_hits, ...) is kept as sent; the ranking is the logical
+score, the UI's own sort only breaks ties. Two parts are completed so the UI shows what it would
+for an ordinary query: `_source` leaves out itlr's own fields (the vector, the token fields) unless
+the request names them, and a `highlight` block gets a `highlight_query` from the positive terms
+(the script the logical query became has no words for the highlighter to find).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from itlr.engines.dialect import Dialect, counted_truths
+from itlr.fingerprint import HASH_FIELD
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.proxy.clause import LogicalSearch
@@ -48,6 +52,57 @@ def options_for(
     return dataclasses.replace(defaults, k=max(k, 1), filter=combined, explain=False)
 
 
+def shown_source(requested: Any, unshown: list[str]) -> Any:
+    """The UI's `_source` without itlr's own fields, but for those it names exactly."""
+    if requested is False or requested == "false":
+        return requested
+    includes: list[Any] = []
+    excludes: list[Any] = []
+    if isinstance(requested, str) and requested != "true":
+        includes = [requested]
+    elif isinstance(requested, list):
+        includes = list(requested)
+    elif isinstance(requested, dict):
+        includes = _as_list(requested.get("includes", requested.get("include")))
+        excludes = _as_list(requested.get("excludes", requested.get("exclude")))
+    hidden = [name for name in unshown if name not in includes and name not in excludes]
+    shown: dict[str, Any] = {"excludes": [*excludes, *hidden]}
+    if includes:
+        shown = {"includes": includes, **shown}
+    return shown
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _highlighted_fields(highlight: dict[str, Any]) -> list[str]:
+    fields = highlight.get("fields")
+    if isinstance(fields, dict):
+        return [str(name) for name in fields]
+    if isinstance(fields, list):
+        return [str(name) for entry in fields if isinstance(entry, dict) for name in entry]
+    return []
+
+
+def highlight_with_terms(highlight: Any, found: LogicalSearch, text_field: str) -> Any:
+    """The UI's highlight block (its fields, tags, fragment sizes kept) with a highlight_query
+    for the positive terms' words on the text field and every field it names, and the rest of
+    the query, whose words the UI would have highlighted too."""
+    words = " ".join(found.query.positive_terms)
+    if not isinstance(highlight, dict) or "highlight_query" in highlight or not words:
+        return highlight
+    named = [name for name in _highlighted_fields(highlight) if "*" not in name]
+    matches = [
+        {"match": {name: {"query": words, "lenient": True}}}
+        for name in dict.fromkeys([text_field, *named])
+    ]
+    should = matches + ([found.rest] if found.rest is not None else [])
+    return {**highlight, "highlight_query": {"bool": {"should": should}}}
+
+
 def rewrite_body(
     body: dict[str, Any],
     found: LogicalSearch,
@@ -67,6 +122,12 @@ def rewrite_body(
         _score_first(body["sort"], built["sort"]) if "sort" in body else built["sort"]
     )
     rewritten["track_scores"] = True
+    unshown = [*dialect.unshown, HASH_FIELD]
+    rewritten["_source"] = shown_source(body.get("_source", True), unshown)
+    if "highlight" in body:
+        rewritten["highlight"] = highlight_with_terms(
+            body["highlight"], found, dialect.layout.text_field
+        )
     if "size" not in body:
         rewritten["size"] = built["size"]
     return rewritten

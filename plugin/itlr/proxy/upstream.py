@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -27,10 +29,11 @@ except ImportError as absent:
 from itlr.engines.connection import Connection, engine_from_root, error_reason
 from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body
 from itlr.engines.factory import dialect_for
-from itlr.engines.integrity import check_stored
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_stored
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
+from itlr.proxy.clause import mentions_clause
 from itlr.query import Query
 
 UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
@@ -136,6 +139,12 @@ def load_index_configs(path: Path) -> tuple[IndexConfig, ...]:
 
             chosen = resolve_encoder(str(entry["encoder"]))
             resolve_encoder_url(chosen, entry.get("encoder_url"))  # a missing URL, said now
+        if entry.get("vector_field") is None or entry.get("text_field") is None:
+            raise ConfigurationError(
+                f"the index config {path}: {pattern!r} needs `vector_field` and `text_field` "
+                "names, not null"
+            )
+        # A null value is the default, as an absent key is (`"model": null`: the default model).
         configs.append(
             IndexConfig(
                 str(pattern), **{k: None if v is None else str(v) for k, v in entry.items()}
@@ -252,14 +261,21 @@ class Upstream:
         client: httpx.AsyncClient,
         connection: Connection,
         indexes: Sequence[IndexConfig] = (),
+        script_check_seconds: float = SCRIPT_CHECK_SECONDS,
     ) -> None:
         self.client = client
         self.connection = connection
         self.indexes = tuple(indexes)
+        self.script_check_seconds = script_check_seconds
         self._engine: tuple[str, str] | None = None
         self._vectors: dict[str, IndexVectors] = {}
-        self._scripts_ready: set[str] = set()
+        # When each stored script was last found to be itlr's (time.monotonic()).
+        self._scripts_checked: dict[str, float] = {}
         self._lock = asyncio.Lock()
+
+    def scripts_changed(self) -> None:
+        """A write to `_scripts` went through: compare them again before the next search."""
+        self._scripts_checked.clear()
 
     async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
         return await self._send("GET", path, headers)
@@ -310,6 +326,27 @@ class Upstream:
                 "upstream's answer has no statistics aggregations"
             ) from None
 
+    async def stored_template_mentions(
+        self, raw: bytes, field: str, headers: dict[str, str]
+    ) -> bool:
+        """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
+        rendering names the field: rendered by the upstream (`_render/template`, the UI's
+        credentials). A template it cannot render is the upstream's to refuse."""
+        bodies = []
+        for line in raw.split(b"\n"):
+            try:
+                bodies.append(json.loads(line))
+            except ValueError:
+                continue
+        for body in bodies:
+            if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+                continue
+            asked = {"id": body["id"], "params": body.get("params") or {}}
+            response = await self._send("POST", "/_render/template", headers, json=asked)
+            if response.status_code == 200 and mentions_clause(response.content, field):
+                return True
+        return False
+
     async def engine(self, headers: dict[str, str]) -> tuple[str, str]:
         """(engine, version) from the cluster's root endpoint."""
         if self._engine is None:
@@ -356,11 +393,15 @@ class Upstream:
         return SearchTarget(dialect, vectors)
 
     async def ensure_scripts(self, dialect: Dialect, headers: dict[str, str]) -> None:
-        """Register the stored scripts once per process (idempotent on the cluster too)."""
+        """Compare the stored scripts with the packaged ones (a foreign one raises
+        ScriptMismatch: searches are refused until `itlr install` puts ours back), storing a
+        missing one. Done again once the last comparison is `script_check_seconds` old, so a
+        script overwritten on the cluster directly is noticed within that time."""
+        stale = time.monotonic() - self.script_check_seconds
         wanted = [
             s
             for s in (dialect.score_script, dialect.exclude_script)
-            if s.id not in self._scripts_ready
+            if self._scripts_checked.get(s.id, -math.inf) < stale
         ]
         if not wanted:
             return
@@ -395,13 +436,13 @@ class Upstream:
                         f"cannot reach the upstream {self.connection.url} "
                         f"({type(down).__name__}): is it running? check `url`"
                     ) from None
-                self._scripts_ready.add(script.id)
+                self._scripts_checked[script.id] = time.monotonic()
 
     async def recheck_scripts(self, headers: dict[str, str]) -> None:
         """After a search failed on a script error: compare the stored scripts again (raises
         ScriptMismatch), and store a deleted one again."""
         engine, version = await self.engine(headers)
-        self._scripts_ready.clear()
+        self.scripts_changed()
         await self.ensure_scripts(
             dialect_for(engine, IndexLayout(), server_version=version or None), headers
         )
