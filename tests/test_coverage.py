@@ -127,3 +127,40 @@ def test_a_fully_embedded_index_has_no_warning_and_exact_holds(opensearch_url, c
         assert coverage is not None and (coverage.without_vector, coverage.without_text) == (0, 1)
     finally:
         delete_index(opensearch_url, name)
+
+
+def test_a_count_is_reused_for_its_time_to_live_then_counted_again(monkeypatch) -> None:
+    from itlr.engines import coverage as module
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    cache = module.CoverageCache(ttl=5.0)
+    counted = []
+
+    def count() -> module.Coverage:
+        counted.append(now[0])
+        return module.Coverage("idx", 10, len(counted), 0)
+
+    assert cache.get("idx", count).without_vector == 1
+    now[0] += 4.9
+    assert cache.get("idx", count).without_vector == 1  # reused
+    now[0] += 0.2
+    assert cache.get("idx", count).without_vector == 2  # older than 5 s: counted again
+    cache.forget()
+    assert cache.get("idx", count).without_vector == 3  # an own write forgets it
+    assert counted == pytest.approx([100.0, 105.1, 105.1])
+
+
+def test_a_search_after_an_own_write_counts_again(opensearch_url, corpus) -> None:
+    name = create_index(opensearch_url, "opensearch", documents(corpus, 6))
+    try:
+        itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+        index = open_index(opensearch_url, name)
+        assert index.search(QUERY, k=3, mode="exact").exact is True
+        bulk(opensearch_url, name, [{"_id": "late", "body": "A late article on vitamin D."}])
+        index.backend.refresh()  # as after itlr's own writes: the cached count is dropped
+        result = index.search(QUERY, k=3, mode="exact")
+        assert result.exact is False
+        assert any(w.startswith(f"1 of 7 documents of '{name}'") for w in result.warnings)
+    finally:
+        delete_index(opensearch_url, name)

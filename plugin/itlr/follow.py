@@ -76,11 +76,15 @@ class FollowReport:
     restored: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    # The encoder's part, and the part spent on busy cycles (the rest is idle waiting).
+    encode_seconds: float = 0.0
+    busy_seconds: float = 0.0
 
     def summary(self) -> str:
         line = (
             f"followed {self.index} for {self.seconds:.1f}s: {self.cycles} cycles, "
-            f"{self.embedded} embedded, {self.restored} hash restored, {len(self.failed)} failed"
+            f"{self.embedded} embedded, {self.restored} hash restored, {len(self.failed)} failed; "
+            f"busy {self.busy_seconds:.1f}s, of which encoding {self.encode_seconds:.1f}s"
         )
         if self.failed:
             first_id, reason = next(iter(self.failed.items()))
@@ -95,6 +99,8 @@ class FollowReport:
             "restored": self.restored,
             "failed": self.failed,
             "seconds": self.seconds,
+            "encode_seconds": self.encode_seconds,
+            "busy_seconds": self.busy_seconds,
         }
 
 
@@ -164,6 +170,8 @@ class Follower:
                 self.stop.wait(backoff)
                 continue
             backoff = 0.0
+            if cycle.busy:
+                self.report.busy_seconds += cycle.seconds
             if cycle.busy and self.on_cycle is not None:
                 self.on_cycle(cycle)
             if not cycle.busy:
@@ -210,7 +218,9 @@ class Follower:
             else:
                 todo.append((hit, text, digest))
         if todo:
+            encode_start = time.perf_counter()
             vectors = self.embedder.encode([text for _, text, _ in todo])
+            self.report.encode_seconds += time.perf_counter() - encode_start
             for (hit, text, digest), vector in zip(todo, vectors, strict=True):
                 new = {
                     backend.layout.vector_field: vector.tolist(),

@@ -35,8 +35,9 @@ def backfill(
     into: Annotated[
         str | None,
         typer.Option(
-            help="Copy every document with its vector into this new index (for an OpenSearch "
-            "index created without index.knn)."
+            help="Mirror the index into this one, each document with its vector (for an "
+            "OpenSearch index created without index.knn); a re-run copies changes and deletes "
+            "what the source no longer holds."
         ),
     ] = None,
     alias: Annotated[
