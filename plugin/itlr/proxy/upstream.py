@@ -19,7 +19,13 @@ from typing import Any
 
 import httpx
 
-from itlr.engines.connection import Connection, engine_from_root, error_reason
+from itlr.engines.connection import (
+    Connection,
+    engine_from_root,
+    error_reason,
+    is_tls_failure,
+    untrusted_tls,
+)
 from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import check_stored
@@ -237,6 +243,8 @@ class Upstream:
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             raise UpstreamTimeout(self.connection.url, timeout_seconds(self.client)) from None
         except httpx.TransportError as down:
+            if is_tls_failure(down):
+                raise untrusted_tls(self.connection.url, down) from None
             raise EngineError(
                 f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
                 "is it running? check `url`"
@@ -351,6 +359,8 @@ class Upstream:
                         self.connection.url, timeout_seconds(self.client)
                     ) from None
                 except httpx.TransportError as down:
+                    if is_tls_failure(down):
+                        raise untrusted_tls(self.connection.url, down) from None
                     raise EngineError(
                         f"cannot reach the upstream {self.connection.url} "
                         f"({type(down).__name__}): is it running? check `url`"
