@@ -225,3 +225,18 @@ def test_ingest_into_the_team_index_keeps_its_shape_on_elasticsearch(secured) ->
     assert set(kept) == {"body", "year", "topic", *added}
     again = index.add([{"id": "d001", **stored}])
     assert again.unchanged == 1
+
+
+def test_a_proxy_that_does_not_trust_the_cluster_ca_says_so_in_one_line(secured, embedder) -> None:
+    config = IndexConfig("itlr-secure-*", "vec", "body")
+    upstream = Connection(secured.url, ca_file=secured.wrong_ca_file)
+    proxy = create_proxy_app(upstream, embedder=embedder, indexes=(config,))
+    plain = {"size": 3, "query": {"match": {"body": "vitamin"}}}
+    logical = {"size": 3, "query": {"query_string": {"query": f"itlr:({QUERY})"}}}
+    with serving(proxy) as url, httpx.Client(base_url=url, timeout=120) as ui:
+        for body in (plain, logical):
+            answer = ui.post(f"/{INDEX_A}/_search", json=body, auth=secured.admin)
+            assert answer.status_code == 502, answer.text
+            reason = answer.json()["error"]["reason"]
+            assert "certificate verify failed" in reason and "--ca-file" in reason
+            assert "\n" not in reason

@@ -11,7 +11,7 @@ same names and call the same methods.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -288,12 +288,14 @@ class Index:
         before the first write; what cannot be written safely is refused in one line first.
         """
         keys = Fields(id_field, text_field)
-        docs = (
+        docs: Iterable[Document] = (
             check_document(d, f"document {n}")
             if isinstance(d, Document)
             else document_from_record(dict(d), f"document {n}", keys)
             for n, d in enumerate(documents, 1)
         )
+        if isinstance(documents, Sequence):
+            docs = list(docs)  # all checked (and, into a foreign index, compared) before writing
         with writer_session(self.backend):
             report = ingest(
                 docs,

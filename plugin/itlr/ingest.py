@@ -100,7 +100,8 @@ def ingest(
     Into a cluster index itlr did not make, documents keep their shape (their fields at the top,
     the id in `_id`, and as a field only where the index maps the key it was read from or
     `id_field` names it); itlr's fields are mapped before the first document is embedded, and a
-    replace that would drop a stored document's fields is refused before its batch is written.
+    replace that would drop a stored document's fields is refused before anything is written
+    when `documents` is a sequence (before its batch is written when it is a stream).
     """
     report = IngestReport()
     with (
@@ -126,6 +127,11 @@ def ingest(
         if prepare is not None:
             prepare()  # a foreign index: its mapping is ready, or refused, before any work
         shaped = bool(getattr(backend, "foreign", False))
+        if shaped and isinstance(documents, Sequence):
+            # Every document checked before the first is written (one read of each stored
+            # document's fields, without its vector).
+            for batch in batched(documents, batch_size):
+                _refuse_lost_fields([_with_id_field(d, backend, id_field) for d in batch], backend)
         for batch in batched(documents, batch_size):
             if shaped:
                 batch = [_with_id_field(d, backend, id_field) for d in batch]
@@ -160,6 +166,11 @@ def ingest(
         if pending is not None:
             pending.result()
     return report
+
+
+def _refuse_lost_fields(batch: list[Document], backend: Backend) -> None:
+    stored = _stored_state(backend, [d.id for d in batch])
+    backend.check_replacements({d.id: d.fields for d in batch}, stored)  # type: ignore[attr-defined]
 
 
 def _with_id_field(document: Document, backend: Backend, named: str | None) -> Document:

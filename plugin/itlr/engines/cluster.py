@@ -291,7 +291,7 @@ class ClusterBackend:
                 raise IndexStateError(
                     f"document {doc_id!r} of index {self.index!r} has fields {names}{more} that "
                     "the new copy lacks, and replacing it would drop them: give the whole "
-                    "document (every field it holds); nothing of this batch was written"
+                    "document (every field it holds); refused before writing it"
                 )
 
     def add(

@@ -158,7 +158,7 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
             f"{short_text(str(garbled))}; check `url`"
         ) from None
     except os_errors.SSLError as untrusted:
-        raise _untrusted(connection.url, untrusted) from None
+        raise untrusted_tls(connection.url, untrusted) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach {connection.url} ({_cause(down)}): is it running? check `url`"
@@ -213,14 +213,24 @@ def _missing_index(url: str, index: str) -> IndexStateError:
     )
 
 
-def _untrusted(url: str, error: Any) -> EngineError:
+def untrusted_tls(url: str, error: Any) -> EngineError:
     """A TLS handshake that failed: most often a certificate signed by a CA not trusted here."""
-    text = str(error)
+    text = f"{error} {getattr(error, '__cause__', '')}"
     cause = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in text else "TLS error"
     return EngineError(
         f"cannot reach {url} over TLS ({cause}): give the CA that signed its certificate with "
         "`ca_file` / --ca-file / ITLR_CA_FILE (or `verify_certs=False` for a test cluster only)"
     )
+
+
+def is_tls_failure(error: BaseException) -> bool:
+    """Whether a connection failed in the TLS handshake (not a refused or dropped one)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if "CERTIFICATE_VERIFY_FAILED" in str(seen) or "SSL" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _denied(product: str, url: str, reason: str) -> EngineError:
@@ -250,7 +260,7 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
     try:
         yield
     except os_errors.SSLError as untrusted:
-        raise _untrusted(url, untrusted) from None
+        raise untrusted_tls(url, untrusted) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach OpenSearch at {url} ({_cause(down)}): is it running? check `url`"
@@ -305,7 +315,7 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
             text += " (this node has no lang-painless module: use a full distribution)"
         raise EngineError(f"Elasticsearch at {url} refused the request: {text}") from None
     except elastic_transport.TlsError as untrusted:
-        raise _untrusted(url, untrusted) from None
+        raise untrusted_tls(url, untrusted) from None
     except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "

@@ -33,7 +33,7 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.embed import Embedder, get_embedder
-from itlr.engines.connection import Connection
+from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
     SCRIPT_ID_PREFIX,
@@ -504,12 +504,13 @@ class QueryBarProxy:
             return upstream_timeout(slow)
         except httpx.TransportError as down:
             log.warning("upstream %s unreachable: %s", self.connection.url, type(down).__name__)
-            return error_response(
-                502,
-                "itlr_upstream_unreachable",
-                f"itlr proxy: cannot reach the upstream {self.connection.url} "
-                f"({type(down).__name__}): is it running?",
+            said = (
+                f"{untrusted_tls(self.connection.url, down)}"
+                if is_tls_failure(down)
+                else f"cannot reach the upstream {self.connection.url} "
+                f"({type(down).__name__}): is it running?"
             )
+            return error_response(502, "itlr_upstream_unreachable", f"itlr proxy: {said}")
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
         if script_write:
             # Whatever it wrote, the next logical search compares itlr's scripts again first.

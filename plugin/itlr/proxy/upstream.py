@@ -26,7 +26,13 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.connection import Connection, engine_from_root, error_reason
+from itlr.engines.connection import (
+    Connection,
+    engine_from_root,
+    error_reason,
+    is_tls_failure,
+    untrusted_tls,
+)
 from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_stored
@@ -289,6 +295,8 @@ class Upstream:
         except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
             raise UpstreamTimeout(self.connection.url, timeout_seconds(self.client)) from None
         except httpx.TransportError as down:
+            if is_tls_failure(down):
+                raise untrusted_tls(self.connection.url, down) from None
             raise EngineError(
                 f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
                 "is it running? check `url`"
@@ -432,6 +440,8 @@ class Upstream:
                         self.connection.url, timeout_seconds(self.client)
                     ) from None
                 except httpx.TransportError as down:
+                    if is_tls_failure(down):
+                        raise untrusted_tls(self.connection.url, down) from None
                     raise EngineError(
                         f"cannot reach the upstream {self.connection.url} "
                         f"({type(down).__name__}): is it running? check `url`"
