@@ -237,9 +237,15 @@ def url_body(raw_query: bytes, raw: bytes, api: str, field: str) -> tuple[bytes,
     """A search whose URL holds the clause (`q=`, or a `source=` body): the body it stands
     for, and the query string to forward without those parameters (None: unchanged)."""
     pairs = parameters(raw_query)
-    if not url_mentions(pairs, field):
-        return raw, None
     values = dict(pairs)
+    if not url_mentions(pairs, field):
+        if "q" in values and mentions_clause(raw, field):
+            # The cluster puts q='s query in place of the body's: the logical one would go.
+            raise ClauseError(
+                f"the search has a q= parameter, which replaces the body's query on the "
+                f"cluster: put the {field}:(...) clause and the rest in one of them"
+            )
+        return raw, None
     dropped: set[str] = set()
     if api == "_msearch":
         raise ClauseError(f"_msearch takes its searches in its body: {where(field)}")
