@@ -94,6 +94,9 @@ SHAPES: list[tuple[str, dict[str, Any], str]] = [
         "refused",
     ),
     ("term / exists query on itlr", {"query": {"exists": {"field": "itlr"}}}, "refused"),
+    ("Lucene itlr:word without brackets", {"query": lucene("itlr:vitamin")}, "refused"),
+    ("Lucene _exists_:itlr", {"query": lucene("_exists_:itlr AND a:b")}, "refused"),
+    ("Lucene clause AND itlr:word", {"query": lucene("itlr:(a) AND itlr:b")}, "refused"),
     ("clause under bool.must_not", {"query": {"bool": {"must_not": [CLAUSE]}}}, "refused"),
     (
         "bool.must_not > match itlr",
