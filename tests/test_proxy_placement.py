@@ -94,6 +94,9 @@ SHAPES: list[tuple[str, dict[str, Any], str]] = [
         "refused",
     ),
     ("term / exists query on itlr", {"query": {"exists": {"field": "itlr"}}}, "refused"),
+    ("Lucene itlr:word without brackets", {"query": lucene("itlr:vitamin")}, "refused"),
+    ("Lucene _exists_:itlr", {"query": lucene("_exists_:itlr AND a:b")}, "refused"),
+    ("Lucene clause AND itlr:word", {"query": lucene("itlr:(a) AND itlr:b")}, "refused"),
     ("clause under bool.must_not", {"query": {"bool": {"must_not": [CLAUSE]}}}, "refused"),
     (
         "bool.must_not > match itlr",
@@ -380,3 +383,15 @@ def test_a_stored_template_whose_source_holds_a_clause_is_refused(
     assert_refused(refused, "_search/template")
     passed = httpx.post(path, json={"id": plain, "params": {"q": "vitamin"}}, timeout=60)
     assert passed.status_code == 200 and passed.json()["hits"]["hits"]
+
+
+def test_a_body_clause_with_a_q_parameter_that_would_replace_it_is_refused(
+    proxy_url, opensearch_demo
+) -> None:
+    response = httpx.post(
+        f"{proxy_url}/{opensearch_demo.index}/_search",
+        params={"q": "text:vitamin"},
+        json={"query": CLAUSE},
+        timeout=60,
+    )
+    assert_refused(response, "q=", "replaces")

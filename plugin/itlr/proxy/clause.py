@@ -64,6 +64,13 @@ def clause_pattern(field: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.\\]){re.escape(field)}\s*:\s*\(")
 
 
+@functools.cache
+def field_pattern(field: str) -> re.Pattern[str]:
+    """The field in Lucene text, bracketed or not (`itlr:(a)`, `itlr:a`, `_exists_:itlr`)."""
+    name = re.escape(field)
+    return re.compile(rf"(?<![\w.\\]){name}\s*:|_exists_\s*:\s*{name}(?![\w.])")
+
+
 def _closing_bracket(text: str, opening: int) -> int:
     """The index of the `)` closing the `(` at `opening`, skipping quoted text; -1 if none."""
     depth = 0
@@ -412,7 +419,7 @@ def _strings(value: Any) -> list[str]:
 def mentions_clause(raw: bytes, field: str) -> bool:
     """Whether a request body (JSON or NDJSON) holds a clause on the field anywhere: as Lucene
     text, as a KQL/DQL match, or inside a search template's source string."""
-    lucene = clause_pattern(field)
+    lucene = field_pattern(field)
     # A template's source is JSON text with mustache holes: a key naming the field is enough.
     keyed = re.compile(rf'"{re.escape(field)}"\s*:')
     try:

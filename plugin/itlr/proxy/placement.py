@@ -21,7 +21,7 @@ from urllib.parse import unquote_plus
 from itlr.proxy.clause import (
     ClauseError,
     LogicalSearch,
-    clause_pattern,
+    field_pattern,
     find_logical_search,
     mentions_clause,
 )
@@ -62,7 +62,7 @@ def mentions(query: Any, field: str) -> bool:
         return any(mentions(item, field) for item in query)
     if not isinstance(query, dict):
         return False
-    lucene = clause_pattern(field)
+    lucene = field_pattern(field)
     for key, value in query.items():
         if key == field:
             return True
@@ -137,7 +137,8 @@ def _refuse_unrankable(query: Any, field: str) -> None:
         )
     raise ClauseError(
         f"{field} is named in the query in a way that cannot rank (a term, range or exists "
-        f"query on it, or it as a default field): {where(field)}"
+        f"query on it, it as a default field, or {field}:word without brackets: write "
+        f"{field}:(...)): {where(field)}"
     )
 
 
@@ -209,13 +210,13 @@ def without_parameters(raw_query: bytes, names: set[str]) -> bytes:
 def raw_mentions(raw: bytes, field: str) -> bool:
     """Whether bytes that are not JSON may still hold a clause: Lucene text or a quoted key."""
     text = raw.decode("utf-8", "replace")
-    return bool(clause_pattern(field).search(text)) or f'"{field}"' in text
+    return bool(field_pattern(field).search(text)) or f'"{field}"' in text
 
 
 def url_mentions(pairs: list[tuple[str, str]], field: str) -> bool:
     """Whether `q=`, `df=` or a `source=` body names the field."""
     values = dict(pairs)
-    if "q" in values and clause_pattern(field).search(values["q"]):
+    if "q" in values and field_pattern(field).search(values["q"]):
         return True
     if values.get("df") == field:
         return True
@@ -237,9 +238,15 @@ def url_body(raw_query: bytes, raw: bytes, api: str, field: str) -> tuple[bytes,
     """A search whose URL holds the clause (`q=`, or a `source=` body): the body it stands
     for, and the query string to forward without those parameters (None: unchanged)."""
     pairs = parameters(raw_query)
-    if not url_mentions(pairs, field):
-        return raw, None
     values = dict(pairs)
+    if not url_mentions(pairs, field):
+        if "q" in values and mentions_clause(raw, field):
+            # The cluster puts q='s query in place of the body's: the logical one would go.
+            raise ClauseError(
+                f"the search has a q= parameter, which replaces the body's query on the "
+                f"cluster: put the {field}:(...) clause and the rest in one of them"
+            )
+        return raw, None
     dropped: set[str] = set()
     if api == "_msearch":
         raise ClauseError(f"_msearch takes its searches in its body: {where(field)}")
