@@ -11,19 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from itlr import ConfigurationError, parse
+from itlr.calibrations import BUNDLED_HARD_FILTER, default_hard_filter, load_calibration
 from itlr.cli import app
 from itlr.documents import Document
 from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.evaluation.cache import EmbeddingCache
-from itlr.evaluation.calibration import (
-    BUNDLED_HARD_FILTER,
-    HARD_FILTER_KEEP,
-    default_hard_filter,
-    fit_sigmoid,
-    hard_filter_threshold,
-    load_calibration,
-)
+from itlr.evaluation.calibration import HARD_FILTER_KEEP, fit_sigmoid, hard_filter_threshold
 from itlr.evaluation.datasets import load_beir, read_qrels
 from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 from itlr.evaluation.methods import Case, Logical, SetOps, build_methods

@@ -211,7 +211,7 @@ def truth_map(
 ) -> TruthMap:
     if truth != "calibrated":
         return TruthMap(truth, tau, lam, lexical=lexical, not_evidence=not_evidence)  # type: ignore[arg-type]
-    from itlr.evaluation.calibration import load_calibration
+    from itlr.calibrations import load_calibration
 
     calibrated = load_calibration(model)
     if calibrated is None:

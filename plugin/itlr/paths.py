@@ -76,3 +76,8 @@ def check_index_folder(path: Path, shown: str) -> None:
             f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}): give a new "
             "or empty folder, or a bare name for an index under $ITLR_HOME/indexes"
         )
+
+
+def model_slug(model: str) -> str:
+    """A file-name-safe form of a model name or path."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", model).strip("_") or "model"

@@ -49,9 +49,9 @@ def synthetic(
     """Table 1 (nDCG@10 by negations), Table 2 (operator families), Figure 3 (chains)."""
 
     def action() -> None:
+        from itlr.calibrations import default_hard_filter
         from itlr.cli.evaluation import staged_progress
         from itlr.embed import get_embedder
-        from itlr.evaluation.calibration import default_hard_filter
         from itlr.evaluation.paper_tables import run_synthetic
         from itlr.evaluation.report import synthetic_markdown, synthetic_plots
         from itlr.evaluation.synthetic import TopicBank

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from itlr.paths import itlr_home
+from itlr.paths import itlr_home, model_slug
 
 CHUNK = 2048
 
@@ -27,11 +26,6 @@ class Encoder(Protocol):
     dims: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-def model_slug(model: str) -> str:
-    """A file-name-safe form of a model name or path."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "__", model).strip("_") or "model"
 
 
 def text_key(model: str, text: str) -> str:

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from itlr.embed import DEFAULT_MODEL
+from itlr.calibrations import calibration_path, display_name
 from itlr.errors import ConfigurationError
-from itlr.evaluation.cache import model_slug
-from itlr.paths import itlr_home
 from itlr.scoring import TruthMap
 
 # The hard filter's threshold keeps this share of the judged relevant documents: on judged
@@ -82,17 +80,6 @@ def fit_sigmoid(
     return SigmoidFit(float(tau), float(lam), positives, negatives)
 
 
-def display_name(model: str | None) -> str:
-    """The name embeddings are stored under, without loading the model."""
-    if model in (None, "", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
-        return DEFAULT_MODEL
-    return str(model)
-
-
-def calibration_path(model: str | None) -> Path:
-    return itlr_home() / "calibration" / f"{model_slug(display_name(model))}.json"
-
-
 def hard_filter_threshold(relevant_truths: Sequence[float]) -> float:
     """The threshold that keeps HARD_FILTER_KEEP of the relevant documents: the quantile of
     their (clamped) truth values for the terms their questions exclude."""
@@ -123,43 +110,6 @@ def save_calibration(
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
     return path
-
-
-def load_calibration(model: str | None) -> TruthMap | None:
-    """The saved sigmoid truth map for a model, or None if `itlr calibrate` never ran for it."""
-    path = calibration_path(model)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-        truth = TruthMap.from_dict(record)
-    except (ValueError, TypeError, KeyError) as bad:
-        raise ConfigurationError(
-            f"unreadable calibration {path} ({bad}): calibrate again for model "
-            f"{display_name(model)!r} (`itlr calibrate DATASET`)"
-        ) from None
-    return truth
-
-
-# `itlr calibrate ../shared/negconstraint-dev --split dev --rewrite rules` for the bundled
-# model (real questions; docs/benchmarks.md), so that the filter has a default measured on real
-# passages before anyone calibrates. The synthetic benchmark's documents would give about 0.3,
-# which drops a third of the relevant passages of real questions.
-BUNDLED_HARD_FILTER = 0.53
-
-
-def default_hard_filter(model: str | None) -> float:
-    """The hard-filter threshold for a model: the one `itlr calibrate` saved for it, else the
-    bundled model's."""
-    path = calibration_path(model)
-    if path.is_file():
-        try:
-            value = json.loads(path.read_text()).get("hard_filter")
-        except ValueError:
-            value = None
-        if isinstance(value, int | float):
-            return float(value)
-    return BUNDLED_HARD_FILTER
 
 
 def calibration_pairs(

@@ -99,8 +99,8 @@ def run_evaluation(
     on_progress: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Every chosen method on every query of `data`, in process or partly on `engine`."""
+    from itlr.calibrations import default_hard_filter, load_calibration
     from itlr.evaluation.beir import evaluate_beir, rewriter_for
-    from itlr.evaluation.calibration import default_hard_filter, load_calibration
     from itlr.evaluation.methods import build_methods, parse_method_names
     from itlr.lexical import LexicalCorpus
 

@@ -25,9 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
+from itlr.calibrations import BUNDLED_HARD_FILTER
 from itlr.composition import compose
 from itlr.errors import ConfigurationError
-from itlr.evaluation.calibration import BUNDLED_HARD_FILTER
 from itlr.lexical import LexicalCorpus
 from itlr.query import And, Node, Not, Or, Query, Term
 from itlr.scoring import PAPER_OPERATORS, SEARCH_OPERATORS, Operators, TruthMap

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from itlr.calibrations import BUNDLED_HARD_FILTER
 from itlr.evaluation.cache import EmbeddingCache, Encoder
-from itlr.evaluation.calibration import BUNDLED_HARD_FILTER, fit_sigmoid
+from itlr.evaluation.calibration import fit_sigmoid
 from itlr.evaluation.methods import (
     Case,
     Dense,
