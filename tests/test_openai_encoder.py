@@ -369,3 +369,18 @@ def test_a_proxy_index_config_with_the_openai_encoder_needs_its_url(tmp_path, mo
     config.write_text(json.dumps({"logs-*": entry}))
     with pytest.raises(ConfigurationError, match="needs the endpoint's URL"):
         load_index_configs(config)
+
+
+def test_an_endpoint_url_for_a_local_encoder_is_refused(monkeypatch) -> None:
+    from itlr.embed import set_default_encoder
+
+    monkeypatch.delenv("ITLR_ENCODER", raising=False)
+    with pytest.raises(ConfigurationError, match="`encoder_url` is for the openai encoder"):
+        get_embedder(None, "onnx", "http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigurationError, match="not onnx"):
+        set_default_encoder(None, "http://127.0.0.1:9/v1")
+    result = runner.invoke(
+        app, ["search", "x", "--index", "none"], env={"ITLR_ENCODER_URL": "http://h/v1"}
+    )
+    assert result.exit_code == 2
+    assert "--encoder-url is for the openai encoder" in result.stderr

@@ -114,13 +114,21 @@ def set_default_encoder(encoder: str | None, url: str | None = None) -> None:
     Embedders already loaded keep theirs."""
     global _default_encoder, _default_url
     _default_encoder = resolve_encoder(encoder) if encoder else None
+    if url:
+        resolve_encoder_url(resolve_encoder(encoder), url)  # a URL no encoder would ask: said now
     _default_url = url or None
 
 
 def resolve_encoder_url(encoder: str, url: str | None) -> str | None:
     """The endpoint a remote encoder asks (None for a local one): the one given, else
-    set_default_encoder's, else $ITLR_ENCODER_URL."""
+    set_default_encoder's, else $ITLR_ENCODER_URL. A URL given to a local encoder is refused:
+    the model would run here while the user meant the endpoint's."""
     if encoder not in REMOTE_ENCODERS:
+        if url:
+            raise ConfigurationError(
+                f"`encoder_url` is for the openai encoder, not {encoder}: add "
+                f'`encoder="openai"` (or {ENCODER_ENV}=openai), or drop the URL'
+            )
         return None
     chosen = url or _default_url or os.environ.get(ENCODER_URL_ENV, "").strip()
     if not chosen:
