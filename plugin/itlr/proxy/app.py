@@ -11,18 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-import numpy as np
-
 from itlr.extras import missing_extra
 
 try:
-    import anyio.to_thread
     import httpx
     from starlette.applications import Starlette
     from starlette.background import BackgroundTask
@@ -32,7 +28,7 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.embed import Embedder, get_embedder
+from itlr.embed import Embedder
 from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
@@ -41,7 +37,7 @@ from itlr.engines.integrity import (
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, IndexStateError, ItlrError
+from itlr.errors import EngineError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
@@ -56,11 +52,10 @@ from itlr.proxy.codec import (
     upstream_timeout,
 )
 from itlr.proxy.coverage import CoverageReport
+from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.upstream import (
     IndexConfig,
-    IndexVectors,
-    SearchTarget,
     Upstream,
     UpstreamDenied,
     UpstreamTimeout,
@@ -69,7 +64,7 @@ from itlr.proxy.upstream import (
 )
 from itlr.query import Query
 from itlr.service.security import TOKEN_HEADER, token_matches
-from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, cache_for, prometheus_text
+from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text
 
 log = logging.getLogger("itlr.proxy")
 
@@ -166,9 +161,7 @@ class QueryBarProxy:
         self.field = field
         self.defaults = defaults
         self.token = token
-        self._embedder = embedder
-        # One encode at a time: the model is shared by every request of the process.
-        self._encode_lock = threading.Lock()
+        self.encoding = TermEncoding(embedder)
         verify: Any = connection.ca_file or connection.verify_certs
         # Forwarded requests go to the transport itself: the client's layers (cookie jar,
         # auth, redirects, URL merging) cost CPU on every request, and a cookie one UI user's
@@ -188,63 +181,6 @@ class QueryBarProxy:
         self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
-
-    # -- embedding -------------------------------------------------------------------------
-
-    def _embedder_for(self, vectors: IndexVectors) -> Embedder:
-        """The proxy's embedder, or the one an index config names for the index."""
-        if vectors.encoder is not None:
-            return get_embedder(vectors.model, vectors.encoder, vectors.encoder_url)
-        if self._embedder is None:
-            self._embedder = get_embedder(vectors.model)
-        if self._embedder.name != vectors.model:
-            raise EngineError(
-                f"the index was embedded with {vectors.model!r} but the proxy runs "
-                f"{self._embedder.name!r}: start it with the index's `model`"
-            )
-        return self._embedder
-
-    def _encode(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray:
-        with self._encode_lock:
-            embedder = self._embedder_for(vectors)
-
-        def encode(missing: list[str]) -> np.ndarray:
-            with self._encode_lock:
-                return embedder.encode(missing)
-
-        # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
-        with stages.span("encode (cache + model)"):
-            return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
-
-    def _cached(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray | None:
-        """The vectors when every term is in the term cache, else None. Microseconds, so it
-        runs on the event loop: a repeated query skips the hand-off to a worker thread."""
-        embedder = self._embedder  # a plain read: the lock may be held by a running encode
-        if embedder is None or embedder.name != vectors.model or vectors.encoder is not None:
-            return None
-        with stages.span("encode (cache + model)"):
-            return cache_for(embedder.cache_name).cached(terms)
-
-    async def _vectors(self, searched: SearchTarget, target: str, terms: list[str]) -> np.ndarray:
-        model = searched.vectors.model
-        # The prompted text is the cache's key too, so prompts never share a vector.
-        terms = [searched.vectors.query_prompt + term for term in terms]
-        vectors = self._cached(searched.vectors, terms)
-        if vectors is None:
-            encoded_before = stages.get("encode (cache + model)")
-            with stages.span("thread hand-off"):
-                vectors = await anyio.to_thread.run_sync(self._encode, searched.vectors, terms)
-            # The span holds the encode (timed in the worker thread): keep the hand-off alone.
-            stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
-        mapped = searched.vectors.dims
-        if mapped and vectors.shape[1] != mapped:
-            # The engine would refuse each kNN clause with a long error of its own.
-            raise IndexStateError(
-                f"index {target!r} field {searched.vectors.layout.vector_field!r} holds "
-                f"{mapped}-dim vectors but model {model!r} makes {vectors.shape[1]}-dim ones: "
-                "start the proxy with the matching --model (or the index config's `model`)"
-            )
-        return vectors
 
     # -- rewriting -------------------------------------------------------------------------
 
@@ -284,7 +220,7 @@ class QueryBarProxy:
             )
         with stages.span("index lookup (cached)"):
             searched = await self.upstream.target(target, headers)
-        vectors = await self._vectors(searched, target, list(found.query.terms))
+        vectors = await self.encoding.vectors(searched, target, list(found.query.terms))
         with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
             lexical = await self._statistics(target, found.query, headers, counted)
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
