@@ -193,3 +193,14 @@ def test_an_index_reached_by_another_spelling_opens_as_itself(tmp_path: Path, mo
     (tmp_path / "made-link").symlink_to(tmp_path / "made", target_is_directory=True)
     for spelling in ("x/../made", "./made/", "./made-link"):
         assert itlr.Index.open(spelling, create=False).count() == 1
+
+
+def test_the_engine_itself_refuses_a_users_folder(users_project: Path) -> None:
+    from itlr.engines.embedded import EmbeddedIndex
+
+    for spelling in ("x/../proj", "link/", str(users_project)):
+        with pytest.raises(IndexStateError, match="not an itlr index"):
+            EmbeddedIndex.create(spelling, "test-model", 8)
+        with pytest.raises(IndexStateError, match="not an itlr index"):
+            EmbeddedIndex.open_or_create(spelling, "test-model", 8)
+    _untouched(users_project)

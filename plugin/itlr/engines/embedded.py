@@ -117,7 +117,7 @@ class EmbeddedIndex:
     def create(
         cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
     ) -> EmbeddedIndex:
-        return cls(VectorStore.create(Path(path), model, dims, lock_timeout))
+        return cls(VectorStore.create(_writable_folder(path), model, dims, lock_timeout))
 
     @classmethod
     def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedIndex:
@@ -127,7 +127,7 @@ class EmbeddedIndex:
     def open_or_create(
         cls, path: str | Path, model: str, dims: int, lock_timeout: float = LOCK_WAIT_SECONDS
     ) -> EmbeddedIndex:
-        path = Path(path)
+        path = _writable_folder(path)
         if exists(path):
             index = cls.open(path, lock_timeout)
             index.check_compatible(model, dims)
@@ -771,3 +771,13 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+def _writable_folder(path: str | Path) -> Path:
+    """`path` resolved, if an index may be written there (itlr.paths): whoever creates an index,
+    the front door or code holding an engine, never writes beside someone else's files."""
+    from itlr.paths import check_index_folder
+
+    resolved = Path(path).expanduser().resolve()
+    check_index_folder(resolved, str(path))
+    return resolved
