@@ -156,6 +156,9 @@ def test_a_file_is_refused_however_the_path_is_spelled(users_project: Path) -> N
     for spelling in ("./docs.jsonl", "x/../docs.jsonl", "./file-link", "./proj/index.db"):
         with pytest.raises(IndexStateError, match="is a file, not an index folder"):
             index_path(spelling)
+    for spelling in ("./docs.jsonl/sub", "./proj/index.db/x/y"):
+        with pytest.raises(IndexStateError, match="a file: give a folder path"):
+            index_path(spelling)
     _untouched(users_project)
 
 
