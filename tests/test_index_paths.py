@@ -156,6 +156,9 @@ def test_a_file_is_refused_however_the_path_is_spelled(users_project: Path) -> N
     for spelling in ("./docs.jsonl", "x/../docs.jsonl", "./file-link", "./proj/index.db"):
         with pytest.raises(IndexStateError, match="is a file, not an index folder"):
             index_path(spelling)
+    for spelling in ("./docs.jsonl/sub", "./proj/index.db/x/y"):
+        with pytest.raises(IndexStateError, match="a file: give a folder path"):
+            index_path(spelling)
     _untouched(users_project)
 
 
@@ -193,3 +196,14 @@ def test_an_index_reached_by_another_spelling_opens_as_itself(tmp_path: Path, mo
     (tmp_path / "made-link").symlink_to(tmp_path / "made", target_is_directory=True)
     for spelling in ("x/../made", "./made/", "./made-link"):
         assert itlr.Index.open(spelling, create=False).count() == 1
+
+
+def test_the_engine_itself_refuses_a_users_folder(users_project: Path) -> None:
+    from itlr.engines.embedded import EmbeddedIndex
+
+    for spelling in ("x/../proj", "link/", str(users_project)):
+        with pytest.raises(IndexStateError, match="not an itlr index"):
+            EmbeddedIndex.create(spelling, "test-model", 8)
+        with pytest.raises(IndexStateError, match="not an itlr index"):
+            EmbeddedIndex.open_or_create(spelling, "test-model", 8)
+    _untouched(users_project)

@@ -272,3 +272,14 @@ def test_arbitrary_json_never_gets_a_5xx_and_errors_have_the_documented_shape(
             assert isinstance(answer, dict)
 
     check()
+
+
+def test_a_lone_surrogate_a_cluster_returns_is_answered_as_u_fffd_not_a_500() -> None:
+    """The embedded store cannot hold one, but a cluster index filled by others may: the answer
+    must still encode as UTF-8."""
+    from itlr.strict_json import dumps
+
+    text = dumps({"hits": [{"text": "sleep \ud800 text", "fields": {"\udc00": "x"}}]})
+    assert json.loads(text.encode("utf-8")) == {
+        "hits": [{"text": "sleep \ufffd text", "fields": {"\ufffd": "x"}}]
+    }

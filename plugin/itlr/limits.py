@@ -212,7 +212,8 @@ def query_shape(text: str) -> tuple[int, int]:
         elif kind == "close":
             depth = max(0, depth - 1)
         # A run of dashes or bangs is that many NOTs (`---a` is NOT NOT NOT a).
-        negations = negations + len(token.group()) if kind == "prefix" else 0
+        chained = len(token.group()) if token.lastgroup == "prefix" else 1
+        negations = negations + chained if kind == "prefix" else 0
         deepest = max(deepest, depth + negations)
         previous = "word" if kind in ("word", "weight") else kind
     return terms, deepest

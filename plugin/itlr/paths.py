@@ -62,6 +62,9 @@ def check_index_folder(path: Path, shown: str) -> None:
 
     if path.exists() and not path.is_dir():
         raise IndexStateError(f"{shown} is a file, not an index folder: give another path")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise IndexStateError(f"{shown} lies inside {above}, a file: give a folder path")
     if not path.is_dir() or store.exists(path):
         return
     entries = sorted(path.iterdir())

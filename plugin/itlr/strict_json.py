@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,5 +51,14 @@ def plain(value: Any, max_depth: int = MAX_OUTPUT_DEPTH) -> Any:
 
 
 def dumps(value: Any, indent: int | None = None) -> str:
-    """Strict JSON text of `value` (see `plain`); non-ASCII characters kept as they are."""
-    return json.dumps(plain(value), indent=indent, ensure_ascii=False, allow_nan=False)
+    """Strict JSON text of `value` (see `plain`); non-ASCII characters kept as they are, a lone
+    surrogate (stored before ingestion refused them) as U+FFFD, so the text encodes as UTF-8."""
+    text = json.dumps(plain(value), indent=indent, ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _LONE_SURROGATE.sub("\ufffd", text)
+    return text
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")

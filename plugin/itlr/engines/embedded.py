@@ -123,7 +123,9 @@ class EmbeddedIndex:
         lock_timeout: float = LOCK_WAIT_SECONDS,
         prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
-        return cls(VectorStore.create(Path(path), model, dims, lock_timeout, prompts=prompts))
+        return cls(
+            VectorStore.create(_writable_folder(path), model, dims, lock_timeout, prompts=prompts)
+        )
 
     @classmethod
     def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedIndex:
@@ -138,7 +140,7 @@ class EmbeddedIndex:
         lock_timeout: float = LOCK_WAIT_SECONDS,
         prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
-        path = Path(path)
+        path = _writable_folder(path)
         if exists(path):
             index = cls.open(path, lock_timeout)
             index.check_compatible(model, dims)
@@ -793,3 +795,13 @@ def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+def _writable_folder(path: str | Path) -> Path:
+    """`path` resolved, if an index may be written there (itlr.paths): whoever creates an index,
+    the front door or code holding an engine, never writes beside someone else's files."""
+    from itlr.paths import check_index_folder
+
+    resolved = Path(path).expanduser().resolve()
+    check_index_folder(resolved, str(path))
+    return resolved
