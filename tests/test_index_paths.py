@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import itlr
 from itlr.cli import app as cli
+from itlr.engines.folders import index_path
 from itlr.errors import IndexStateError
-from itlr.paths import index_path
 
 runner = CliRunner()
 DOCS = [{"id": "n1", "text": "Notes on sleep and memory consolidation."}]

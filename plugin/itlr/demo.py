@@ -13,9 +13,9 @@ from rich.table import Table
 from itlr.documents import read_jsonl
 from itlr.embed import get_embedder
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.folders import index_path
 from itlr.ingest import ingest
 from itlr.options import SearchOptions
-from itlr.paths import index_path
 from itlr.resources import data_file
 from itlr.retriever import Retriever
 

@@ -1,4 +1,5 @@
-"""Where itlr keeps what it writes: one home folder, `$ITLR_HOME` or ~/.local/share/itlr.
+"""Where itlr keeps what it writes: one home folder, `$ITLR_HOME` or ~/.local/share/itlr
+(where an embedded index may live: itlr.engines.folders).
 
 indexes/<name>/                 embedded indexes named without a path
 cache/embeddings/<model>/       embeddings of evaluation corpora
@@ -12,14 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from itlr.errors import IndexStateError
-
 HOME_ENV = "ITLR_HOME"
-# What an embedded index writes into its folder (itlr.engines.store and .ann): a folder holding
-# only these is an index, or one whose creation was cut short.
-_INDEX_FILES = re.compile(
-    r"index\.db(-wal|-shm|-journal)?|write\.lock|vectors(\.\d+)?\.f32|ann\.\d+\.usearch.*"
-)
 
 
 def itlr_home() -> Path:
@@ -30,55 +24,6 @@ def is_folder_name(name: str) -> bool:
     """Whether an index name means a folder: it holds a slash or starts with `.` (`./notes`,
     `../x`, `/data/x`); any other name is an index under $ITLR_HOME/indexes."""
     return "/" in name or os.sep in name or name.startswith(".")
-
-
-def index_path(name: str | Path) -> Path:
-    """Where an embedded index lives: a bare name always under $ITLR_HOME/indexes/NAME (even
-    when a folder of that name is in the working directory), a folder name as given.
-
-    The same rule for the CLI's `--index`, the library's `Index.open(name)` and the service. The
-    path is resolved first (symlinks, `..`, trailing slashes), so the check below sees the
-    folder that would be written, however it is spelled. A file, or a folder holding anything
-    but an itlr index's own files, is refused, so an index never writes beside a user's files
-    nor into a file it did not create."""
-    text = str(name)
-    if not text.strip():
-        raise IndexStateError("an index needs a name: give a bare name or a folder path")
-    if "\x00" in text:
-        raise IndexStateError(f"{text!r} is not a path: it holds a NUL character")
-    path = Path(text) if is_folder_name(text) else itlr_home() / "indexes" / text
-    try:
-        resolved = path.expanduser().resolve()
-    except (OSError, RuntimeError) as bad:  # a symlink loop
-        raise IndexStateError(f"{text} cannot be resolved to a folder ({bad})") from None
-    check_index_folder(resolved, text)
-    return resolved
-
-
-def check_index_folder(path: Path, shown: str) -> None:
-    """Refuse `path` (resolved) unless it is missing, an empty folder, an itlr index, or what a
-    cut-short creation of one left (only its own, empty, files)."""
-    from itlr.engines import store  # numpy and SQLite, only for index paths
-
-    if path.exists() and not path.is_dir():
-        raise IndexStateError(f"{shown} is a file, not an index folder: give another path")
-    above = next((p for p in path.parents if p.exists()), None)
-    if above is not None and not above.is_dir():
-        raise IndexStateError(f"{shown} lies inside {above}, a file: give a folder path")
-    if not path.is_dir() or store.exists(path):
-        return
-    entries = sorted(path.iterdir())
-    foreign = [p.name for p in entries if not _INDEX_FILES.fullmatch(p.name) or p.is_dir()]
-    if not foreign:
-        # Only index file names: accept them only as a cut-short creation left them, so a
-        # user's own `index.db` or `vectors.f32` is never taken over.
-        foreign = [p.name for p in entries if not store.leftover_of_creation(p)]
-    if foreign:
-        raise IndexStateError(
-            f"{shown} is a folder that is not an itlr index (it holds {foreign[0]!r}"
-            f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}): give a new "
-            "or empty folder, or a bare name for an index under $ITLR_HOME/indexes"
-        )
 
 
 def model_slug(model: str) -> str:

@@ -798,9 +798,9 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 def _writable_folder(path: str | Path) -> Path:
-    """`path` resolved, if an index may be written there (itlr.paths): whoever creates an index,
+    """`path` resolved, if an index may be written there (itlr.engines.folders): whoever creates an index,
     the front door or code holding an engine, never writes beside someone else's files."""
-    from itlr.paths import check_index_folder
+    from itlr.engines.folders import check_index_folder
 
     resolved = Path(path).expanduser().resolve()
     check_index_folder(resolved, str(path))

@@ -59,7 +59,7 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
     prompts = Prompts(embedder.query_prompt, embedder.passage_prompt)
     if spec.engine == "embedded":
         from itlr.engines.embedded import EmbeddedIndex
-        from itlr.paths import index_path
+        from itlr.engines.folders import index_path
 
         path = index_path(spec.index)
         if create:
