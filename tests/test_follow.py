@@ -143,7 +143,7 @@ def test_rest_writes_during_a_follow_run_are_embedded_or_gone(
 
 
 def test_which_writes_the_hash_guard_catches(opensearch_url) -> None:
-    """What the README says the pipeline catches, checked write by write."""
+    """What docs/clusters.md says the pipeline catches, checked write by write."""
     docs = [{"_id": f"d{i}", "body": f"text {i}", HASH_FIELD: "old"} for i in range(8)]
     name = create_index(opensearch_url, "opensearch", docs)  # before the pipeline: kept
     url = f"{opensearch_url}/{name}"

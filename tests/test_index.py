@@ -1,5 +1,5 @@
-"""The front door, itlr.Index: the README snippet runs as written, and the object gives what the
-CLI gives."""
+"""The front door, itlr.Index: the README's and docs/python-api.md's snippets run as written, and
+the object gives what the CLI gives."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from itlr.cli import app
 
 runner = CliRunner()
 README = Path(__file__).resolve().parents[1] / "README.md"
+PYTHON_API = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 QUERY = '"vitamin D" AND NOT "bone health"'
 DOCS = [
     {"id": "imm", "text": "Vitamin D supports the immune system against infections."},
@@ -24,24 +25,24 @@ DOCS = [
 ]
 
 
-def readme_python_blocks() -> list[str]:
-    section = README.read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def test_the_readme_python_api_snippet_runs_as_written() -> None:
-    snippet = readme_python_blocks()[0]
+@pytest.mark.parametrize("page", [README, PYTHON_API], ids=["README", "python-api"])
+def test_the_python_api_snippet_runs_as_written(page: Path) -> None:
+    snippet = python_blocks(page)[0]
     scope: dict = {}
-    exec(compile(snippet, "README.md", "exec"), scope)
+    exec(compile(snippet, page.name, "exec"), scope)
     res = scope["res"]
     assert res.hits[0].id == "d1"  # the immune-system document, not the bones one
     assert set(res.hits[0].truths) == {"vitamin D", "bone health"}
     assert res.warnings == ()
 
 
-def test_the_readme_tree_snippet_gives_what_its_comments_say() -> None:
+def test_the_tree_snippet_gives_what_its_comments_say() -> None:
     scope: dict = {"itlr": itlr}
-    exec(compile(readme_python_blocks()[2], "README.md", "exec"), scope)
+    exec(compile(python_blocks(PYTHON_API)[2], "python-api.md", "exec"), scope)
     query = scope["query"]
     assert str(query) == '(("dog" OR ("cat" AND "mouse")) AND NOT "giraffe")'
     assert query.terms == ("dog", "cat", "mouse", "giraffe")

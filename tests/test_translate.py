@@ -25,7 +25,7 @@ from itlr.scoring import TRUTH_CODES, TruthMap
 runner = CliRunner()
 
 QUERY = '"vitamin D" AND NOT "bone health"'
-# The recommended hybrid setting (README, "Lexical evidence"), spelled out so that these tests
+# The recommended hybrid setting (docs/hybrid-truths.md, "Lexical evidence"), spelled out so that these tests
 # hold whatever the default truths are.
 HYBRID = ("--truth", "hybrid", "--lexical-share", "0.3", "--not-evidence", "max")
 METHOD_LINE = re.compile(r"^(GET|PUT|POST|DELETE|HEAD) (\S+)$")

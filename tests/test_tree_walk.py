@@ -82,7 +82,7 @@ def test_nnf_fold_pushes_negations_to_the_terms() -> None:
     assert shape == "((-a&b)&c)"
 
 
-# Lukasiewicz AND is associative only on [0, 1]; a sum OR leaves it (README, Parsing).
+# Lukasiewicz AND is associative only on [0, 1]; a sum OR leaves it (docs/query-language.md, Parsing).
 ASSOCIATIVE = [
     (a, o)
     for a in ("product", "sum", "min", "lukasiewicz")

@@ -46,7 +46,7 @@ def _quoted(mark: str) -> pp.ParserElement:
 @cache
 def _grammar() -> pp.ParserElement:
     # No packrat: this grammar barely backtracks, and pyparsing's cache is process-wide (it would
-    # switch on for every pyparsing user) and made our parses 1.6-3x slower (README, Parsing).
+    # switch on for every pyparsing user) and made our parses 1.6-3x slower (docs/query-language.md, Parsing).
     and_op = pp.Suppress(pp.CaselessKeyword("AND") | pp.Literal("&&"))
     or_op = pp.Suppress(pp.CaselessKeyword("OR") | pp.Literal("||"))
     not_word = pp.CaselessKeyword("NOT")
