@@ -486,9 +486,10 @@ def test_hybrid_rounds_take_the_rows_of_highest_lexical_truth_not_every_mentioni
 
     index = zebra_index(tmp_path / "idx", "alpha zebra")
     rows = np.arange(index.count())
-    taken, limits = LexicalStream(index, rows, ("zebra",)).top(50)
+    truths = index.lexical_truths(rows, ("zebra",))
+    taken, limits = LexicalStream(truths, rows, ("zebra",)).top(50)
     assert len(taken) == 50 and taken[0] == 300 and 0 < limits["zebra"] < 1
-    assert LexicalStream(index, rows, ("zebra",)).top(400)[1] == {"zebra": 0.0}
+    assert LexicalStream(truths, rows, ("zebra",)).top(400)[1] == {"zebra": 0.0}
     query = itlr.parse('"zebra" AND NOT "gamma"')
     terms = np.eye(DIMS)[[0, 2]].astype(np.float32)
     hybrid = TruthMap("hybrid", lexical=0.9)

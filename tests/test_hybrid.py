@@ -18,7 +18,6 @@ from itlr.engines.dialect import lexical_stats, lexical_stats_body
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.embedded import EmbeddedIndex
-from itlr.engines.embedded_lexical import lexical_stats as embedded_stats
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
     K1,
@@ -191,11 +190,11 @@ def test_embedded_statistics_count_live_documents_only(tmp_path) -> None:
     rng = np.random.default_rng(1)
     index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
     index.add(["a", "b"], ["bone bone", "sun"], unit(rng, 2))
-    before = embedded_stats(index)
+    before = index.lexical_stats()
     assert (before.documents, before.total_length, before.df["bone"]) == (2, 3, 1)
     index.delete(["a"])
     index.add(["b"], ["sun and fish"], unit(rng, 1))  # replaced: the old row is dead
-    after = embedded_stats(index)
+    after = index.lexical_stats()
     assert (after.documents, after.total_length, after.df.get("bone", 0)) == (1, 2, 0)
 
 
@@ -250,7 +249,7 @@ def test_cluster_statistics_are_the_embedded_index_statistics(
     remote = lexical_stats(
         dict(backend.client.search(index=backend.index, body=lexical_stats_body(query)))
     )
-    local = embedded_stats(embedded)
+    local = embedded.lexical_stats()
     assert (remote.documents, remote.total_length) == (local.documents, local.total_length)
     assert remote.df == {t: local.df.get(t, 0) for t in ("vitamin", "d", "bone", "health", "zzyzx")}
 
@@ -464,7 +463,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
     # Each commit tokenises only the rows it appended; the statistics and the lexical truths
     # must equal those counted from scratch over the live rows.
     from itlr.engines.embedded import EmbeddedIndex
-    from itlr.engines.embedded_lexical import _Cached, lexical_matrix, lexical_stats
+    from itlr.engines.embedded_lexical import _Cached
 
     dims = 8
     rng = np.random.default_rng(0)
@@ -476,17 +475,17 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
     index = EmbeddedIndex.create(tmp_path / "idx", "test-model", dims)
     index.add(["a", "b", "c"], ["zebra lion", "lion lion tiger", "eagle"], vectors(3))
     terms = ("zebra", "lion tiger", "eagle")
-    lexical_matrix(index, index._live_rows(), terms)  # built here, caught up below
+    index.lexical_truths(index._live_rows(), terms)  # built here, caught up below
     index.add(["d"], ["zebra zebra eagle"], vectors(1))
     index.add(["b"], ["tiger"], vectors(1))  # an update: the old row dies
     index.delete(["c"])
     live = index._live_rows()
-    counted = lexical_stats(index)
-    fresh = _Cached(index).stats
+    counted = index.lexical_stats()
+    fresh = _Cached(index._rows, index._live_mask(), index.store.generation).stats
     counts = (counted.documents, counted.total_length)
     assert counts == (fresh.documents, fresh.total_length) == (3, 6)
     assert dict(counted.df) == dict(fresh.df) == {"zebra": 2, "lion": 1, "tiger": 1, "eagle": 1}
     expected = LexicalCorpus([index.get(i)["text"] for i in ("a", "d", "b")]).matrix(
         [0, 1, 2], terms, fresh
     )
-    np.testing.assert_allclose(lexical_matrix(index, live, terms), expected, atol=1e-12)
+    np.testing.assert_allclose(index.lexical_truths(live, terms), expected, atol=1e-12)

@@ -36,12 +36,13 @@ from itlr.certificate import (
 )
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
-from itlr.engines.embedded_lexical import LexicalStream, lexical_matrix
+from itlr.engines.embedded_lexical import LexicalState, LexicalStream
 from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import fragments, query_words
+from itlr.lexical import CorpusStats
 from itlr.options import Hit, Hits, SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
@@ -109,6 +110,7 @@ class EmbeddedIndex:
         self._live_cache: np.ndarray | None = None
         self._live_mask_cache: np.ndarray | None = None
         self._fields_cache: set[str] | None = None
+        self._lexical = LexicalState()
         self._ranks_cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._catch_up()
 
@@ -357,6 +359,16 @@ class EmbeddedIndex:
             self._ranks_cache = (key, ranks)
         return self._ranks_cache[1]
 
+    def lexical_truths(self, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray:
+        """(rows x terms) lexical truths, statistics over every live row (hybrid truths)."""
+        return self._lexical.matrix(
+            self._rows, self._live_mask(), self.store.generation, rows, terms
+        )
+
+    def lexical_stats(self) -> CorpusStats:
+        """The statistics over the live rows that lexical truths use."""
+        return self._lexical.current(self._rows, self._live_mask(), self.store.generation)[1]
+
     def _live_mask(self) -> np.ndarray:
         if self._live_mask_cache is None or len(self._live_mask_cache) != self.committed_rows:
             mask = np.zeros(self.committed_rows, dtype=bool)
@@ -494,7 +506,9 @@ class EmbeddedIndex:
         # truth, LEXICAL_DEPTH times as deep as the round's budget (no graph walk: a sort of
         # the term's postings), so an unseen row's lexical truth is bounded too.
         stream = (
-            LexicalStream(self, rows, query.terms, query.positive_terms)
+            LexicalStream(
+                self.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
+            )
             if options.truth.uses_lexical
             else None
         )
@@ -598,7 +612,7 @@ class EmbeddedIndex:
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         if lexical is None and options.truth.uses_lexical:
-            lexical = lexical_matrix(self, rows, query.terms)
+            lexical = self.lexical_truths(rows, query.terms)
         scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
         scores, truths = scored.scores, scored.truths
         if not scored.kept.all():

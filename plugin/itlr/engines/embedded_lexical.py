@@ -1,29 +1,28 @@
 """The embedded engine's lexical evidence: token counts of its rows and statistics over its live
-rows, kept per index object, caught up with the rows each commit appends and rebuilt after a
-compaction (itlr.lexical)."""
+rows, kept by each index object (`LexicalState`), caught up with the rows each commit appends
+and rebuilt after a compaction (itlr.lexical). It is handed the rows, never the index."""
 
 from __future__ import annotations
 
-import weakref
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 
+from itlr.engines.store import StoredRow
 from itlr.lexical import CorpusStats, LexicalCorpus
 
-if TYPE_CHECKING:
-    from itlr.engines.embedded import EmbeddedIndex
+Rows = Sequence[StoredRow | None]
 
 
 class _Cached:
     """The lexical corpus of an index's rows, the statistics over its live rows, and what they
     were computed from: the store generation, the row count and which rows were live."""
 
-    def __init__(self, index: EmbeddedIndex) -> None:
-        self.generation = index.store.generation
-        self.corpus = LexicalCorpus(_texts(index, 0))
-        self.live = index._live_mask().copy()
+    def __init__(self, rows: Rows, live: np.ndarray, generation: int) -> None:
+        self.generation = generation
+        self.corpus = LexicalCorpus(_texts(rows, 0))
+        self.live = live.copy()
         self.df: Counter[str] = Counter()
         self.total = 0
         self._count(self.live, +1)
@@ -43,12 +42,12 @@ class _Cached:
         # A copy (without zero counts): a search holding these statistics never sees them move.
         return CorpusStats(int(self.live.sum()), self.total, +self.df)
 
-    def catch_up(self, index: EmbeddedIndex) -> None:
+    def catch_up(self, rows: Rows, live: np.ndarray) -> None:
         """Rows appended since (ingestion, updates, deletes): tokenise those only, and move the
-        statistics by the rows that died and the live rows that came."""
+        statistics by the rows that died and the live rows that came. Counted here, row by
+        row, rather than by LexicalCorpus.stats, which would count every live row again."""
         before = len(self.corpus)
-        self.corpus.extend(_texts(index, before))
-        live = index._live_mask()
+        self.corpus.extend(_texts(rows, before))
         died = self.live & ~live[:before]
         came = np.concatenate([np.zeros(before, dtype=bool), live[before:]])
         self._count(died, -1)
@@ -57,29 +56,40 @@ class _Cached:
         self.stats = self._snapshot()
 
 
-def _texts(index: EmbeddedIndex, start: int) -> list[str]:
+def _texts(rows: Rows, start: int) -> list[str]:
     # Dead rows keep an empty text: they count in no statistic.
-    return [row.text if row is not None else "" for row in index._rows[start:]]
+    return [row.text if row is not None else "" for row in rows[start:]]
 
 
-_CACHE: weakref.WeakKeyDictionary[EmbeddedIndex, _Cached] = weakref.WeakKeyDictionary()
+class LexicalState:
+    """One index object's lexical corpus and statistics: built on first use, caught up with
+    rows committed since (only those are tokenised), rebuilt after a compaction renumbered
+    them (a new store generation)."""
 
+    def __init__(self) -> None:
+        self._cached: _Cached | None = None
 
-def _corpus(index: EmbeddedIndex) -> tuple[LexicalCorpus, CorpusStats]:
-    """The index's lexical corpus and statistics: built on first use, caught up with rows
-    committed since (only those are tokenised), rebuilt after a compaction renumbered them."""
-    cached = _CACHE.get(index)
-    if cached is None or cached.generation != index.store.generation:
-        cached = _CACHE[index] = _Cached(index)
-    elif len(cached.corpus) != index.committed_rows:
-        cached.catch_up(index)
-    return cached.corpus, cached.stats
+    def current(
+        self, rows: Rows, live: np.ndarray, generation: int
+    ) -> tuple[LexicalCorpus, CorpusStats]:
+        cached = self._cached
+        if cached is None or cached.generation != generation:
+            cached = self._cached = _Cached(rows, live, generation)
+        elif len(cached.corpus) != len(rows):
+            cached.catch_up(rows, live)
+        return cached.corpus, cached.stats
 
-
-def lexical_matrix(index: EmbeddedIndex, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray:
-    """(rows x terms) lexical truths, statistics over every live row of the index."""
-    corpus, stats = _corpus(index)
-    return corpus.matrix(rows, terms, stats)
+    def matrix(
+        self,
+        rows: Rows,
+        live: np.ndarray,
+        generation: int,
+        chosen: np.ndarray,
+        terms: tuple[str, ...],
+    ) -> np.ndarray:
+        """(chosen rows x terms) lexical truths, statistics over every live row."""
+        corpus, stats = self.current(rows, live, generation)
+        return corpus.matrix(chosen, terms, stats)
 
 
 class LexicalStream:
@@ -91,14 +101,14 @@ class LexicalStream:
 
     def __init__(
         self,
-        index: EmbeddedIndex,
+        truths: np.ndarray,
         rows: np.ndarray,
         terms: tuple[str, ...],
         streamed: tuple[str, ...] | None = None,
     ) -> None:
         self.rows = rows
         self.streamed = terms if streamed is None else streamed
-        self.truths = lexical_matrix(index, rows, terms)
+        self.truths = truths  # (rows x terms) lexical truths
         self._columns = [terms.index(term) for term in self.streamed]
         self.order: list[np.ndarray] = []
         for j in self._columns:
@@ -118,7 +128,3 @@ class LexicalStream:
             term: float(self.truths[order[budget - 1], j]) if len(order) > budget else 0.0
             for term, order, j in zip(self.streamed, self.order, self._columns, strict=True)
         }
-
-
-def lexical_stats(index: EmbeddedIndex) -> CorpusStats:
-    return _corpus(index)[1]
