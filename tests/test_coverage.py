@@ -102,6 +102,16 @@ def test_the_proxy_reports_coverage_per_index(opensearch_url, partly_embedded, e
         assert named.json()["coverage"][partly_embedded]["without_vector"] == 3
         searched = httpx.post(f"{url}/{partly_embedded}/_search", json=body, timeout=60)
         assert searched.status_code == 200, searched.text
+        # The search itself says so, as the engines send their warnings: a Warning header.
+        # (The engine may send warnings of its own in the same header, before itlr's.)
+        warning = searched.headers["warning"]
+        ours = warning[warning.index('299 itlr "') :]
+        assert ours.endswith('"'), warning
+        the_warning([ours.removeprefix('299 itlr "')], partly_embedded)
+        plain = {"size": 5, "query": {"match": {"body": "vitamin"}}}
+        untouched = httpx.post(f"{url}/{partly_embedded}/_search", json=plain, timeout=60)
+        assert untouched.status_code == 200
+        assert "itlr" not in untouched.headers.get("warning", "")
         health = httpx.get(f"{url}/_itlr/healthz", timeout=60).json()
         assert health["coverage"][partly_embedded] == {
             "index": partly_embedded,

@@ -179,6 +179,7 @@ class QueryBarProxy:
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
+        self.coverage = CoverageReport(self.upstream, connection)
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
 
@@ -365,6 +366,7 @@ class QueryBarProxy:
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
         rewritten = False
+        search: re.Match[str] | None = None
         forward_query: bytes | None = None
         query_api = QUERY_API_PATH.match(request.url.path)
         if query_api:
@@ -458,6 +460,12 @@ class QueryBarProxy:
         response_headers = {
             k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
         }
+        if rewritten and upstream.status_code < 400 and search and search.group("target"):
+            # Documents without a vector cannot be found: say so as the engines say deprecations.
+            note = await self.coverage.warning(request, search.group("target"))
+            if note:
+                previous = response_headers.get("warning")
+                response_headers["warning"] = ", ".join(filter(None, [previous, note]))
         if upstream.is_stream_consumed:
             # Buffered (a failed logical search): the bytes as the upstream sent them.
             response_headers.pop("content-encoding", None)
@@ -547,7 +555,7 @@ def create_proxy_app(
             )
         return await coverage.healthz(request)
 
-    coverage = CoverageReport(proxy.upstream, connection)
+    coverage = proxy.coverage
     methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
     app = Starlette(
         routes=[

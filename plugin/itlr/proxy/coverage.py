@@ -77,6 +77,23 @@ class CoverageReport:
                 report[target] = EngineError(str(failed))
         return report
 
+    async def warning(self, request: Request, target: str) -> str | None:
+        """The `Warning` header value (RFC 7234 form, code 299, as the engines send theirs) for
+        a logical search of `target` when documents it cannot score exist; None otherwise, or
+        when they cannot be counted (the search's answer is not held up by the count)."""
+        headers = self._headers(request)
+        try:
+            layout = (await self.upstream.vectors(target, headers)).layout
+            counted = await target_coverage(self.upstream, self.cache, target, headers)
+        except (EngineError, ValueError):
+            return None
+        note = counted.warning(layout.vector_field, layout.text_field)
+        if note is None:
+            return None
+        # A header value is Latin-1 text: anything else, and the quote, are escaped away.
+        quoted = note.replace("\\", "\\\\").replace('"', '\\"').encode("ascii", "replace")
+        return f'299 itlr "{quoted.decode("ascii")}"'
+
     async def healthz(self, request: Request) -> JSONResponse:
         """The upstream's engine and, per index searched so far (and each `?index=` named), the
         documents with a text but no vector; 503 when the upstream does not answer."""
