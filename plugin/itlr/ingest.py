@@ -25,9 +25,10 @@ from itlr.fingerprint import content_hash
 
 
 class TextEncoder(Protocol):
-    """What ingestion needs from a model: texts in, unit vectors out (itlr.embed.Embedder)."""
+    """What ingestion needs from a model: passages in, unit vectors out, with the passage
+    prompt the index records (itlr.embed.Embedder.encode_passages)."""
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass

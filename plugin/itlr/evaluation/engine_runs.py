@@ -65,7 +65,8 @@ class PrecomputedVectors:
     def __init__(self, documents: Sequence[Document], vectors: np.ndarray) -> None:
         self._by_text = {d.text: v for d, v in zip(documents, vectors, strict=True)}
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
+        # The evaluation embedded the passages itself, with whatever prompt its model wants.
         return np.stack([self._by_text[t] for t in texts])
 
 
