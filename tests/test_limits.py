@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
-from itlr import parser
+from itlr import query as query_module
 from itlr.cli import app as cli
 from itlr.embed import FairSlots
 from itlr.engines.connection import Connection
@@ -63,7 +63,7 @@ def test_the_pre_parse_scan_counts_terms_and_nesting_as_the_parser_does(
     query: str, terms: int, depth: int
 ) -> None:
     assert query_shape(query) == (terms, depth)
-    assert len(parser.parse(query).terms) == terms  # every term differs: no duplicates merged
+    assert len(query_module.parse(query).terms) == terms  # every term differs: no duplicates merged
 
 
 def test_json_depth_counts_objects_and_arrays_but_not_brackets_inside_strings() -> None:
@@ -85,20 +85,20 @@ def test_every_limit_comes_from_its_environment_variable(monkeypatch) -> None:
 
 
 def test_a_query_of_the_most_terms_parses_and_one_more_is_refused() -> None:
-    assert len(parser.parse(many_terms(LIMITS.max_terms)).terms) == LIMITS.max_terms
+    assert len(query_module.parse(many_terms(LIMITS.max_terms)).terms) == LIMITS.max_terms
     with pytest.raises(LimitError, match=r"has 65 terms; the limit is 64 \(max_terms, raise it"):
-        parser.parse(many_terms(LIMITS.max_terms + 1))
+        query_module.parse(many_terms(LIMITS.max_terms + 1))
     with pytest.raises(LimitError, match=r"nested 33 levels deep; the limit is 32 \(max_depth"):
-        parser.parse("(" * 33 + "a" + ")" * 33)
+        query_module.parse("(" * 33 + "a" + ")" * 33)
 
 
 def test_the_probes_10000_term_query_is_refused_on_the_cli_without_being_parsed() -> None:
-    before = parser._parse.cache_info()
+    before = query_module._parse.cache_info()
     result = runner.invoke(cli, ["parse", "-"], input=many_terms(10_000))
     assert result.exit_code == 2, result.output
     line = one_line(result.stderr)
     assert "the limit is 4,096 (max_query_chars, raise it with ITLR_MAX_QUERY_CHARS)" in line
-    after = parser._parse.cache_info()
+    after = query_module._parse.cache_info()
     assert (after.hits, after.misses) == (before.hits, before.misses)  # pyparsing never ran
 
 
