@@ -163,10 +163,12 @@ def test_a_file_is_refused_however_the_path_is_spelled(users_project: Path) -> N
 
 
 def test_a_bare_name_linked_to_a_users_folder_is_refused(
-    users_project: Path, itlr_home: Path
+    users_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (itlr_home / "indexes").mkdir(parents=True)
-    (itlr_home / "indexes" / "notes").symlink_to(users_project, target_is_directory=True)
+    home = tmp_path / "home"  # its own: the run's shared home may hold `notes` already
+    monkeypatch.setenv("ITLR_HOME", str(home))
+    (home / "indexes").mkdir(parents=True)
+    (home / "indexes" / "notes").symlink_to(users_project, target_is_directory=True)
     with pytest.raises(IndexStateError, match="not an itlr index"):
         itlr.Index.open("notes")
     _untouched(users_project)
