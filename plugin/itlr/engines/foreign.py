@@ -6,14 +6,32 @@ ingestion (ClusterBackend.add) both prepare a foreign index here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import Any, Protocol
 
+from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD
 
-if TYPE_CHECKING:
-    from itlr.engines.cluster import ClusterBackend
+
+class ClusterTarget(Protocol):
+    """What preparing a foreign index needs of a cluster backend (itlr.engines.cluster's
+    ClusterBackend), named here so that this module does not import the backend it serves."""
+
+    index: str
+    client: Any
+    layout: IndexLayout
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def _errors(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def check_index(self) -> None: ...
 
 
 def itlr_fields() -> dict[str, Any]:
@@ -28,13 +46,13 @@ def itlr_fields() -> dict[str, Any]:
     }
 
 
-def vector_mapping(backend: ClusterBackend, dims: int, model: str) -> dict[str, Any]:
+def vector_mapping(backend: ClusterTarget, dims: int, model: str) -> dict[str, Any]:
     """The vector field's mapping as itlr makes it for this engine."""
     body = backend.dialect.mapping(dims, model)
     return dict(body["mappings"]["properties"][backend.layout.vector_field])
 
 
-def index_mapping(backend: ClusterBackend, index: str) -> dict[str, Any]:
+def index_mapping(backend: ClusterTarget, index: str) -> dict[str, Any]:
     """The `mappings` object of one index."""
     with backend._errors():
         answer = dict(backend.client.indices.get_mapping(index=index))
@@ -42,14 +60,14 @@ def index_mapping(backend: ClusterBackend, index: str) -> dict[str, Any]:
     return dict(body["mappings"])
 
 
-def knn_enabled(backend: ClusterBackend) -> bool:
+def knn_enabled(backend: ClusterTarget) -> bool:
     with backend._errors():
         answer = dict(backend.client.indices.get_settings(index=backend.index))
     (body,) = answer.values()
     return str(body["settings"]["index"].get("knn", "false")).lower() == "true"
 
 
-def put_properties(backend: ClusterBackend, properties: dict[str, Any]) -> None:
+def put_properties(backend: ClusterTarget, properties: dict[str, Any]) -> None:
     with backend._errors():
         if backend.engine == "elasticsearch":
             backend.client.indices.put_mapping(index=backend.index, properties=properties)
@@ -58,7 +76,7 @@ def put_properties(backend: ClusterBackend, properties: dict[str, Any]) -> None:
 
 
 def add_itlr_fields(
-    backend: ClusterBackend, dims: int, model: str, also: dict[str, Any] | None = None
+    backend: ClusterTarget, dims: int, model: str, also: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Add the vector field and itlr's own fields (and `also`) to the index's mapping where
     they are missing, or say in one line why not, before changing anything. Returns what was
