@@ -79,10 +79,7 @@ class BackfillReport:
             + (f"; it holds {self.count}" if self.count is not None else "")
             + f" in {self.seconds:.1f}s ({rate:,.1f} docs/s)"
         )
-        if self.failed:
-            first_id, reason = next(iter(self.failed.items()))
-            line += f"; first failure {first_id}: {reason}"
-        return line
+        return line + first_failure(self.failed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -443,7 +440,7 @@ def backfill_spec(
     `install_pipeline`: first make itlr's hash guard the index's final pipeline
     (itlr.hash_guard). `passage_prompt` goes in front of each text (search with the matching
     `query_prompt`)."""
-    embedder = get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
+    embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
     backend = cluster_backend(spec, embedder)
     if install_pipeline:
         if into:
@@ -464,6 +461,22 @@ def backfill_spec(
         on_batch=on_batch,
         on_total=on_total,
     )
+
+
+def first_failure(failed: dict[str, str]) -> str:
+    """A summary line's ending that names the first failed document, if any."""
+    if not failed:
+        return ""
+    first_id, reason = next(iter(failed.items()))
+    return f"; first failure {first_id}: {reason}"
+
+
+def passage_embedder(
+    model: str | None, encoder: str | None, encoder_url: str | None, passage_prompt: str | None
+) -> Embedder:
+    """What a back-fill, and a follower after it, embeds texts with: the passage prompt in
+    front, so both write the vectors a search with the matching query prompt expects."""
+    return get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
 
 
 def cluster_backend(spec: EngineSpec, embedder: Embedder) -> ClusterBackend:

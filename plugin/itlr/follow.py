@@ -28,8 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from itlr.backfill import check_before_backfill, cluster_backend, prepare_in_place, text_of
-from itlr.embed import Embedder, get_embedder
+from itlr.backfill import (
+    check_before_backfill,
+    cluster_backend,
+    first_failure,
+    passage_embedder,
+    prepare_in_place,
+    text_of,
+)
+from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
 from itlr.errors import EngineError
@@ -86,10 +93,7 @@ class FollowReport:
             f"{self.embedded} embedded, {self.restored} hash restored, {len(self.failed)} failed; "
             f"busy {self.busy_seconds:.1f}s, of which encoding {self.encode_seconds:.1f}s"
         )
-        if self.failed:
-            first_id, reason = next(iter(self.failed.items()))
-            line += f"; first failure {first_id}: {reason}"
-        return line
+        return line + first_failure(self.failed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -274,7 +278,7 @@ def follow_spec(
 ) -> FollowReport:
     """Follow the index an EngineSpec names until `stop` is set. The encoder options are
     back-fill's (itlr.backfill.backfill_spec): the follower must embed as the back-fill did."""
-    embedder = get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
+    embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
     follower = Follower(
         cluster_backend(spec, embedder),
         embedder,
