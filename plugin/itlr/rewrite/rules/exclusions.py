@@ -59,7 +59,7 @@ def take_exclusions(b: Builder, toks: list[Tok]) -> tuple[list[Tok], list[Term]]
 
 def _tidy_commas(toks: list[Tok]) -> list[Tok]:
     """Drop the commas a removed exclusion leaves dangling: "X, ? How ..." -> "X? How ..."."""
-    kept = []
+    kept: list[Tok] = []
     for i, tok in enumerate(toks):
         after = toks[i + 1].low if i + 1 < len(toks) else "?"
         if tok.low == "," and (after in SENTENCE_END or after in {",", ")"} or not kept):

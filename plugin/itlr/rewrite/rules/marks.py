@@ -21,7 +21,7 @@ class Mark:
     text: str
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "span": [self.start, self.end],
