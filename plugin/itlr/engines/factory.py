@@ -86,9 +86,9 @@ def remote_backend(spec: EngineSpec, model: str, dims: int):
     if engine == "auto":
         engine, version = detect_engine(spec.connection)
         if engine == "elasticsearch":
-            from itlr.engines.elasticsearch import unsupported_version
+            from itlr.engines.elasticsearch import version_refusal
 
-            problem = unsupported_version(version)
+            problem = version_refusal(version)
             if problem:
                 raise EngineError(problem)
     if engine == "opensearch":
