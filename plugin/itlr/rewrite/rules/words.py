@@ -11,21 +11,27 @@ import tomllib
 from pathlib import Path
 
 _LISTS = tomllib.loads(Path(__file__).with_name("words.toml").read_text(encoding="utf-8"))
+_READ: set[str] = set()
+
+
+def _list(name: str) -> list[str]:
+    _READ.add(name)
+    return list(_LISTS[name])
 
 
 def _words(name: str) -> frozenset[str]:
-    return frozenset(_LISTS[name])
+    return frozenset(_list(name))
 
 
 def _phrases(name: str) -> tuple[tuple[str, ...], ...]:
     """A list of phrases, each as its words, in the file's order."""
-    return tuple(tuple(phrase.split()) for phrase in _LISTS[name])
+    return tuple(tuple(phrase.split()) for phrase in _list(name))
 
 
 def _pairs(name: str) -> frozenset[tuple[str, str]]:
     """ "salt and pepper" -> ("salt", "pepper")."""
     pairs = set()
-    for phrase in _LISTS[name]:
+    for phrase in _list(name):
         left, joiner, right = phrase.partition(" and ")
         if not (joiner and left and right):
             raise ValueError(f"words.toml: {name} entry {phrase!r} is not 'X and Y'")
@@ -56,6 +62,9 @@ GUARD_WORDS = _words("guard_words")
 AUXILIARIES = _words("auxiliaries")
 BINOMIALS = _pairs("binomials")
 OR_WORDS = _words("or_words")
+# A list no rule reads is a misspelt name or a leftover: either way an edit that does nothing.
+if _unread := sorted(set(_LISTS) - _READ):
+    raise ValueError(f"words.toml: no rule reads the lists {_unread}")
 
 # Looked up by first word: matching every cue at every position was most of the run time.
 CUES_BY_FIRST_WORD: dict[str, tuple[tuple[str, ...], ...]] = {}
