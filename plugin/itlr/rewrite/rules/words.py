@@ -1,7 +1,7 @@
 """What the rule rewriter recognises: the word lists of words.toml, and the patterns of words.
 
 The lists live in a data file so that teaching the rewriter a new cue, binomial or abbreviation
-is an edit to words.toml (each list says there what it is for), not to the rules.
+is an edit to words.toml, not to the rules.
 """
 
 from __future__ import annotations
