@@ -4,6 +4,7 @@ callers never share a count, and the scores stay those of freshly counted statis
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -123,6 +124,42 @@ def test_the_remembered_targets_are_bounded_least_recently_used_out_first() -> N
     assert len(store) == 2
     assert store.of("a", {}) is first
     assert store.of("b", {}).lookup([])[0] is None  # forgotten: counted again
+
+
+def test_searches_asking_while_a_count_is_on_its_way_share_it_unless_a_write_came_between() -> None:
+    store = CallerStatistics(max_age=3600.0)
+    counted = CorpusStats(5, 50, {"a": 1})
+    asked: list[int] = []
+
+    async def settle() -> None:
+        for _ in range(5):  # every task started so far runs up to its next wait
+            await asyncio.sleep(0)
+
+    async def scenario() -> list[CorpusStats]:
+        release = asyncio.Event()
+
+        async def count() -> CorpusStats:
+            asked.append(1)
+            await release.wait()
+            return counted
+
+        alice = {"authorization": "Basic YWxpY2U6eA=="}
+        first = [asyncio.ensure_future(store.statistics("docs", alice, ["a"], count))]
+        await settle()
+        first += [asyncio.ensure_future(store.statistics("docs", alice, ["a"], count))]
+        first[1].cancel()  # a caller who went away does not cancel the others' count
+        first += [asyncio.ensure_future(store.statistics("docs", alice, ["a"], count))]
+        other = asyncio.ensure_future(store.statistics("docs", {}, ["a"], count))
+        await settle()
+        assert len(asked) == 2  # one count per caller
+        store.written()
+        after = asyncio.ensure_future(store.statistics("docs", alice, ["a"], count))
+        await settle()
+        assert len(asked) == 3  # asked before the write: not shared with a search after it
+        release.set()
+        return await asyncio.gather(first[0], first[2], other, after)
+
+    assert asyncio.run(scenario()) == [counted] * 4
 
 
 # -- through the proxy, on a real OpenSearch ----------------------------------------------

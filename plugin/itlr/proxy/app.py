@@ -203,13 +203,9 @@ class QueryBarProxy:
         tokens = query_tokens(query.terms)
         key = (target, tuple(sorted(tokens)))
         if key not in counted:
-            remembered = self.statistics.of(target, headers)
-            lexical, recent = remembered.lookup(tokens)
-            if lexical is None or not recent:
-                asked = time.monotonic()
-                lexical = await self.upstream.lexical_stats(target, query, headers)
-                remembered.record(lexical, asked)
-            counted[key] = lexical
+            counted[key] = await self.statistics.statistics(
+                target, headers, tokens, lambda: self.upstream.lexical_stats(target, query, headers)
+            )
         return counted[key]
 
     async def _rewrite_one(

@@ -5,7 +5,8 @@ last counts per target and caller (`itlr.engines.remembered_stats.RememberedStat
 backend's): a search whose tokens were all counted at most ITLR_STATS_MAX_AGE seconds before
 (default 1 s, a cluster's default refresh interval), after the last write the proxy relayed
 answered, and whose index was steady (the last two counts agreed) is built from the remembered
-numbers and goes alone; any other counts first, as without memory. So the statistics a search
+numbers and goes alone; any other counts first, as without memory (searches that ask while the
+same count is on its way share it). So the statistics a search
 is scored with are at most ITLR_STATS_MAX_AGE seconds old, and a write through the proxy shows
 in the next search through it at once (once the cluster made it searchable: a refresh).
 
@@ -17,13 +18,17 @@ pairs of `REMEMBERED_TOKENS` tokens each, least recently used out first.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from time import monotonic
 
 from itlr.engines.remembered_stats import RememberedStats, stats_max_age
+from itlr.lexical import CorpusStats
 
 # (target, caller) pairs remembered, and tokens per pair: some 30 MB at most together, far
 # less in practice (a query bar's few indexes and users, a few hundred tokens each).
@@ -81,8 +86,13 @@ def caller_digest(headers: Mapping[str, str]) -> bytes:
     return digest.digest()
 
 
+# A count of one caller's target, on its way: when it was asked, and its answer to come.
+Pending = tuple[float, "asyncio.Future[CorpusStats]"]
+
+
 class CallerStatistics:
-    """Remembered statistics per (target, caller); thread-safe, bounded."""
+    """Remembered statistics per (target, caller), bounded; `statistics` runs on one event
+    loop (the proxy's)."""
 
     def __init__(
         self,
@@ -95,10 +105,56 @@ class CallerStatistics:
         self.tokens = tokens
         self._lock = threading.Lock()
         self._remembered: OrderedDict[tuple[str, bytes], RememberedStats] = OrderedDict()
+        self._counting: dict[tuple[str, bytes, tuple[str, ...]], Pending] = {}
+        self._written_at = -math.inf
+
+    async def statistics(
+        self,
+        target: str,
+        headers: Mapping[str, str],
+        tokens: Sequence[str],
+        count: Callable[[], Awaitable[CorpusStats]],
+    ) -> CorpusStats:
+        """The caller's statistics of these tokens on the target: the remembered ones while
+        recent, else `count()`'s, remembered. Searches of the same caller, target and tokens
+        that ask while a count is on its way (a dashboard's panels at once) share it, unless a
+        write was answered after it was asked."""
+        caller = caller_digest(headers)
+        remembered = self._of(target, caller)
+        lexical, recent = remembered.lookup(tokens)
+        if lexical is not None and recent:
+            return lexical
+        key = (target, caller, tuple(sorted(set(tokens))))
+        pending = self._counting.get(key)
+        if pending is None or pending[0] <= self._written_at:
+            asked = monotonic()
+            task = asyncio.ensure_future(self._count(remembered, count, asked))
+            pending = self._counting[key] = (asked, task)
+            task.add_done_callback(lambda done: self._settled(key, done))
+        return await asyncio.shield(pending[1])
+
+    @staticmethod
+    async def _count(
+        remembered: RememberedStats, count: Callable[[], Awaitable[CorpusStats]], asked: float
+    ) -> CorpusStats:
+        lexical = await count()
+        remembered.record(lexical, asked)
+        return lexical
+
+    def _settled(
+        self, key: tuple[str, bytes, tuple[str, ...]], done: asyncio.Future[CorpusStats]
+    ) -> None:
+        if self._counting.get(key, (0.0, None))[1] is done:
+            del self._counting[key]
+        if not done.cancelled():
+            done.exception()  # every waiter may have gone: the failure is theirs, not the loop's
 
     def of(self, target: str, headers: Mapping[str, str]) -> RememberedStats:
         """The statistics remembered for this target (as the path names it) and caller."""
-        key = (target, caller_digest(headers))
+        return self._of(target, caller_digest(headers))
+
+    def _of(self, target: str, caller: bytes) -> RememberedStats:
+        key = (target, caller)
         with self._lock:
             remembered = self._remembered.get(key)
             if remembered is None:
@@ -115,6 +171,7 @@ class CallerStatistics:
         one, not the written index's: aliases, patterns and `_bulk` bodies name indexes in too
         many ways to tell which targets a write reaches, and a count costs one round trip."""
         with self._lock:
+            self._written_at = monotonic()
             remembered = list(self._remembered.values())
         for one in remembered:
             one.written()
