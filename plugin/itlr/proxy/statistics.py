@@ -6,9 +6,14 @@ backend's): a search whose tokens were all counted at most ITLR_STATS_MAX_AGE se
 (default 1 s, a cluster's default refresh interval), after the last write the proxy relayed
 answered, and whose index was steady (the last two counts agreed) is built from the remembered
 numbers and goes alone; any other counts first, as without memory (searches that ask while the
-same count is on its way share it). So the statistics a search
-is scored with are at most ITLR_STATS_MAX_AGE seconds old, and a write through the proxy shows
-in the next search through it at once (once the cluster made it searchable: a refresh).
+same count is on its way share it). So the statistics a search is scored with are at most
+ITLR_STATS_MAX_AGE seconds old, and a write through the proxy shows in the next search through
+it at once (once the cluster made it searchable: a refresh).
+
+Why count first rather than send the count along and search again when it differs (as the
+cluster backend does): the search the proxy forwards is the UI's own request (an async search
+the cluster keeps, a streamed answer, an `_msearch` of many panels); sending it twice would
+double that work and its side effects, so only statistics known to be recent are used.
 
 Counts are kept per caller: a digest of the headers that carry the caller's identity (the ones
 the count itself is sent with), so one user's counts, which document-level security may make
@@ -30,8 +35,9 @@ from time import monotonic
 from itlr.engines.remembered_stats import RememberedStats, stats_max_age
 from itlr.lexical import CorpusStats
 
-# (target, caller) pairs remembered, and tokens per pair: some 30 MB at most together, far
-# less in practice (a query bar's few indexes and users, a few hundred tokens each).
+# (target, caller) pairs remembered, and tokens per pair: about 25 MB when full (tokens of 20
+# characters, measured with tracemalloc), far less in practice (a query bar's few indexes and
+# users, a few hundred tokens each).
 REMEMBERED_TARGETS = 128
 REMEMBERED_TOKENS = 1024
 
