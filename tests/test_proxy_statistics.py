@@ -361,3 +361,28 @@ def test_two_callers_never_share_a_count(
         counting_proxy.search(url, documents_index)  # no credentials: a caller of its own
         assert [h for _, h in counting_proxy.counts][-1] == {}
     assert len(counting_proxy.app.state.proxy.statistics) == 3
+
+
+@pytest.mark.opensearch
+def test_a_dashboards_panels_searching_at_once_after_a_write_wait_for_one_count(
+    counting_proxy, opensearch_url, documents_index, embedder
+) -> None:
+    expected = freshly_counted(opensearch_url, documents_index, embedder)
+    body = {"size": 10, "query": {"query_string": {"query": f"itlr:({LOGICAL})"}}}
+    with serving(counting_proxy.app) as url:
+        counting_proxy.search(url, documents_index)  # mapping, scripts and term vectors known
+        refreshed = httpx.post(f"{url}/{documents_index}/_refresh", timeout=60)
+        assert refreshed.status_code == 200, refreshed.text
+        counted = len(counting_proxy.counts)
+
+        async def panels() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=60) as client:
+                search = f"{url}/{documents_index}/_search"
+                return await asyncio.gather(*(client.post(search, json=body) for _ in range(12)))
+
+        answers = asyncio.run(panels())
+    assert len(counting_proxy.counts) == counted + 1
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        got = [(h["_id"], h["_score"]) for h in answer.json()["hits"]["hits"]]
+        assert_scores_close(got, expected)
