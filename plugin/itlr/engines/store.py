@@ -51,7 +51,9 @@ import json
 import os
 import re
 import sqlite3
+import sys
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +98,7 @@ CREATE TABLE IF NOT EXISTS postings (
 """
 # A posting's row as an offset from its batch's first row, and its count: little-endian uint32.
 _POSTING = np.dtype("<u4")
+assert array("I").itemsize == _POSTING.itemsize
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,12 @@ class StoredRow:
         if self.deleted:
             return {"id": self.id, "deleted": True}
         return {"id": self.id, "text": self.text, "fields": self.fields}
+
+
+def _posting_bytes(values: array) -> bytes:
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tobytes()
 
 
 def vector_file(generation: int) -> str:
@@ -437,22 +446,20 @@ class VectorStore:
 
     def _insert_postings(self, start: int, counts: Sequence[Counter[str]]) -> None:
         """One postings entry per token of these rows (the rows from `start` on)."""
-        held: dict[str, tuple[list[int], list[int]]] = {}
+        held: dict[str, tuple[array, array]] = {}
         for offset, row in enumerate(counts):
             for token, count in row.items():
-                found = held.setdefault(token, ([], []))
+                found = held.get(token)
+                if found is None:
+                    found = held[token] = (array("I"), array("I"))
                 found[0].append(offset)
                 found[1].append(count)
+        # In key order: the B-tree takes them as an append where it can.
         self._db.executemany(
             "INSERT INTO postings (token, start, rows, counts) VALUES (?, ?, ?, ?)",
             (
-                (
-                    token,
-                    start,
-                    np.array(offsets, dtype=_POSTING).tobytes(),
-                    np.array(found, dtype=_POSTING).tobytes(),
-                )
-                for token, (offsets, found) in held.items()
+                (token, start, _posting_bytes(offsets), _posting_bytes(found))
+                for token, (offsets, found) in sorted(held.items())
             ),
         )
 
