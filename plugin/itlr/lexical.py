@@ -55,7 +55,7 @@ B = 0.75
 MAX_TOKEN_CHARS = 64
 # Query terms whose tokens are remembered (term_words), and sets of them (query_tokens).
 QUERY_TERMS_REMEMBERED = 4096
-# Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
+# Tokens whose postings a LexicalCorpus (or the embedded engine's stored postings) keeps.
 POSTINGS_KEPT = 4096
 # LexicalCorpus.extend by more rows than this drops the kept postings rather than extend them.
 EXTEND_POSTINGS_ROWS = 1024
@@ -240,8 +240,10 @@ class PostingsMatrix:
 class LexicalCorpus(PostingsMatrix):
     """Token counts of a fixed list of texts, their statistics and lexical truth matrices.
 
-    The embedded engine keeps one per index generation (itlr.engines.embedded_lexical); the
-    evaluation methods and the ablation build one over a whole dataset."""
+    The evaluation methods and the ablation build one over a whole dataset; the embedded
+    engine reads postings its store wrote instead, and builds one from its rows' texts only
+    while another process's compaction has renumbered the stored rows
+    (itlr.engines.embedded_lexical)."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.counts = [Counter(tokenize(t)) for t in texts]
