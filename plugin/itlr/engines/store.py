@@ -116,7 +116,7 @@ class StoredRow:
         return {"id": self.id, "text": self.text, "fields": self.fields}
 
 
-def _posting_bytes(values: array) -> bytes:
+def _posting_bytes(values: array[int]) -> bytes:
     if sys.byteorder == "big":
         values.byteswap()
     return values.tobytes()
@@ -446,7 +446,7 @@ class VectorStore:
 
     def _insert_postings(self, start: int, counts: Sequence[Counter[str]]) -> None:
         """One postings entry per token of these rows (the rows from `start` on)."""
-        held: dict[str, tuple[array, array]] = {}
+        held: dict[str, tuple[array[int], array[int]]] = {}
         for offset, row in enumerate(counts):
             for token, count in row.items():
                 found = held.get(token)
