@@ -254,3 +254,14 @@ def test_kill_9_inside_a_commit_leaves_statistics_equal_to_a_recount(tmp_path, w
     }[when]
     assert (survived.committed_rows, survived.count()) == expected
     assert_equals_a_recount(survived)
+
+
+def test_the_first_search_benchmark_times_fresh_processes_on_a_kept_index(tmp_path) -> None:
+    from itlr.benchmarks.first_search import first_search_report
+
+    lines = first_search_report(1500, 1, tmp_path)
+    assert lines[-1].startswith("| 1,500 |") and len(lines[-1].split("|")) == 7
+    kept = EmbeddedIndex.open(tmp_path / "first-search-1500")
+    assert kept.count() == 1500 and kept.lexical_stats(["vitamin"]).df["vitamin"] > 0
+    kept.close()
+    assert first_search_report(1500, 1, tmp_path)[-1].startswith("| 1,500 |")  # reused
