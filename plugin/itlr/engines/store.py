@@ -41,7 +41,7 @@ processes committed, so two writers in turn never lose or duplicate each other's
 Indexes written by itlr before this format are migrated in place on first open: format 1
 (manifest.json + docs.jsonl + vectors.f32) keeps the rows that have both a document line and a
 vector, a torn last line dropped; format 2 (no token counts or postings) gets them in one
-transaction, every row tokenised once (about 10 s at 100,000 rows).
+transaction, every row tokenised once (docs/cli.md says how long that takes).
 """
 
 from __future__ import annotations
