@@ -13,7 +13,7 @@ read-modify-write) or when a partial `_update` leaves it. For those itlr install
 ingest pipeline (`final_pipeline` of the index) that moves `itlr_hash` to `itlr_hash_was` on
 every write that runs pipelines; the follower then compares the old hash with the current
 text's: equal, only the hash is put back (no encoder call); different, it embeds again. What
-runs the pipeline on OpenSearch 3.6 (tests/test_follow.py checks each): index and create
+runs the pipeline on OpenSearch 3.6 (tests/existing_indexes/test_follow.py checks each): index and create
 (REST and `_bulk`), `_update` (REST, partial `doc` or script), upserts that create a document,
 `_update_by_query`. What does not: `_bulk` `update` actions on an existing document (itlr's own
 writes are of that kind, which is why they keep their hash); a full `itlr backfill` run (a

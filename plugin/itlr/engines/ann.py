@@ -59,7 +59,7 @@ def graph_path(folder: Path, generation: int) -> Path:
 def usearch_index() -> type:
     """usearch's Index class. onnxruntime (the default encoder) is imported first when it is
     installed: onnxruntime 1.32 imported after usearch 2.26 crashes the process (SIGSEGV, a clash
-    of their native libraries), the other order is safe (tests/test_ann.py)."""
+    of their native libraries), the other order is safe (tests/embedded/test_ann.py)."""
     with contextlib.suppress(ImportError):
         import onnxruntime  # noqa: F401
     from usearch.index import Index

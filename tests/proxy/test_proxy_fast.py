@@ -30,7 +30,7 @@ from itlr.term_cache import cache_for
 
 pytestmark = pytest.mark.opensearch
 
-PLUGIN = str(Path(__file__).resolve().parent.parent / "plugin")
+PLUGIN = str(Path(__file__).resolve().parents[2] / "plugin")
 QUERY = '"vitamin D" AND NOT "bone health"'
 
 

@@ -1,9 +1,9 @@
 """`--encoder openai`: vectors from an OpenAI-compatible /v1/embeddings endpoint, and the
 per-model prompts every encoder puts before query terms and passages.
 
-The endpoint here is tests/embedding_server.py: real HTTP on loopback with the real bundled model
+The endpoint here is tests/support/embedding_server.py: real HTTP on loopback with the real bundled model
 behind it (the local encoder) and scripted misbehaviour in front of it (429s, 5xx, slow answers,
-bad bodies). tests/test_infinity_endpoint.py runs the same model behind a real server from PyPI.
+bad bodies). tests/encoders/test_infinity_endpoint.py runs the same model behind a real server from PyPI.
 """
 
 from __future__ import annotations

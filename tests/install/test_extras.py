@@ -19,7 +19,7 @@ import pytest
 from itlr.errors import ConfigurationError, ItlrError
 from itlr.extras import EXTRAS, MissingExtra, require
 
-PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
+PLUGIN = Path(__file__).resolve().parents[2] / "plugin"
 RUN_BLOCKED = """
 import sys
 for name in sys.argv[1].split(","):

@@ -23,7 +23,7 @@ from itlr.cli import app
 from itlr.demo import showcases
 from itlr.resources import data_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERIES = [
     *(str(case.query) for case in showcases()),
     '"machine learning" OR "statistics"',

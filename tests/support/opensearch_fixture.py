@@ -1,6 +1,6 @@
 """pytest plugin: a real OpenSearch for the tests that ask for it.
 
-Register it with ``pytest_plugins = ["opensearch_fixture"]`` (tests/ is on ``pythonpath``).
+Register it with ``pytest_plugins = ["opensearch_fixture"]`` (tests/support is on ``pythonpath``).
 
 Session fixture ``opensearch_url`` -> base URL without trailing slash, obtained in this order:
 
@@ -36,7 +36,7 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 TRUTHY = {"1", "true", "yes", "on"}
 CONTAINER_HEAP = "-Xms512m -Xmx512m"

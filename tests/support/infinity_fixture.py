@@ -5,7 +5,7 @@ Session fixture ``infinity_url`` -> the server's `/v1` base URL, obtained in thi
 
 1. ``ITLR_INFINITY_URL`` if set (a server already running, serving ``all-MiniLM-L6-v2``);
 2. a server started from a virtualenv cached in ``~/.cache/itlr/infinity/<key>/`` and built on
-   first use: ``pip install --no-deps -r tests/infinity_requirements.txt`` (the versions pip
+   first use: ``pip install --no-deps -r tests/support/infinity_requirements.txt`` (the versions pip
    resolved for ``infinity-emb[server,torch]==0.0.78``, without torch and its CUDA wheels:
    about 260 MB instead of 5.9 GB), then a ``.pth`` that lends it the test interpreter's
    site-packages, where torch already is. Infinity pins numpy < 2, transformers < 5 and

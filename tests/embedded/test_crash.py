@@ -19,7 +19,7 @@ from itlr.engines.store import DATABASE
 from itlr.lexical import LexicalCorpus
 
 TOPICS = ["vitamin D", "electric cars", "espresso", "roman roads", "volcanoes", "chess openings"]
-PLUGIN = str(Path(__file__).resolve().parents[1] / "plugin")
+PLUGIN = str(Path(__file__).resolve().parents[2] / "plugin")
 
 
 def write_corpus(path: Path, count: int) -> dict[str, str]:

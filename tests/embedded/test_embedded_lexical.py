@@ -23,7 +23,7 @@ from itlr.engines.store import DATABASE, FORMAT_VERSION
 from itlr.lexical import LexicalCorpus, query_tokens
 from itlr.options import SearchOptions
 
-PLUGIN = str(Path(__file__).resolve().parents[1] / "plugin")
+PLUGIN = str(Path(__file__).resolve().parents[2] / "plugin")
 DIMS = 8
 WORDS = [
     "zebra",

@@ -1,8 +1,8 @@
 """`--encoder openai` against a real OpenAI-compatible embedding server from PyPI: Infinity
-(tests/infinity_fixture.py), serving the bundled model from its folder, offline, on loopback.
+(tests/support/infinity_fixture.py), serving the bundled model from its folder, offline, on loopback.
 
 Infinity has no rate limit to provoke, so 429s and 5xx are tested against the scripted server
-(tests/test_openai_encoder.py); here the scores, the time-out and a wrong URL. Infinity answers
+(tests/encoders/test_openai_encoder.py); here the scores, the time-out and a wrong URL. Infinity answers
 for its one model whatever name a request gives, so the name is not checked here."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ DIMS = 384
 
 def cosine_options(**given: Any) -> SearchOptions:
     """Options with cosine truths: these cases check request shapes and the cosine scripts
-    (hybrid truths on Elasticsearch bodies: tests/test_hybrid.py)."""
+    (hybrid truths on Elasticsearch bodies: tests/search/test_hybrid.py)."""
     return SearchOptions(truth=TruthMap("clamp"), **given)
 
 

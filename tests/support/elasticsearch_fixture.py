@@ -1,6 +1,6 @@
 """pytest plugin: a real Elasticsearch for the tests that ask for it.
 
-Register it with ``pytest_plugins = ["elasticsearch_fixture"]`` (tests/ is on ``pythonpath``).
+Register it with ``pytest_plugins = ["elasticsearch_fixture"]`` (tests/support is on ``pythonpath``).
 Same design as ``opensearch_fixture.py``, whose machinery it reuses:
 
 - ``elasticsearch_url`` (session) -> base URL: ``ITLR_ELASTICSEARCH_URL`` if set, else a Docker

@@ -22,7 +22,7 @@ from itlr.cli import app as cli
 from itlr.engines.embedded import EmbeddedIndex
 
 DIMS = 8
-PLUGIN = str(Path(__file__).resolve().parents[1] / "plugin")
+PLUGIN = str(Path(__file__).resolve().parents[2] / "plugin")
 runner = CliRunner()
 
 

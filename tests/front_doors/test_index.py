@@ -14,8 +14,8 @@ import itlr
 from itlr.cli import app
 
 runner = CliRunner()
-README = Path(__file__).resolve().parents[1] / "README.md"
-PYTHON_API = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
+PYTHON_API = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 QUERY = '"vitamin D" AND NOT "bone health"'
 DOCS = [
     {"id": "imm", "text": "Vitamin D supports the immune system against infections."},
