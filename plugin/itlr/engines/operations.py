@@ -18,6 +18,9 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
+from itlr.engines.connection import error_reason, missing_index
+from itlr.errors import EngineError
+
 # How long a scroll context lives between two pages of a scan.
 SCROLL = "5m"
 
@@ -118,7 +121,8 @@ class ClusterOperations:
         excludes: list[str] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """{id: _source} of the ids `index` holds: these fields (True: whole, False: none), or
-        the whole but `excludes`."""
+        the whole but `excludes`. A document the engine could not read (a missing index, a
+        failed shard) is an error, never taken for one the index does not hold."""
         if not ids:
             return {}
         with self.errors(index):
@@ -126,6 +130,14 @@ class ClusterOperations:
                 found = self._mget_excluding(index, ids, excludes)
             else:
                 found = self._mget(index, ids, source)
+        refused = next((d for d in found["docs"] if "error" in d), None)
+        if refused is not None:
+            reason = error_reason(refused, refused["error"])
+            if "index_not_found" in reason:
+                raise missing_index(self.url, index)
+            raise EngineError(
+                f"{self.url} could not read document {refused.get('_id')!r} of {index!r}: {reason}"
+            )
         return {d["_id"]: dict(d.get("_source") or {}) for d in found["docs"] if d.get("found")}
 
     # -- changing --------------------------------------------------------------------------
