@@ -310,10 +310,7 @@ def backfill_spec(
             raise ConfigurationError(
                 "--install-pipeline guards the index back-filled in place: not with --into"
             )
-        check_before_backfill(backend, spec.layout.text_field, embedder.dims, embedder.name)
-        check_hash_guard(backend)
-        prepare_in_place(backend, embedder.dims, embedder.name)  # itlr_hash_was mapped first
-        install_hash_guard(backend)
+        prepare_guarded(backend, spec.layout.text_field, embedder, install_pipeline=True)
     return backfill(
         backend,
         embedder,
@@ -324,6 +321,20 @@ def backfill_spec(
         on_batch=on_batch,
         on_total=on_total,
     )
+
+
+def prepare_guarded(
+    backend: ClusterBackend, text_field: str, embedder: Embedder, install_pipeline: bool
+) -> None:
+    """The back-fill's checks and the in-place mapping, and with `install_pipeline` itlr's hash
+    guard (itlr.hash_guard): another final pipeline refused before the mapping changes, the
+    guard installed once `itlr_hash_was` is mapped."""
+    check_before_backfill(backend, text_field, embedder.dims, embedder.name)
+    if install_pipeline:
+        check_hash_guard(backend)
+    prepare_in_place(backend, embedder.dims, embedder.name)
+    if install_pipeline:
+        install_hash_guard(backend)
 
 
 def passage_embedder(

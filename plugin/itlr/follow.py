@@ -28,19 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from itlr.backfill import (
-    check_before_backfill,
-    cluster_backend,
-    passage_embedder,
-    prepare_in_place,
-    text_of,
-)
+from itlr.backfill import cluster_backend, passage_embedder, prepare_guarded, text_of
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
 from itlr.errors import EngineError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
-from itlr.hash_guard import check_hash_guard, install_hash_guard
 from itlr.lexical import lexical_fields
 from itlr.write_report import WriteReport
 
@@ -120,12 +113,7 @@ class Follower:
 
     def prepare(self, install_pipeline: bool) -> None:
         """The back-fill's checks and mapping, and the pipeline when asked for."""
-        check_before_backfill(self.backend, self.text_field, self.embedder.dims, self.embedder.name)
-        if install_pipeline:
-            check_hash_guard(self.backend)
-        prepare_in_place(self.backend, self.embedder.dims, self.embedder.name)
-        if install_pipeline:
-            install_hash_guard(self.backend)
+        prepare_guarded(self.backend, self.text_field, self.embedder, install_pipeline)
 
     def run(self) -> WriteReport:
         started = time.perf_counter()
