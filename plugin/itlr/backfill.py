@@ -6,9 +6,10 @@ the text's token counts and length (itlr.lexical) that hybrid truth values read.
 Before anything changes, a text field no document has and a vector field of another type or
 dimension are refused in one line (`check_before_backfill`), and the documents are counted.
 
-In place: the vector field is added to the mapping, then every document is read with the
-client's `helpers.scan` and its vector written with `helpers.streaming_bulk` partial updates
-(429s backed off). Where OpenSearch cannot add a knn_vector field to the index (created without
+In place: the vector field is added to the mapping, then every document is read with a scan
+and its vector written with bulk partial updates (429s backed off): scan -> transform -> bulk
+over the backend's cluster operations (itlr.engines.operations), which alone know the engine.
+Where the engine cannot add the vector field to the index (an OpenSearch index created without
 `index.knn: true`), `into` mirrors the source into a new index with the right settings instead
 (every document, with its vector where it has a text; on a re-run changed fields are copied
 and documents gone from the source deleted), and `alias` then points at the new one. Keeping
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from itlr.embed import Embedder, get_embedder
@@ -27,74 +27,22 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.dialect import mapped_fields
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.engines.foreign import add_itlr_fields as prepare_in_place
-from itlr.engines.foreign import index_mapping as _mapping
 from itlr.engines.foreign import itlr_fields as _itlr_fields
 from itlr.engines.foreign import vector_mapping as _vector_mapping
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.hash_guard import check_hash_guard, install_hash_guard
+from itlr.ingest import batched
 from itlr.lexical import (
     LEXICAL_FIELDS,
     TOKEN_KEYS_FIELD,
     lexical_fields,
 )
+from itlr.write_report import WriteReport
 
 BATCH_SIZE = 64
 # Mapping types whose values are text a back-fill can embed (named in a refusal's hint).
 TEXT_TYPES = ("text", "match_only_text", "keyword", "wildcard")
-
-
-@dataclass
-class BackfillReport:
-    """What one back-fill run did; `encode_seconds` is the encoder's part of `seconds`."""
-
-    index: str
-    # A copy (`into`): documents without text are copied without a vector, documents gone
-    # from the source are deleted from the copy.
-    copy: bool = False
-    seen: int = 0
-    embedded: int = 0
-    skipped: int = 0
-    no_text: int = 0
-    copied: int = 0
-    deleted: int = 0
-    count: int | None = None
-    failed: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    encode_seconds: float = 0.0
-
-    def summary(self) -> str:
-        rate = self.embedded / self.seconds if self.seconds else 0.0
-        if self.copy:
-            middle = (
-                f"{self.skipped} already current ({self.copied} of them with changed fields "
-                f"copied), {self.no_text} without text (copied, no vector), {self.deleted} "
-                "deleted (gone from the source)"
-            )
-        else:
-            middle = f"{self.skipped} already current, {self.no_text} without text (no vector)"
-        line = (
-            f"back-filled {self.index}: {self.embedded} embedded, {middle}, "
-            f"{len(self.failed)} failed of {self.seen} documents"
-            + (f"; it holds {self.count}" if self.count is not None else "")
-            + f" in {self.seconds:.1f}s ({rate:,.1f} docs/s)"
-        )
-        return line + first_failure(self.failed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "seen": self.seen,
-            "embedded": self.embedded,
-            "skipped": self.skipped,
-            "no_text": self.no_text,
-            "copied": self.copied,
-            "deleted": self.deleted,
-            "count": self.count,
-            "failed": self.failed,
-            "seconds": self.seconds,
-            "encode_seconds": self.encode_seconds,
-        }
 
 
 def text_of(source: dict[str, Any], path: str) -> str | None:
@@ -111,41 +59,14 @@ def text_of(source: dict[str, Any], path: str) -> str | None:
 
 def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) -> None:
     """Create `target` with the source index's own fields plus the vector and hash fields."""
-    properties = dict(_mapping(backend, backend.index).get("properties", {}))
+    operations = backend.operations
+    if operations.exists(target):
+        return  # a resumed run: the documents already copied are compared by hash
+    properties = dict(operations.mapping(backend.index).get("properties", {}))
     properties[backend.layout.vector_field] = _vector_mapping(backend, dims, model)
     properties.update(_itlr_fields())
     settings = backend.dialect.mapping(dims, model)["settings"]
-    with backend._errors():
-        if backend.client.indices.exists(index=target):
-            return  # a resumed run: the documents already copied are compared by hash
-        body = {"settings": settings, "mappings": {"properties": properties}}
-        if backend.engine == "elasticsearch":
-            backend.client.indices.create(
-                index=target, settings=settings, mappings=body["mappings"]
-            )
-        else:
-            backend.client.indices.create(index=target, body=body)
-
-
-def _mget_sources(
-    backend: ClusterBackend, index: str, ids: list[str], fields: list[str] | bool
-) -> dict[str, dict[str, Any]]:
-    """{id: _source (these fields; True: whole, False: none)} of the ids `index` holds."""
-    with backend._errors():
-        if backend.engine == "elasticsearch":
-            found = backend.client.mget(index=index, ids=ids, source=fields)
-        else:
-            found = backend.client.mget(index=index, body={"ids": ids}, _source=fields)
-    return {d["_id"]: dict(d.get("_source") or {}) for d in found["docs"] if d.get("found")}
-
-
-def _count(backend: ClusterBackend, index: str, query: dict[str, Any] | None = None) -> int:
-    with backend._errors():
-        if query is None:
-            return int(backend.client.count(index=index)["count"])
-        if backend.engine == "elasticsearch":
-            return int(backend.client.count(index=index, query=query)["count"])
-        return int(backend.client.count(index=index, body={"query": query})["count"])
+    operations.create_index(target, settings, {"properties": properties})
 
 
 def itlr_written_fields(vector_field: str) -> tuple[str, ...]:
@@ -179,7 +100,7 @@ def _check_vector_field(
             f"index {index!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
             "back-fill into another field with --vector-field NEW_FIELD"
         )
-    mapped = backend._mapped_dims(vector)
+    mapped = backend.mapped_dims(vector)
     if mapped is not None and int(mapped) != dims:
         raise IndexStateError(
             f"index {index!r} field {field_name!r} holds {mapped}-dim vectors but model {model!r} "
@@ -193,8 +114,9 @@ def check_before_backfill(
     """Refuse, in one line and before any mapping changes, a back-fill that cannot do what it
     is asked: a text field no document has, a vector field of another type or dimension (in
     the source or in an existing `into`). Returns how many documents the source holds."""
-    properties = _mapping(backend, backend.index).get("properties", {})
-    total = _count(backend, backend.index)
+    operations = backend.operations
+    properties = operations.mapping(backend.index).get("properties", {})
+    total = operations.count(backend.index)
     known = _text_fields(properties)
     hint = f" (its text fields: {', '.join(known[:10])})" if known else ""
     if text_field not in mapped_fields(properties):
@@ -202,18 +124,15 @@ def check_before_backfill(
             f"index {backend.index!r} maps no field {text_field!r}: name the field that holds "
             f"the text with --text-field{hint}"
         )
-    if total and not _count(backend, backend.index, {"exists": {"field": text_field}}):
+    if total and not operations.count(backend.index, {"exists": {"field": text_field}}):
         raise IndexStateError(
             f"none of the {total} documents of {backend.index!r} has a value in "
             f"{text_field!r}: name the field that holds the text with --text-field{hint}"
         )
     _check_vector_field(backend, backend.index, properties, dims, model)
-    if into is not None:
-        with backend._errors():
-            exists = backend.client.indices.exists(index=into)
-        if exists:
-            target = _mapping(backend, into).get("properties", {})
-            _check_vector_field(backend, into, target, dims, model)
+    if into is not None and operations.exists(into):
+        target = operations.mapping(into).get("properties", {})
+        _check_vector_field(backend, into, target, dims, model)
     return total
 
 
@@ -232,7 +151,7 @@ def backfill(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
-) -> BackfillReport:
+) -> WriteReport:
     """Embed `text_field` of every document of the backend's index and store the vectors.
 
     In place by default; with `into`, the source mirrored into that index (every document
@@ -249,30 +168,10 @@ def backfill(
         prepare_into(backend, into, embedder.dims, embedder.name)
     else:
         prepare_in_place(backend, embedder.dims, embedder.name)
-    report = BackfillReport(target, copy=bool(into))
-    helpers = backend._bulk_helpers()
-    fields = None if into else [text_field, HASH_FIELD, TOKEN_KEYS_FIELD]
+    report = WriteReport("copy" if into else "backfill", target)
+    operations = backend.operations
+    fields = True if into else [text_field, HASH_FIELD, TOKEN_KEYS_FIELD]
     vector_field = backend.layout.vector_field
-
-    def documents() -> Iterator[dict[str, Any]]:
-        with backend._errors():
-            yield from helpers.scan(
-                backend.client,
-                index=backend.index,
-                query={"query": {"match_all": {}}, "_source": fields if fields else True},
-                size=batch_size * 4,
-                scroll="5m",
-            )
-
-    def batches() -> Iterator[list[dict[str, Any]]]:
-        batch: list[dict[str, Any]] = []
-        for hit in documents():
-            batch.append(hit)
-            if len(batch) == batch_size:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
 
     def copy(
         hit: dict[str, Any], source: dict[str, Any], copied: dict[str, Any] | None
@@ -283,10 +182,11 @@ def backfill(
         return {"_op_type": "index", "_index": into, "_id": hit["_id"], **source}
 
     def actions() -> Iterator[dict[str, Any]]:
-        for batch in batches():
+        scanned = operations.scan(backend.index, fields, size=batch_size * 4)
+        for batch in batched(scanned, batch_size):
             report.seen += len(batch)
             ids = [h["_id"] for h in batch]
-            copies = _mget_sources(backend, into, ids, True) if into else {}
+            copies = operations.mget(into, ids) if into else {}
             todo: list[tuple[dict[str, Any], str, str]] = []
             for hit in batch:
                 source = hit.get("_source") or {}
@@ -302,7 +202,7 @@ def backfill(
                 digest = content_hash(text, embedder.name)
                 stored = (copied or {}).get(HASH_FIELD) if into else source.get(HASH_FIELD)
                 if stored == digest:
-                    report.skipped += 1
+                    report.unchanged += 1
                     if into:
                         # The vector is current: the copy takes the source's other fields.
                         assert copied is not None
@@ -348,78 +248,41 @@ def backfill(
             if on_batch is not None:
                 on_batch(len(batch))
 
-    report.failed.update(backend.bulk(actions(), chunk_size=batch_size))
+    report.failed.update(operations.bulk(actions(), target, chunk_size=batch_size))
     report.embedded -= len(report.failed)
     if into:
         report.deleted = _delete_gone(backend, into, batch_size * 16, report)
-    with backend._errors():
-        backend.client.indices.refresh(index=target)
-        if into:
-            report.count = _count(backend, into)
-        if into and alias:
-            move_alias(backend, alias, into)
+        operations.refresh(into)
+        report.count = operations.count(into)
+        if alias:
+            operations.move_alias(alias, into)
+    else:
+        backend.refresh()  # and a count or coverage it remembers is counted again
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _delete_gone(backend: ClusterBackend, into: str, batch: int, report: BackfillReport) -> int:
+def _delete_gone(backend: ClusterBackend, into: str, batch: int, report: WriteReport) -> int:
     """Delete from the copy every document the source no longer holds (deleted since the
     last run, or during this one): the copy's ids read once, asked of the source in batches,
     so memory stays bounded however large the index."""
-    helpers = backend._bulk_helpers()
-    with backend._errors():
-        backend.client.indices.refresh(index=into)
-
-    def gone() -> Iterator[dict[str, Any]]:
-        ids: list[str] = []
-        with backend._errors():
-            hits = helpers.scan(
-                backend.client,
-                index=into,
-                query={"query": {"match_all": {}}, "_source": False},
-                size=batch,
-                scroll="5m",
-            )
-            for hit in hits:
-                ids.append(hit["_id"])
-                if len(ids) == batch:
-                    yield from _deletions(backend, into, ids)
-                    ids = []
-        if ids:
-            yield from _deletions(backend, into, ids)
-
+    operations = backend.operations
+    operations.refresh(into)
     sent = 0
 
-    def counted() -> Iterator[dict[str, Any]]:
+    def gone() -> Iterator[dict[str, Any]]:
         nonlocal sent
-        for action in gone():
-            sent += 1
-            yield action
+        for hits in batched(operations.scan(into, False, size=batch), batch):
+            ids = [hit["_id"] for hit in hits]
+            present = operations.mget(backend.index, ids, False)
+            for doc_id in ids:
+                if doc_id not in present:
+                    sent += 1
+                    yield {"_op_type": "delete", "_index": into, "_id": doc_id}
 
-    failed = backend.bulk(counted(), chunk_size=500)
+    failed = operations.bulk(gone(), into, chunk_size=500)
     report.failed.update(failed)
     return sent - len(failed)
-
-
-def _deletions(backend: ClusterBackend, into: str, ids: list[str]) -> Iterator[dict[str, Any]]:
-    present = _mget_sources(backend, backend.index, ids, False)
-    for doc_id in ids:
-        if doc_id not in present:
-            yield {"_op_type": "delete", "_index": into, "_id": doc_id}
-
-
-def move_alias(backend: ClusterBackend, alias: str, index: str) -> None:
-    """Point `alias` at `index` alone, in one atomic request."""
-    client = backend.client
-    actions: list[dict[str, Any]] = []
-    if client.indices.exists_alias(name=alias):
-        holders = dict(client.indices.get_alias(name=alias))
-        actions += [{"remove": {"index": name, "alias": alias}} for name in holders]
-    actions.append({"add": {"index": index, "alias": alias}})
-    if backend.engine == "elasticsearch":
-        client.indices.update_aliases(actions=actions)
-    else:
-        client.indices.update_aliases(body={"actions": actions})
 
 
 def backfill_spec(
@@ -435,7 +298,7 @@ def backfill_spec(
     encoder: str | None = None,
     encoder_url: str | None = None,
     passage_prompt: str | None = None,
-) -> BackfillReport:
+) -> WriteReport:
     """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
     `install_pipeline`: first make itlr's hash guard the index's final pipeline
     (itlr.hash_guard). `passage_prompt` goes in front of each text (search with the matching
@@ -447,10 +310,7 @@ def backfill_spec(
             raise ConfigurationError(
                 "--install-pipeline guards the index back-filled in place: not with --into"
             )
-        check_before_backfill(backend, spec.layout.text_field, embedder.dims, embedder.name)
-        check_hash_guard(backend)
-        prepare_in_place(backend, embedder.dims, embedder.name)  # itlr_hash_was mapped first
-        install_hash_guard(backend)
+        prepare_guarded(backend, spec.layout.text_field, embedder, install_pipeline=True)
     return backfill(
         backend,
         embedder,
@@ -463,12 +323,18 @@ def backfill_spec(
     )
 
 
-def first_failure(failed: dict[str, str]) -> str:
-    """A summary line's ending that names the first failed document, if any."""
-    if not failed:
-        return ""
-    first_id, reason = next(iter(failed.items()))
-    return f"; first failure {first_id}: {reason}"
+def prepare_guarded(
+    backend: ClusterBackend, text_field: str, embedder: Embedder, install_pipeline: bool
+) -> None:
+    """The back-fill's checks and the in-place mapping, and with `install_pipeline` itlr's hash
+    guard (itlr.hash_guard): another final pipeline refused before the mapping changes, the
+    guard installed once `itlr_hash_was` is mapped."""
+    check_before_backfill(backend, text_field, embedder.dims, embedder.name)
+    if install_pipeline:
+        check_hash_guard(backend)
+    prepare_in_place(backend, embedder.dims, embedder.name)
+    if install_pipeline:
+        install_hash_guard(backend)
 
 
 def passage_embedder(

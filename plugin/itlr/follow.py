@@ -25,24 +25,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from itlr.backfill import (
-    check_before_backfill,
-    cluster_backend,
-    first_failure,
-    passage_embedder,
-    prepare_in_place,
-    text_of,
-)
+from itlr.backfill import cluster_backend, passage_embedder, prepare_guarded, text_of
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
 from itlr.errors import EngineError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
-from itlr.hash_guard import check_hash_guard, install_hash_guard
 from itlr.lexical import lexical_fields
+from itlr.write_report import WriteReport
 
 # Seconds between two looks at an index that had nothing to do.
 FOLLOW_INTERVAL = 1.0
@@ -73,39 +66,6 @@ class FollowCycle:
             f"hash restored (text unchanged), {self.changed_meanwhile} changed meanwhile "
             f"(next cycle), {self.failed} failed in {self.seconds:.1f}s"
         )
-
-
-@dataclass
-class FollowReport:
-    index: str
-    cycles: int = 0
-    embedded: int = 0
-    restored: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    # The encoder's part, and the part spent on busy cycles (the rest is idle waiting).
-    encode_seconds: float = 0.0
-    busy_seconds: float = 0.0
-
-    def summary(self) -> str:
-        line = (
-            f"followed {self.index} for {self.seconds:.1f}s: {self.cycles} cycles, "
-            f"{self.embedded} embedded, {self.restored} hash restored, {len(self.failed)} failed; "
-            f"busy {self.busy_seconds:.1f}s, of which encoding {self.encode_seconds:.1f}s"
-        )
-        return line + first_failure(self.failed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "cycles": self.cycles,
-            "embedded": self.embedded,
-            "restored": self.restored,
-            "failed": self.failed,
-            "seconds": self.seconds,
-            "encode_seconds": self.encode_seconds,
-            "busy_seconds": self.busy_seconds,
-        }
 
 
 def pending_body(vector_field: str, text_field: str, size: int, skip: list[str]) -> dict[str, Any]:
@@ -148,19 +108,14 @@ class Follower:
         self.on_cycle = on_cycle
         self.on_batch = on_batch
         self.on_error = on_error
-        self.report = FollowReport(backend.index)
+        self.report = WriteReport("follow", backend.index)
         self.empty: set[str] = set()
 
     def prepare(self, install_pipeline: bool) -> None:
         """The back-fill's checks and mapping, and the pipeline when asked for."""
-        check_before_backfill(self.backend, self.text_field, self.embedder.dims, self.embedder.name)
-        if install_pipeline:
-            check_hash_guard(self.backend)
-        prepare_in_place(self.backend, self.embedder.dims, self.embedder.name)
-        if install_pipeline:
-            install_hash_guard(self.backend)
+        prepare_guarded(self.backend, self.text_field, self.embedder, install_pipeline)
 
-    def run(self) -> FollowReport:
+    def run(self) -> WriteReport:
         started = time.perf_counter()
         backoff = 0.0
         while not self.stop.is_set():
@@ -199,9 +154,8 @@ class Follower:
         backend = self.backend
         skip = [*self.report.failed, *self.empty][:MAX_SKIPPED_IDS]
         body = pending_body(backend.layout.vector_field, self.text_field, self.batch_size, skip)
-        with backend._errors():
-            backend.client.indices.refresh(index=backend.index)
-            hits = backend.client.search(index=backend.index, body=body)["hits"]["hits"]
+        backend.operations.refresh(backend.index)
+        hits = backend.operations.search(backend.index, body)["hits"]["hits"]
         if not hits:
             return 0
         actions: list[dict[str, Any]] = []
@@ -275,7 +229,7 @@ def follow_spec(
     encoder: str | None = None,
     encoder_url: str | None = None,
     passage_prompt: str | None = None,
-) -> FollowReport:
+) -> WriteReport:
     """Follow the index an EngineSpec names until `stop` is set. The encoder options are
     back-fill's (itlr.backfill.backfill_spec): the follower must embed as the back-fill did."""
     embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)

@@ -34,25 +34,14 @@ def install_hash_guard(backend: ClusterBackend) -> None:
     """Put itlr's ingest pipeline and make it the index's `final_pipeline` (a pipeline the
     request cannot skip); refuse in one line an index that already has another one."""
     check_hash_guard(backend)
-    with backend._errors():
-        if backend.engine == "elasticsearch":
-            backend.client.ingest.put_pipeline(id=PIPELINE_ID, **PIPELINE)
-            backend.client.indices.put_settings(
-                index=backend.index, settings={"index.final_pipeline": PIPELINE_ID}
-            )
-        else:
-            backend.client.ingest.put_pipeline(id=PIPELINE_ID, body=PIPELINE)
-            backend.client.indices.put_settings(
-                index=backend.index, body={"index": {"final_pipeline": PIPELINE_ID}}
-            )
+    operations = backend.operations
+    operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index)
+    operations.put_settings(backend.index, {"index": {"final_pipeline": PIPELINE_ID}})
 
 
 def check_hash_guard(backend: ClusterBackend) -> None:
     """Refuse, before anything changes, an index whose final pipeline is another one."""
-    with backend._errors():
-        answer = dict(backend.client.indices.get_settings(index=backend.index))
-    (body,) = answer.values()
-    current = body["settings"]["index"].get("final_pipeline")
+    current = backend.operations.settings(backend.index).get("final_pipeline")
     if current not in (None, "_none", PIPELINE_ID):
         raise IndexStateError(
             f"index {backend.index!r} already has the final pipeline {current!r}: add itlr's "

@@ -24,7 +24,7 @@ from itlr.engines.connection import Connection
 from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
-from itlr.ingest import IngestReport, delete, ingest, writer_session
+from itlr.ingest import delete, ingest, writer_session
 from itlr.limits import LIMITS
 from itlr.options import Hit, SearchOptions, search_options
 from itlr.prompts import settle
@@ -32,11 +32,11 @@ from itlr.query import Node, Query
 from itlr.records import Document, Fields, check_document, document_from_record
 from itlr.retriever import Retriever, SearchResult
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
+from itlr.write_report import WriteReport
 
 if TYPE_CHECKING:
-    from itlr.backfill import BackfillReport
     from itlr.engines.coverage import Coverage
-    from itlr.follow import FollowCycle, FollowReport
+    from itlr.follow import FollowCycle
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
@@ -172,7 +172,7 @@ class Index:
         encoder_url: str | None = None,
         passage_prompt: str | None = None,
         **connection: Any,
-    ) -> BackfillReport | FollowReport:
+    ) -> WriteReport:
         """Embed `text_field` of every document already in a cluster index (one itlr did not
         make) and write the vectors into `vector_field`; re-runs embed only changed texts.
         With `into`, mirror the source into that index instead (documents copied whole, those
@@ -181,8 +181,9 @@ class Index:
 
         `follow=True` keeps running until `stop` is set: every `interval` seconds it embeds
         the documents written since (no `itlr_hash`), calling `on_cycle` after each busy look,
-        and returns a FollowReport (itlr.follow). `install_pipeline` makes itlr's hash guard
-        the index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard)."""
+        and returns the follower's report (itlr.follow). `install_pipeline` makes itlr's hash
+        guard the index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard).
+        Either way the result is a WriteReport (itlr.write_report), as `add` returns."""
         from itlr.backfill import backfill_spec
 
         spec = EngineSpec(
@@ -272,7 +273,7 @@ class Index:
         on_batch: Any = None,
         id_field: str | None = None,
         text_field: str | None = None,
-    ) -> IngestReport:
+    ) -> WriteReport:
         """Embed and store documents as upserts: a new id is added, an id whose text changed is
         embedded again and replaced, one whose fields only changed is replaced with its stored
         vector, an unchanged one is skipped (compared by content hash, never by vector).
@@ -308,7 +309,7 @@ class Index:
         self._refresh(report)
         return report
 
-    def delete(self, ids: Iterable[str]) -> IngestReport:
+    def delete(self, ids: Iterable[str]) -> WriteReport:
         """Delete documents by id; `report.deleted` counts those the index held."""
         report = delete(ids, self.backend)
         self._refresh(report)
@@ -326,7 +327,7 @@ class Index:
             )
         return compact()
 
-    def _refresh(self, report: IngestReport) -> None:
+    def _refresh(self, report: WriteReport) -> None:
         refresh = getattr(self.backend, "refresh", None)
         if refresh is not None and report.changed:
             refresh()  # a search right after a write should see it

@@ -12,9 +12,9 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from itlr.documents import Document
 from itlr.engines import Backend
 from itlr.errors import ConfigurationError
 from itlr.fingerprint import content_hash
+from itlr.write_report import WriteReport
+
+T = TypeVar("T")
 
 
 class TextEncoder(Protocol):
@@ -29,37 +32,6 @@ class TextEncoder(Protocol):
     prompt the index records (itlr.embed.Embedder.encode_passages)."""
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-@dataclass
-class IngestReport:
-    added: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
-    encode_seconds: float = 0.0
-    index_seconds: float = 0.0
-
-    @property
-    def skipped(self) -> int:
-        """Documents left as they were (the name resumption reports have always used)."""
-        return self.unchanged
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.added or self.updated or self.deleted)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "added": self.added,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "deleted": self.deleted,
-            "failed": dict(self.failed),
-            "encode_seconds": self.encode_seconds,
-            "index_seconds": self.index_seconds,
-        }
 
 
 def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object]:
@@ -73,7 +45,8 @@ def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object
     return writing() if writing is not None else contextlib.nullcontext()
 
 
-def batched(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of `size` items (the last one shorter), read lazily."""
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
@@ -87,7 +60,7 @@ def ingest(
     resume: bool = True,
     on_batch: Callable[[int], None] | None = None,
     id_field: str | None = None,
-) -> IngestReport:
+) -> WriteReport:
     """Embed and store documents as upserts (module docstring). Without resume every document
     is embedded and written again.
 
@@ -104,7 +77,7 @@ def ingest(
     replace that would drop a stored document's fields is refused before anything is written
     when `documents` is a sequence (before its batch is written when it is a stream).
     """
-    report = IngestReport()
+    report = WriteReport()
     with (
         writer_session(backend),
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="itlr-ingest") as writer,
@@ -213,13 +186,13 @@ def _changes(
     return embed, reuse
 
 
-def delete(ids: Iterable[str], backend: Backend) -> IngestReport:
+def delete(ids: Iterable[str], backend: Backend) -> WriteReport:
     """Delete documents by id; the report counts those that existed."""
     remove = getattr(backend, "delete", None)
     if remove is None:
         raise ConfigurationError(f"{type(backend).__name__} cannot delete documents")
     wanted = list(dict.fromkeys(str(i) for i in ids))
-    report = IngestReport()
+    report = WriteReport()
     with writer_session(backend):
         for start in range(0, len(wanted), 500):
             report.deleted += remove(wanted[start : start + 500])

@@ -211,3 +211,7 @@ def test_a_refused_document_whose_id_and_reason_hold_brackets_is_printed_literal
     failure = next(line for line in result.stderr.splitlines() if line.startswith("failed"))
     assert failure.startswith("failed [bold]odd[/bold]: ")
     assert "[metadata.topic]" in failure
+    # The summary ends, as back-fill's and the follower's do, with the first failure.
+    summary = result.stdout.strip().splitlines()[-1]
+    assert summary.startswith("added 1, updated 0, unchanged 0, deleted 0, ")
+    assert "failed 1; index now holds 1 documents; first failure [bold]odd[/bold]: " in summary

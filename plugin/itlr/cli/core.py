@@ -161,11 +161,13 @@ def ingest(
             report.deleted = target.delete(source_file.deletions).deleted
         for doc_id, reason in report.failed.items():
             say(err, "failed", "red", f"{doc_id}: {reason}")
+        report.count = target.count()
+        notes = (
+            f"{source_file.duplicates} repeated ids (last copy kept)",
+            f"{len(source_file.bad_lines)} bad lines",
+        )
         out.print(
-            f"added {report.added}, updated {report.updated}, unchanged {report.unchanged}, "
-            f"deleted {report.deleted}, {source_file.duplicates} repeated ids (last copy kept), "
-            f"{len(source_file.bad_lines)} bad lines, failed {len(report.failed)}; "
-            f"index now holds {target.count()} documents",
+            report.summary(notes),
             highlight=False,
             markup=False,
             soft_wrap=True,

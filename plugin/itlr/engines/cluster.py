@@ -3,8 +3,9 @@
 and search, alike for OpenSearch and Elasticsearch.
 
 Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
-differ (which `helpers` module, how put_script / mget are called, the client's NotFoundError,
-the error context manager) and names its dialect.
+differ (how put_script is called, the client's NotFoundError) and names its dialect and its
+`operations` (itlr.engines.operations: the requests ingestion, back-fill and the follower
+compose, with the error context manager).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import cached_property
 from time import monotonic
-from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -49,6 +49,7 @@ from itlr.engines.dialect import (
 )
 from itlr.engines.foreign import add_itlr_fields
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
 from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
@@ -105,12 +106,13 @@ class ClusterBackend:
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         """Client exceptions become one actionable line."""
-        raise NotImplementedError
+        return self.operations.errors(self.index)
 
     def _create_index(self, knn_engine: str | None) -> None:
-        raise NotImplementedError
+        body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
+        self.operations.create_index(self.index, body["settings"], body["mappings"])
 
-    def _mapped_dims(self, vector: dict[str, Any]) -> Any:
+    def mapped_dims(self, vector: dict[str, Any]) -> Any:
         """The dimension count the mapping records, or None when it records none yet."""
         raise NotImplementedError
 
@@ -123,15 +125,12 @@ class ClusterBackend:
     def _put_script(self, script: StoredScript) -> None:
         raise NotImplementedError
 
-    def _bulk_helpers(self) -> ModuleType:
-        raise NotImplementedError
+    @cached_property
+    def operations(self) -> ClusterOperations:
+        """The cluster requests that ingestion, back-fill and the follower compose."""
+        return self._make_operations()
 
-    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
-        """mget of these ids with these _source fields (None: no _source)."""
-        raise NotImplementedError
-
-    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
-        """mget of these ids with their _source but these fields."""
+    def _make_operations(self) -> ClusterOperations:
         raise NotImplementedError
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
@@ -157,10 +156,7 @@ class ClusterBackend:
             return True
 
     def _mappings(self) -> dict[str, Any]:
-        with self._errors():
-            mapping = self.client.indices.get_mapping(index=self.index)
-        (index_mapping,) = dict(mapping).values()
-        return dict(index_mapping["mappings"])
+        return self.operations.mapping(self.index)
 
     def _learn_shape(self, mappings: dict[str, Any]) -> None:
         self.foreign = "itlr" not in (mappings.get("_meta") or {})
@@ -176,7 +172,7 @@ class ClusterBackend:
                 f"index {self.index!r} has no {self.vector_type} field "
                 f"{self.layout.vector_field!r}: name the right one with `vector_field`"
             )
-        dims = self._mapped_dims(vector)
+        dims = self.mapped_dims(vector)
         if dims is not None and int(dims) != self.dims:
             raise IndexStateError(
                 f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
@@ -326,76 +322,38 @@ class ClusterBackend:
 
     def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
         """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
-        helpers = self._bulk_helpers()
-        failures: dict[str, str] = {}
-        with self._errors():
-            # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
-            # tries); the client retries 5xx and time-outs.
-            for ok, item in helpers.streaming_bulk(
-                self.client,
-                actions,
-                chunk_size=chunk_size,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=5,
-                initial_backoff=1,
-                max_backoff=30,
-            ):
-                if not ok:
-                    (result,) = item.values()
-                    if result.get("result") == "not_found":
-                        failures[str(result.get("_id"))] = "not found"
-                        continue
-                    error = result.get("error", {})
-                    reason = error.get("reason", str(error)) if isinstance(error, dict) else error
-                    failures[str(result.get("_id"))] = str(reason)
+        failures = self.operations.bulk(actions, self.index, chunk_size)
         # A count made while the actions went in may have missed some: count again after.
         self.remembered.written()
         self.coverage_cache.forget()
         return failures
 
     def existing_ids(self, ids: list[str]) -> set[str]:
-        if not ids:
-            return set()
-        with self._errors():
-            found = self._mget(ids)
-        return {d["_id"] for d in found["docs"] if d.get("found")}
+        return set(self.operations.mget(self.index, ids, False))
 
     def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (content hash, fields)} of the stored ids; a document written without a hash
         (by an older itlr or another tool) has hash "" and is embedded again."""
-        if not ids:
-            return {}
         if self.foreign:
             # The document's own fields are the top of its _source (all but the vector).
-            with self._errors():
-                found = self._mget_excluding(ids, [self.layout.vector_field])
+            found = self.operations.mget(self.index, ids, excludes=[self.layout.vector_field])
             return {
-                d["_id"]: (
-                    str(d["_source"].get(HASH_FIELD, "")),
-                    own_fields(d["_source"], self.layout),
-                )
-                for d in found["docs"]
-                if d.get("found")
+                i: (str(source.get(HASH_FIELD, "")), own_fields(source, self.layout))
+                for i, source in found.items()
             }
-        fields = [HASH_FIELD, self.layout.metadata_field]
-        with self._errors():
-            found = self._mget(ids, fields)
+        found = self.operations.mget(self.index, ids, [HASH_FIELD, self.layout.metadata_field])
         return {
-            d["_id"]: (
-                str(d["_source"].get(HASH_FIELD, "")),
-                dict(d["_source"].get(self.layout.metadata_field) or {}),
+            i: (
+                str(source.get(HASH_FIELD, "")),
+                dict(source.get(self.layout.metadata_field) or {}),
             )
-            for d in found["docs"]
-            if d.get("found")
+            for i, source in found.items()
         }
 
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         field = self.layout.vector_field
-        with self._errors():
-            found = self._mget(ids, [field])
-        by_id = {d["_id"]: d["_source"][field] for d in found["docs"] if d.get("found")}
+        by_id = {i: s[field] for i, s in self.operations.mget(self.index, ids, [field]).items()}
         return np.asarray([by_id[i] for i in ids], dtype=np.float32)
 
     # -- coverage ------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def _cause(error: Any) -> str:
     return type(info).__name__ if isinstance(info, BaseException) else "connection refused"
 
 
-def _missing_index(url: str, index: str) -> IndexStateError:
+def missing_index(url: str, index: str) -> IndexStateError:
     return IndexStateError(
         f"index {index!r} does not exist at {url}: create it by "
         "adding documents (`itlr ingest FILE` or `Index.add`)"
@@ -273,7 +273,7 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
         raise _denied("OpenSearch", url, reason(denied)) from None
     except os_errors.NotFoundError as missing:
         if "index_not_found" in str(missing.error):
-            raise _missing_index(url, index) from None
+            raise missing_index(url, index) from None
         raise EngineError(f"OpenSearch at {url}: {reason(missing)}") from None
     except os_errors.TransportError as refused:
         raise EngineError(f"OpenSearch at {url} refused the request: {reason(refused)}") from None
@@ -302,7 +302,7 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
         raise _denied("Elasticsearch", url, reason(denied)) from None
     except es_errors.NotFoundError as missing:
         if "index_not_found" in str(missing):
-            raise _missing_index(url, index) from None
+            raise missing_index(url, index) from None
         raise EngineError(f"Elasticsearch at {url}: {reason(missing)}") from None
     except es_errors.UnsupportedProductError:
         raise EngineError(

@@ -23,6 +23,7 @@ from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
+from itlr.engines.operations import ClusterOperations
 from itlr.errors import EngineError
 from itlr.prompts import Prompts
 
@@ -105,6 +106,42 @@ def server_version(client: Any) -> str | None:
 # -- backend ---------------------------------------------------------------------------------
 
 
+class ElasticsearchOperations(ClusterOperations):
+    """elasticsearch-py's call shapes: request bodies as keyword arguments."""
+
+    def errors(self, index: str) -> contextlib.AbstractContextManager[None]:
+        return elasticsearch_errors(self.url, index)
+
+    def _helpers(self) -> ModuleType:
+        from elasticsearch import helpers
+
+        return helpers
+
+    def _create(self, index: str, settings: dict[str, Any], mappings: dict[str, Any]) -> None:
+        self.client.indices.create(index=index, settings=settings, mappings=mappings)
+
+    def _mget(self, index: str, ids: list[str], source: list[str] | bool) -> Any:
+        return self.client.mget(index=index, ids=ids, source=source)
+
+    def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
+        return self.client.mget(index=index, ids=ids, source_excludes=excludes)
+
+    def _count(self, index: str, query: dict[str, Any]) -> Any:
+        return self.client.count(index=index, query=query)
+
+    def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, properties=properties)
+
+    def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        self.client.indices.put_settings(index=index, settings=settings)
+
+    def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
+        self.client.ingest.put_pipeline(id=pipeline_id, **body)
+
+    def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        self.client.indices.update_aliases(actions=actions)
+
+
 class ElasticsearchBackend(ClusterBackend):
     engine = "elasticsearch"
     vector_type = "dense_vector"
@@ -126,8 +163,8 @@ class ElasticsearchBackend(ClusterBackend):
         self._version = version
         self._version_unknown = False
 
-    def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return elasticsearch_errors(self.url, self.index)
+    def _make_operations(self) -> ElasticsearchOperations:
+        return ElasticsearchOperations(self.client, self.url)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -151,13 +188,7 @@ class ElasticsearchBackend(ClusterBackend):
 
     # -- index ---------------------------------------------------------------------------
 
-    def _create_index(self, knn_engine: str | None) -> None:
-        body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
-        self.client.indices.create(
-            index=self.index, settings=body["settings"], mappings=body["mappings"]
-        )
-
-    def _mapped_dims(self, vector: dict[str, Any]) -> Any:
+    def mapped_dims(self, vector: dict[str, Any]) -> Any:
         # Since 8.11 dims may be absent until the first vector arrives.
         return vector.get("dims")
 
@@ -177,17 +208,6 @@ class ElasticsearchBackend(ClusterBackend):
 
     def _put_script(self, script: StoredScript) -> None:
         self.client.put_script(id=script.id, script=script.body()["script"])
-
-    def _bulk_helpers(self) -> ModuleType:
-        from elasticsearch import helpers
-
-        return helpers
-
-    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
-        return self.client.mget(index=self.index, ids=ids, source=fields or False)
-
-    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
-        return self.client.mget(index=self.index, ids=ids, source_excludes=excludes)
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(searches=lines)

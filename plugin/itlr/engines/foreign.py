@@ -6,10 +6,10 @@ ingestion (ClusterBackend.add) both prepare a foreign index here.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Protocol
 
 from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.operations import ClusterOperations
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.lexical import LENGTH_FIELD, TOKEN_KEYS_FIELD, TOKENS_FIELD
@@ -20,16 +20,13 @@ class ClusterTarget(Protocol):
     ClusterBackend), named here so that this module does not import the backend it serves."""
 
     index: str
-    client: Any
     layout: IndexLayout
-
-    @property
-    def engine(self) -> str: ...
 
     @property
     def dialect(self) -> Dialect: ...
 
-    def _errors(self) -> contextlib.AbstractContextManager[None]: ...
+    @property
+    def operations(self) -> ClusterOperations: ...
 
     def check_index(self) -> None: ...
 
@@ -52,45 +49,19 @@ def vector_mapping(backend: ClusterTarget, dims: int, model: str) -> dict[str, A
     return dict(body["mappings"]["properties"][backend.layout.vector_field])
 
 
-def index_mapping(backend: ClusterTarget, index: str) -> dict[str, Any]:
-    """The `mappings` object of one index."""
-    with backend._errors():
-        answer = dict(backend.client.indices.get_mapping(index=index))
-    (body,) = answer.values()
-    return dict(body["mappings"])
-
-
-def knn_enabled(backend: ClusterTarget) -> bool:
-    with backend._errors():
-        answer = dict(backend.client.indices.get_settings(index=backend.index))
-    (body,) = answer.values()
-    return str(body["settings"]["index"].get("knn", "false")).lower() == "true"
-
-
-def put_properties(backend: ClusterTarget, properties: dict[str, Any]) -> None:
-    with backend._errors():
-        if backend.engine == "elasticsearch":
-            backend.client.indices.put_mapping(index=backend.index, properties=properties)
-        else:
-            backend.client.indices.put_mapping(index=backend.index, body={"properties": properties})
-
-
 def add_itlr_fields(
     backend: ClusterTarget, dims: int, model: str, also: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Add the vector field and itlr's own fields (and `also`) to the index's mapping where
     they are missing, or say in one line why not, before changing anything. Returns what was
     added."""
-    properties = index_mapping(backend, backend.index).get("properties", {})
+    operations = backend.operations
+    properties = operations.mapping(backend.index).get("properties", {})
     field_name = backend.layout.vector_field
     if field_name in properties:
         backend.check_index()  # the right type and dimension, or a one-line refusal
-    elif backend.engine == "opensearch" and not knn_enabled(backend):
-        raise IndexStateError(
-            f"index {backend.index!r} was created without `index.knn: true`, so OpenSearch "
-            f"cannot add the knn_vector field {field_name!r} in place: back-fill into a new "
-            "index with `--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
-        )
+    elif refusal := operations.vector_field_refusal(backend.index, field_name):
+        raise IndexStateError(refusal)
     wanted = itlr_fields()
     clashes = [
         f"{name!r} is mapped as {properties[name].get('type', 'an object')}, not {spec['type']}"
@@ -105,5 +76,5 @@ def add_itlr_fields(
     new = {} if field_name in properties else {field_name: vector_mapping(backend, dims, model)}
     new.update({k: v for k, v in {**wanted, **(also or {})}.items() if k not in properties})
     if new:
-        put_properties(backend, new)
+        operations.put_mapping(backend.index, new)
     return new

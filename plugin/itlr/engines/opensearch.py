@@ -13,6 +13,7 @@ from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import opensearch_errors
 from itlr.engines.dialect import Dialect, StoredScript
+from itlr.engines.operations import ClusterOperations
 
 SCORE_SCRIPT = StoredScript.load("score", "itlr_score.painless", "opensearch")
 EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude.painless", "opensearch")
@@ -53,6 +54,51 @@ class OpenSearchDialect(Dialect):
         }
 
 
+class OpenSearchOperations(ClusterOperations):
+    """opensearch-py's call shapes: request bodies as `body=`."""
+
+    def errors(self, index: str) -> contextlib.AbstractContextManager[None]:
+        return opensearch_errors(self.url, index)
+
+    def vector_field_refusal(self, index: str, field: str) -> str | None:
+        if str(self.settings(index).get("knn", "false")).lower() == "true":
+            return None
+        return (
+            f"index {index!r} was created without `index.knn: true`, so OpenSearch cannot add "
+            f"the knn_vector field {field!r} in place: back-fill into a new index with "
+            "`--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
+        )
+
+    def _helpers(self) -> ModuleType:
+        from opensearchpy import helpers
+
+        return helpers
+
+    def _create(self, index: str, settings: dict[str, Any], mappings: dict[str, Any]) -> None:
+        self.client.indices.create(index=index, body={"settings": settings, "mappings": mappings})
+
+    def _mget(self, index: str, ids: list[str], source: list[str] | bool) -> Any:
+        return self.client.mget(index=index, body={"ids": ids}, _source=source)
+
+    def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
+        return self.client.mget(index=index, body={"ids": ids}, _source_excludes=excludes)
+
+    def _count(self, index: str, query: dict[str, Any]) -> Any:
+        return self.client.count(index=index, body={"query": query})
+
+    def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"properties": properties})
+
+    def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        self.client.indices.put_settings(index=index, body=settings)
+
+    def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
+        self.client.ingest.put_pipeline(id=pipeline_id, body=body)
+
+    def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        self.client.indices.update_aliases(body={"actions": actions})
+
+
 class OpenSearchBackend(ClusterBackend):
     engine = "opensearch"
     vector_type = "knn_vector"
@@ -60,14 +106,10 @@ class OpenSearchBackend(ClusterBackend):
     def _make_dialect(self) -> OpenSearchDialect:
         return OpenSearchDialect(self.layout, self.inline_script)
 
-    def _errors(self) -> contextlib.AbstractContextManager[None]:
-        return opensearch_errors(self.url, self.index)
+    def _make_operations(self) -> OpenSearchOperations:
+        return OpenSearchOperations(self.client, self.url)
 
-    def _create_index(self, knn_engine: str | None) -> None:
-        body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
-        self.client.indices.create(index=self.index, body=body)
-
-    def _mapped_dims(self, vector: dict[str, Any]) -> int:
+    def mapped_dims(self, vector: dict[str, Any]) -> int:
         return int(vector.get("dimension", 0))
 
     def _not_found_error(self) -> type[Exception]:
@@ -77,17 +119,6 @@ class OpenSearchBackend(ClusterBackend):
 
     def _put_script(self, script: StoredScript) -> None:
         self.client.put_script(id=script.id, body=script.body())
-
-    def _bulk_helpers(self) -> ModuleType:
-        from opensearchpy import helpers
-
-        return helpers
-
-    def _mget(self, ids: list[str], fields: list[str] | None = None) -> Any:
-        return self.client.mget(index=self.index, body={"ids": ids}, _source=fields or False)
-
-    def _mget_excluding(self, ids: list[str], excludes: list[str]) -> Any:
-        return self.client.mget(index=self.index, body={"ids": ids}, _source_excludes=excludes)
 
     def _msearch(self, lines: list[dict[str, Any]]) -> Any:
         return self.client.msearch(body=lines)

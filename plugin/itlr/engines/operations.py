@@ -1,0 +1,209 @@
+"""The cluster requests that ingestion, back-fill and the follower compose: read an index
+(exists, mapping, settings, count, search, scan, mget), change it (create, put mapping, put
+settings, put an ingest pipeline, move an alias, refresh) and bulk-write with the error report
+of every refused action. Each request is written once here and raises itlr's one-line errors
+(itlr.engines.connection) about the index it names.
+
+opensearch-py and elasticsearch-py differ in how a request's body is passed (`body=` against
+keyword arguments) and in which `helpers` module streams scrolls and bulk requests: an engine
+module subclasses ClusterOperations with those few shapes, so that nothing built on these
+operations asks which engine it talks to (opensearch-py's own `reindex` is scan -> generator ->
+bulk in the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from types import ModuleType
+from typing import Any
+
+from itlr.engines.connection import error_reason, missing_index
+from itlr.errors import EngineError
+
+# How long a scroll context lives between two pages of a scan.
+SCROLL = "5m"
+
+
+class ClusterOperations:
+    """Requests to one cluster through its client; subclasses supply the engine's call shapes."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self.client = client
+        self.url = url
+
+    # -- engine shapes ---------------------------------------------------------------------
+
+    def errors(self, index: str) -> contextlib.AbstractContextManager[None]:
+        """The client's exceptions become one actionable line about `index`."""
+        raise NotImplementedError
+
+    def vector_field_refusal(self, index: str, field: str) -> str | None:
+        """Why the engine cannot add the vector field `field` to `index` in place (one line),
+        or None when it can."""
+        return None
+
+    def _helpers(self) -> ModuleType:
+        raise NotImplementedError
+
+    def _create(self, index: str, settings: dict[str, Any], mappings: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _mget(self, index: str, ids: list[str], source: list[str] | bool) -> Any:
+        raise NotImplementedError
+
+    def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
+        raise NotImplementedError
+
+    def _count(self, index: str, query: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def exists(self, index: str) -> bool:
+        with self.errors(index):
+            return bool(self.client.indices.exists(index=index))
+
+    def mapping(self, index: str) -> dict[str, Any]:
+        """The `mappings` object of one index."""
+        with self.errors(index):
+            answer = dict(self.client.indices.get_mapping(index=index))
+        (body,) = answer.values()
+        return dict(body["mappings"])
+
+    def settings(self, index: str) -> dict[str, Any]:
+        """The `settings.index` object of one index."""
+        with self.errors(index):
+            answer = dict(self.client.indices.get_settings(index=index))
+        (body,) = answer.values()
+        return dict(body["settings"]["index"])
+
+    def count(self, index: str, query: dict[str, Any] | None = None) -> int:
+        """How many documents `index` holds (that match `query`), as last refreshed."""
+        with self.errors(index):
+            if query is None:
+                return int(self.client.count(index=index)["count"])
+            return int(self._count(index, query)["count"])
+
+    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.errors(index):
+            return dict(self.client.search(index=index, body=body))
+
+    def scan(self, index: str, source: list[str] | bool = True, size: int = 256) -> Iterator[Any]:
+        """Every document of `index` (these `_source` fields; True: whole, False: none), read
+        with the client's scrolling `helpers.scan` in pages of `size`."""
+        with self.errors(index):
+            yield from self._helpers().scan(
+                self.client,
+                index=index,
+                query={"query": {"match_all": {}}, "_source": source},
+                size=size,
+                scroll=SCROLL,
+            )
+
+    def mget(
+        self,
+        index: str,
+        ids: list[str],
+        source: list[str] | bool = True,
+        excludes: list[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """{id: _source} of the ids `index` holds: these fields (True: whole, False: none), or
+        the whole but `excludes`. A document the engine could not read (a missing index, a
+        failed shard) is an error, never taken for one the index does not hold."""
+        if not ids:
+            return {}
+        with self.errors(index):
+            if excludes is not None:
+                found = self._mget_excluding(index, ids, excludes)
+            else:
+                found = self._mget(index, ids, source)
+        refused = next((d for d in found["docs"] if "error" in d), None)
+        if refused is not None:
+            reason = error_reason(refused, refused["error"])
+            if "index_not_found" in reason:
+                raise missing_index(self.url, index)
+            raise EngineError(
+                f"{self.url} could not read document {refused.get('_id')!r} of {index!r}: {reason}"
+            )
+        return {d["_id"]: dict(d.get("_source") or {}) for d in found["docs"] if d.get("found")}
+
+    # -- changing --------------------------------------------------------------------------
+
+    def refresh(self, index: str) -> None:
+        with self.errors(index):
+            self.client.indices.refresh(index=index)
+
+    def create_index(self, index: str, settings: dict[str, Any], mappings: dict[str, Any]) -> None:
+        with self.errors(index):
+            self._create(index, settings, mappings)
+
+    def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        """Add these fields to the index's mapping."""
+        with self.errors(index):
+            self._put_mapping(index, properties)
+
+    def put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        """Change these (dynamic) index settings, nested as in `{"index": {...}}`."""
+        with self.errors(index):
+            self._put_settings(index, settings)
+
+    def put_pipeline(self, pipeline_id: str, body: dict[str, Any], index: str) -> None:
+        """Store an ingest pipeline (an error names `index`, the one it is put for)."""
+        with self.errors(index):
+            self._put_pipeline(pipeline_id, body)
+
+    def move_alias(self, alias: str, index: str) -> None:
+        """Point `alias` at `index` alone, in one atomic request."""
+        with self.errors(index):
+            actions: list[dict[str, Any]] = []
+            if self.client.indices.exists_alias(name=alias):
+                holders = dict(self.client.indices.get_alias(name=alias))
+                actions += [{"remove": {"index": name, "alias": alias}} for name in holders]
+            actions.append({"add": {"index": index, "alias": alias}})
+            self._update_aliases(actions)
+
+    def bulk(
+        self, actions: Iterable[dict[str, Any]], index: str, chunk_size: int = 500
+    ) -> dict[str, str]:
+        """Send bulk actions (a generator streams them) written into `index`; returns
+        {id: reason} of every action the engine refused ("not found" for a delete or an update
+        of a missing document). A failure of the whole request is a one-line EngineError."""
+        failures: dict[str, str] = {}
+        with self.errors(index):
+            # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
+            # tries); the client retries 5xx and time-outs.
+            for ok, item in self._helpers().streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=5,
+                initial_backoff=1,
+                max_backoff=30,
+            ):
+                if not ok:
+                    (result,) = item.values()
+                    failures[str(result.get("_id"))] = refused_reason(result)
+        return failures
+
+
+def refused_reason(result: dict[str, Any]) -> str:
+    """Why the engine refused one bulk action, as the report names it."""
+    if result.get("result") == "not_found":
+        return "not found"
+    error = result.get("error", {})
+    return str(error.get("reason", str(error)) if isinstance(error, dict) else error)

@@ -1,0 +1,99 @@
+"""The cluster operations ingestion, back-fill and the follower compose
+(itlr.engines.operations), each engine's call shapes against a real server: the same calls do
+the same on OpenSearch and Elasticsearch, refused bulk actions come back by id, and an error
+names the index the request was about."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from foreign_index import delete_index
+from itlr.engines.connection import Connection
+from itlr.engines.elasticsearch import ElasticsearchOperations
+from itlr.engines.opensearch import OpenSearchOperations
+from itlr.engines.operations import ClusterOperations
+from itlr.errors import IndexStateError
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("opensearch", marks=pytest.mark.opensearch),
+        pytest.param("elasticsearch", marks=pytest.mark.elasticsearch),
+    ]
+)
+def cluster(request: pytest.FixtureRequest):
+    """(operations, url, a fresh index name); the indexes and pipeline named after it are
+    deleted afterwards."""
+    url = request.getfixturevalue(f"{request.param}_url")
+    connection = Connection(url)
+    if request.param == "opensearch":
+        operations: ClusterOperations = OpenSearchOperations(connection.opensearch(), url)
+    else:
+        operations = ElasticsearchOperations(connection.elasticsearch(), url)
+    name = f"itlr-ops-{uuid.uuid4().hex[:8]}"
+    yield operations, url, name
+    for index in (name, f"{name}-b"):
+        delete_index(url, index)
+    httpx.delete(f"{url}/_ingest/pipeline/{name}", timeout=30)
+
+
+def test_the_operations_do_the_same_on_either_engine(cluster) -> None:
+    operations, url, name = cluster
+    mappings = {"properties": {"body": {"type": "text"}, "n": {"type": "integer"}}}
+    operations.create_index(name, {"index": {"number_of_shards": 1}}, mappings)
+    assert operations.exists(name) and not operations.exists(f"{name}-b")
+
+    failed = operations.bulk(
+        [
+            {"_op_type": "index", "_index": name, "_id": "a", "body": "alpha", "n": 1},
+            {"_op_type": "index", "_index": name, "_id": "b", "body": "beta", "n": 2},
+            {"_op_type": "index", "_index": name, "_id": "c", "body": "gamma", "n": "many"},
+            {"_op_type": "delete", "_index": name, "_id": "gone"},
+        ],
+        name,
+    )
+    assert set(failed) == {"c", "gone"}
+    assert "[n]" in failed["c"] and failed["gone"] == "not found"
+
+    operations.refresh(name)
+    assert operations.count(name) == 2
+    assert operations.count(name, {"term": {"n": 2}}) == 1
+    assert operations.mget(name, ["a", "b", "missing"], ["body"]) == {
+        "a": {"body": "alpha"},
+        "b": {"body": "beta"},
+    }
+    assert operations.mget(name, ["a"], False) == {"a": {}}
+    assert operations.mget(name, ["a"], excludes=["n"]) == {"a": {"body": "alpha"}}
+    assert operations.mget(name, []) == {}
+    assert sorted(hit["_id"] for hit in operations.scan(name, False, size=1)) == ["a", "b"]
+    hits = operations.search(name, {"query": {"match": {"body": "beta"}}})["hits"]["hits"]
+    assert [hit["_id"] for hit in hits] == ["b"]
+
+    operations.put_mapping(name, {"tag": {"type": "keyword"}})
+    assert operations.mapping(name)["properties"]["tag"] == {"type": "keyword"}
+    operations.put_pipeline(name, {"description": "test", "processors": []}, name)
+    operations.put_settings(name, {"index": {"final_pipeline": name}})
+    assert operations.settings(name)["final_pipeline"] == name
+
+    alias = f"{name}-current"
+    operations.create_index(f"{name}-b", {}, mappings)
+    operations.move_alias(alias, name)
+    operations.move_alias(alias, f"{name}-b")
+    holders = httpx.get(f"{url}/_alias/{alias}", timeout=30).json()
+    assert list(holders) == [f"{name}-b"]
+
+
+def test_an_error_is_one_line_about_the_index_the_request_named(cluster) -> None:
+    operations, _, name = cluster
+    for request in (
+        lambda: operations.mapping(name),
+        lambda: operations.count(name),
+        lambda: operations.mget(name, ["a"]),
+        lambda: list(operations.scan(name)),
+    ):
+        with pytest.raises(IndexStateError, match=f"index '{name}' does not exist") as missing:
+            request()
+        assert "\n" not in str(missing.value)
