@@ -50,7 +50,7 @@ from itlr.lexical import CorpusStats, mentions_at_most
 from itlr.options import SearchOptions
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
-from itlr.tree import literals
+from itlr.tree import Term, literals
 
 # Boxes narrower than this (in cosine) are not split further: the bound is not proved.
 RESOLUTION = 1e-3
@@ -159,6 +159,17 @@ def certifiable(
         and (not truth.uses_lexical or mentions_gathered)
         and uncertifiable(query, ops) is None
     )
+
+
+def ranked_by_its_search(query: Query, truth: TruthMap) -> bool:
+    """Whether the query's score is a non-decreasing function of one term's cosine alone: a
+    single positive term, weighted or not, scored from cosines. Its one kNN search then ranks
+    the candidates as the score does, so once the search returned at least k neighbours and the
+    k-th score is above 0, the order proves the top k with no probe: every document the search
+    did not return has a cosine at most the last returned one's, so a score at most the k-th's.
+    The proof is as exact as the probe's (the same search's own ranking)."""
+    root = query.root
+    return isinstance(root, Term) and root.weight > 0 and not truth.uses_lexical
 
 
 def unmentionable(query: Query, options: SearchOptions, lexical: CorpusStats | None) -> str | None:

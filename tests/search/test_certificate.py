@@ -307,6 +307,69 @@ def test_opensearch_stops_the_rounds_when_the_bound_is_out_of_reach_and_says_so(
     assert "stopped at 80" in warning and "up to 400" in warning
 
 
+def searches_sent(backend, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(path, bodies) of every kNN search the backend sends to the real engine from now on."""
+    sent: list[tuple[str, int]] = []
+    transport = backend.client.transport
+    perform = transport.perform_request
+
+    def counting(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        body = kwargs.get("body")
+        if "knn" in str(body):
+            lines = body if isinstance(body, list) else str(body).splitlines()
+            bodies = len(lines) // 2 if url.endswith("/_msearch") else 1
+            sent.append((url.rsplit("/", 1)[-1], bodies))
+        return perform(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(transport, "perform_request", counting)
+    return sent
+
+
+@pytest.mark.opensearch
+def test_opensearch_proves_a_single_term_by_its_searchs_order_without_a_probe(
+    crowded_opensearch, crowded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = searches_sent(crowded_opensearch, monkeypatch)
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    for text, vectors in (('"a"', terms[:1]), ('"b"^0.5', terms[1:])):
+        query = itlr.parse(text)
+        exact = crowded.search(query, vectors, cosine_options(k=10, mode="exact"))
+        sent.clear()
+        hits = crowded_opensearch.search(query, vectors, cosine_options(k=10, candidates=50))
+        # One search, no probe: its order proves the top k.
+        assert sent == [("_search", 1)] and hits.exact is True
+        for mine, theirs in zip(hits, exact, strict=True):
+            assert mine.score == pytest.approx(theirs.score, abs=1e-4)
+    # A NOT beside the term breaks the order: the probe goes along, as before.
+    sent.clear()
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    crowded_opensearch.search(itlr.parse('"a" AND NOT "b"'), terms, cosine_options(candidates=50))
+    assert sent[0] == ("_msearch", 2)
+
+
+@pytest.mark.opensearch
+def test_opensearch_single_term_order_proves_nothing_below_k_above_zero_until_a_probe_does(
+    opensearch_index, sparse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = opensearch_index(DIMS)
+    ids = sparse.ids()
+    assert backend.add(ids, [""] * len(ids), np.stack([sparse.vector(i) for i in ids])) == {}
+    backend.refresh()
+    sent = searches_sent(backend, monkeypatch)
+    query = itlr.parse('"a"')
+    terms = np.eye(DIMS)[:1].astype(np.float32)
+    # 3 of 603 above 0: the order proves nothing, so each round's probe follows its search.
+    hits = backend.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=40))
+    assert hits.exact is False
+    assert sent[:2] == [("_search", 1), ("_search", 1)]
+    # Every document within the search (fewer than its budget): proved with no probe.
+    sent.clear()
+    whole = backend.search(query, terms, cosine_options(k=10, candidates=700))
+    assert whole.exact is True and sent == [("_search", 1)]
+    exact = sparse.search(query, terms, cosine_options(k=10, mode="exact"))
+    assert [h.id for h in whole][:3] == [h.id for h in exact][:3]
+
+
 def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     crowded: EmbeddedIndex,
 ) -> None:

@@ -11,6 +11,7 @@ compose, with the error context manager).
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -27,6 +28,7 @@ from itlr.certificate import (
     not_proved,
     out_of_reach,
     proof_threshold,
+    ranked_by_its_search,
     round_plan,
     search_bound,
     unmentionable,
@@ -527,8 +529,10 @@ class ClusterBackend:
     ) -> Hits:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
         query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
-        only when the bound does not prove the top k. Hybrid truths: every round also gathers
-        the documents that mention a positive term, so an unseen one mentions none."""
+        only when the bound does not prove the top k. A single positive term needs no probe where
+        its search's own order proves the top k (`ranked_by_its_search`). Hybrid truths: every
+        round also gathers the documents that mention a positive term, so an unseen one
+        mentions none."""
         hybrid = options.truth.uses_lexical
         unmentioned = dict.fromkeys(query.positive_terms, 0.0) if hybrid else None
         dialect = self.dialect
@@ -539,6 +543,7 @@ class ClusterBackend:
         proved = False
         previous: list[SearchBound] = []
         unproved = not_proved(options.k, rounds[-1])
+        ranked = ranked_by_its_search(query, options.truth)
         for depth, budget in enumerate(rounds):
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
@@ -548,10 +553,24 @@ class ClusterBackend:
             )
             searches = request.searches
             probes = [dialect.probe_body(search, options.filter) for search in searches]
+            # Each shard's search returns `budget` neighbours: the page's last hit ranks at most
+            # `budget` when it is within the first page deep enough (none after search_after).
+            by_order = (
+                ranked and options.search_after is None and budget >= options.from_ + options.k
+            )
             # The first round carries the check of remembered statistics, if any.
-            responses = self._responses([request.body, *probes], query, guessed)
+            responses = self._responses(
+                [request.body, *([] if by_order else probes)], query, guessed
+            )
             guessed = None
             hits = dialect.hits(responses[0], query, term_vectors, options, lexical)
+            threshold = proof_threshold([h.score for h in hits], options.k)
+            if by_order:
+                if threshold > -math.inf or dialect.returned_all(responses[0], budget):
+                    proved = True
+                    break
+                # Fewer than k scored above 0: only a probe can show whether any is unseen.
+                responses += self._responses(probes)
             current = [
                 search_bound(search, unit, dialect.cosine(probe["hits"]["hits"][0]))
                 if probe["hits"]["hits"]
@@ -560,7 +579,6 @@ class ClusterBackend:
                 for search, probe in zip(searches, responses[1:], strict=True)
             ]
             bounds += current
-            threshold = proof_threshold([h.score for h in hits], options.k)
             proved = unseen_cannot_beat(
                 query, bounds, threshold, options.ops, options.truth, unmentioned
             )

@@ -581,6 +581,13 @@ class Dialect:
             "_source": False,
         }
 
+    def returned_all(self, response: dict[str, Any], budget: int) -> bool:
+        """Whether a logical query over one kNN search of `budget` neighbours matched fewer
+        than that (counted exactly): the search returned every document it could, as a probe
+        that finds no neighbour at `budget` shows."""
+        total = response["hits"].get("total") or {}
+        return total.get("relation") == "eq" and int(total.get("value", budget)) < budget
+
     def cosine(self, hit: dict[str, Any]) -> float:
         """A kNN hit's cosine from its score: both engines score cosine as (1 + cos) / 2."""
         return 2.0 * float(hit["_score"]) - 1.0
