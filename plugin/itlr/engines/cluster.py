@@ -329,6 +329,7 @@ class ClusterBackend:
         return len(actions) - len(failures)
 
     def compact(self) -> tuple[int, int]:
+        """Refused: a cluster merges its own segments (the request that asks it is named)."""
         raise ConfigurationError(
             f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
             "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
