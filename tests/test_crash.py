@@ -16,6 +16,7 @@ import numpy as np
 
 from itlr.engines.embedded import EmbeddedIndex
 from itlr.engines.store import DATABASE
+from itlr.lexical import LexicalCorpus
 
 TOPICS = ["vitamin D", "electric cars", "espresso", "roman roads", "volcanoes", "chess openings"]
 PLUGIN = str(Path(__file__).resolve().parents[1] / "plugin")
@@ -64,6 +65,11 @@ def assert_every_document_has_its_own_vector(index_dir: Path, texts: dict[str, s
         stored = np.stack([index.vector(i) for i in ids])
         cosines = np.sum(expected * stored, axis=1)
         assert cosines.min() > 0.999, f"{int((cosines < 0.999).sum())} documents have another's"
+    # The stored token counts and postings describe exactly the rows that survived.
+    recount = LexicalCorpus([texts[i] for i in ids]).full_stats
+    stored = index.lexical_stats()
+    assert (stored.documents, stored.total_length) == (recount.documents, recount.total_length)
+    assert dict(stored.df) == dict(recount.df)
     index.close()
     return len(ids)
 

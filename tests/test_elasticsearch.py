@@ -37,7 +37,7 @@ from itlr.engines.elasticsearch import (
     SCORE_SCRIPT,
     Capabilities,
     ElasticsearchBackend,
-    unsupported_version,
+    version_refusal,
 )
 from itlr.engines.factory import EngineSpec, open_backend, remote_backend
 from itlr.errors import EngineError
@@ -172,9 +172,9 @@ def test_knn_mode_before_8_12_is_refused_in_one_line_and_exact_mode_still_works(
 
 
 def test_elasticsearch_7_is_refused_with_the_reason() -> None:
-    assert "8.0" in (unsupported_version("7.17.9") or "")
-    assert unsupported_version("8.0.0") is None
-    assert unsupported_version("9.5.3") is None
+    assert "8.0" in (version_refusal("7.17.9") or "")
+    assert version_refusal("8.0.0") is None
+    assert version_refusal("9.5.3") is None
 
 
 def test_versions_decide_the_knn_features() -> None:

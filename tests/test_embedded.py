@@ -76,7 +76,7 @@ def test_vector_bytes_past_the_commit_point_are_ignored_and_cut_by_the_next_writ
 
 def test_manifest_records_model_dims_similarity_count(index: EmbeddedIndex) -> None:
     assert EmbeddedIndex.open(index.path).manifest() == {
-        "format": 2,
+        "format": 3,
         "model": "test-model",
         "dims": DIMS,
         "similarity": "cosine",

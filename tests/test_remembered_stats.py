@@ -81,6 +81,25 @@ def test_a_count_is_trusted_for_max_age_seconds_and_not_after_a_write(monkeypatc
     assert not RememberedStats(max_age=0.0).lookup([])[1]
 
 
+def test_a_count_asked_before_a_write_is_not_trusted_after_it(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(remembered_stats, "monotonic", clock)
+    memory = RememberedStats(max_age=1.0)
+    memory.record(stats(5, a=1))
+    asked = clock.now
+    clock.now += 0.1
+    memory.written()  # the write finished while the count was on its way
+    clock.now += 0.1
+    memory.record(stats(5, a=1), asked)
+    assert memory.lookup(["a"])[0] is not None and not memory.lookup(["a"])[1]
+    memory.record(stats(5, a=1), clock.now)
+    assert memory.lookup(["a"])[1]
+    clock.now += 0.95  # the age runs from the asking
+    memory.record(stats(5, a=1), clock.now - 0.9)
+    clock.now += 0.2
+    assert not memory.lookup(["a"])[1]
+
+
 def test_the_max_age_comes_from_the_environment_and_refuses_what_is_not_seconds(
     monkeypatch,
 ) -> None:

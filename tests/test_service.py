@@ -343,3 +343,57 @@ def test_serve_without_an_index_names_both_ways_to_run() -> None:
     result = runner.invoke(cli, ["serve"])
     assert result.exit_code == 2
     assert "--index" in result.stderr and "--proxy" in result.stderr
+
+
+@pytest.mark.opensearch
+def test_the_service_searches_from_remembered_statistics_and_counts_after_a_write(
+    opensearch_url, corpus, monkeypatch
+) -> None:
+    """service -> Index -> ClusterBackend: hybrid statistics are counted until two counts
+    agreed, then not again (ITLR_STATS_MAX_AGE), and again at once after a write through the
+    Index; the scores are those of a freshly counted search."""
+    monkeypatch.setenv("ITLR_STATS_MAX_AGE", "3600")
+    name = f"itlr-serve-stats-{uuid.uuid4().hex[:8]}"
+    idx = itlr.Index.open(name, url=opensearch_url, create=True)
+    try:
+        assert idx.add([{"id": d.id, "text": d.text} for d in corpus[:80]]).added == 80
+        counts: list[str] = []
+        backend = idx.backend
+        count, multi = backend.lexical_stats, backend._multi_search
+        monkeypatch.setattr(backend, "lexical_stats", lambda q: counts.append("apart") or count(q))
+
+        def multi_search(bodies):
+            counts.extend("along" for body in bodies if "aggs" in body)
+            return multi(bodies)
+
+        monkeypatch.setattr(backend, "_multi_search", multi_search)
+
+        def fresh() -> list[tuple[str, float]]:
+            again = itlr.Index.open(name, url=opensearch_url, create=False)
+            options = {"truth": "hybrid", "lexical": 0.3, "not_evidence": "max"}
+            return [(h.id, h.score) for h in again.search(QUERY, **options).hits]
+
+        body = {"query": QUERY, **HYBRID_BODY}
+        with serving(create_app(idx)) as url:
+
+            def searched() -> list[tuple[str, float]]:
+                answer = httpx.post(f"{url}/search", json=body, timeout=60)
+                assert answer.status_code == 200, answer.text
+                return [(h["id"], h["score"]) for h in answer.json()["hits"]]
+
+            before = fresh()
+            for _ in range(4):
+                got = searched()
+                assert [i for i, _ in got] == [i for i, _ in before]
+                assert [s for _, s in got] == pytest.approx([s for _, s in before], abs=1e-4)
+            assert counts == ["apart", "apart"]
+            assert idx.add([{"id": d.id, "text": d.text} for d in corpus[80:90]]).added == 10
+            got = searched()
+            # Untrusted by the write: a count goes along with the search (one `_msearch`); it
+            # differs from the remembered one, so the search is built again from it.
+            assert counts == ["apart", "apart", "along"]
+        after = fresh()
+        assert [i for i, _ in got] == [i for i, _ in after] and got != before
+        assert [s for _, s in got] == pytest.approx([s for _, s in after], abs=1e-4)
+    finally:
+        idx.backend.client.indices.delete(index=name, ignore_unavailable=True)

@@ -6,7 +6,8 @@ probe on the embedded engine), so fewer searches are faster, as long as the best
 still among the candidates.
 
 Plans:
-    per-term    one search per positive term (the original plan: the most searches).
+    per-term    one search per positive term (the most searches; `auto` keeps it for a query
+                that is not anchored).
     per-branch  the query as an OR of conjunctions of positive terms (negated terms gather
                 nothing); one search per conjunction, with the normalised sum of its terms'
                 vectors. `"a" AND "b" AND NOT "c"` is one search, `("a" OR "b") AND "c"` two.

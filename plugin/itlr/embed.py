@@ -22,9 +22,9 @@ from itlr.term_cache import cache_for
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # What runs the model: torch (sentence-transformers, the `torch` extra), or its ONNX graph run by
-# onnxruntime (itlr.onnx_encoder, the core install), fp32 or int8. onnx is the default: it kept torch's top 10 on every demo,
-# synthetic and NegConstraint dev query with scores within 6e-7, and encodes faster
-# (docs/benchmarks.md, "Encoder backends"); int8 did not, so it is only an option.
+# onnxruntime (itlr.onnx_encoder, the core install), fp32 or int8. onnx is the default: it ranks
+# as torch does, its vectors within about 1e-6 of torch's, needs no torch and encodes faster
+# (docs/encoders.md); int8 does not keep torch's rankings, so it is only an option.
 # openai asks an OpenAI-compatible /v1/embeddings endpoint (itlr.openai_encoder) for the vectors
 # of the model it serves under the name `model`.
 ENCODERS = ("torch", "onnx", "onnx-int8", "openai")

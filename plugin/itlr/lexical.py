@@ -55,7 +55,7 @@ B = 0.75
 MAX_TOKEN_CHARS = 64
 # Query terms whose tokens are remembered (term_words), and sets of them (query_tokens).
 QUERY_TERMS_REMEMBERED = 4096
-# Tokens whose postings a LexicalCorpus keeps (LexicalCorpus.postings).
+# Tokens whose postings a LexicalCorpus (or the embedded engine's stored postings) keeps.
 POSTINGS_KEPT = 4096
 # LexicalCorpus.extend by more rows than this drops the kept postings rather than extend them.
 EXTEND_POSTINGS_ROWS = 1024
@@ -172,11 +172,78 @@ def bm25_truth(counts: Mapping[str, int], length: int, term: TermTokens, avgdl: 
     return value
 
 
-class LexicalCorpus:
+class PostingsMatrix:
+    """Lexical truth matrices from postings (the rows holding a token, ascending, and its count
+    in each) and every row's token count: what LexicalCorpus counts from texts and the embedded
+    engine reads from its store (itlr.engines.embedded_lexical), scored by the same code."""
+
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def matrix(
+        self, rows: Sequence[int] | np.ndarray, terms: Sequence[str], stats: CorpusStats
+    ) -> np.ndarray:
+        """(rows x terms) lexical truths: bm25_truth for every pair, vectorised.
+
+        Only the rows in a token's postings get a truth above 0, so for ascending rows (every
+        engine's row sets) the work goes by the postings, not by the rows: a pass over every
+        row costs what its mentions cost."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if np.any(rows[1:] <= rows[:-1]):
+            return self._matrix_by_rows(rows, terms, stats)
+        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
+        if not len(rows):
+            return out
+        # Strictly ascending, ending at len - 1 and as many as the texts: every row, row r at
+        # position r (postings may hold any of the texts' rows).
+        every = len(rows) == len(self) and rows[-1] == len(rows) - 1
+        for j, term in enumerate(terms):
+            tokens = term_tokens(term, stats)
+            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
+                held, counts = self.postings(token)
+                if not len(held):
+                    continue
+                if every:
+                    at, tf, lengths = held, counts, self.lengths[held]
+                else:
+                    found = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
+                    hit = rows[found] == held
+                    at, tf, lengths = found[hit], counts[hit], self.lengths[held[hit]]
+                norm = length_norm(lengths, stats.average_length)
+                out[at, j] += weight * tf / (tf + norm)
+        return out
+
+    def _matrix_by_rows(
+        self, rows: np.ndarray, terms: Sequence[str], stats: CorpusStats
+    ) -> np.ndarray:
+        """`matrix` for rows in any order, repeats allowed: each row looked up in the postings."""
+        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
+        norm = length_norm(self.lengths[rows], stats.average_length)
+        for j, term in enumerate(terms):
+            tokens = term_tokens(term, stats)
+            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
+                held, counts = self.postings(token)
+                tf = np.zeros(len(rows), dtype=np.float64)
+                if len(held):
+                    at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
+                    hit = held[at] == rows
+                    tf[hit] = counts[at[hit]]
+                out[:, j] += weight * tf / (tf + norm)
+        return out
+
+
+class LexicalCorpus(PostingsMatrix):
     """Token counts of a fixed list of texts, their statistics and lexical truth matrices.
 
-    The embedded engine keeps one per index generation (itlr.engines.embedded_lexical); the
-    evaluation methods and the ablation build one over a whole dataset."""
+    The evaluation methods and the ablation build one over a whole dataset; the embedded
+    engine reads postings its store wrote instead, and builds one from its rows' texts only
+    while another process's compaction has renumbered the stored rows
+    (itlr.engines.embedded_lexical)."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.counts = [Counter(tokenize(t)) for t in texts]
@@ -244,57 +311,6 @@ class LexicalCorpus:
                 self._postings.popitem(last=False)
         return found
 
-    def matrix(
-        self, rows: Sequence[int] | np.ndarray, terms: Sequence[str], stats: CorpusStats
-    ) -> np.ndarray:
-        """(rows x terms) lexical truths: bm25_truth for every pair, vectorised.
-
-        Only the rows in a token's postings get a truth above 0, so for ascending rows (every
-        engine's row sets) the work goes by the postings, not by the rows: a pass over every
-        row costs what its mentions cost."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if np.any(rows[1:] <= rows[:-1]):
-            return self._matrix_by_rows(rows, terms, stats)
-        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
-        if not len(rows):
-            return out
-        # Strictly ascending, ending at len - 1 and as many as the texts: every row, row r at
-        # position r (postings may hold any of the texts' rows).
-        every = len(rows) == len(self.counts) and rows[-1] == len(rows) - 1
-        for j, term in enumerate(terms):
-            tokens = term_tokens(term, stats)
-            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
-                held, counts = self.postings(token)
-                if not len(held):
-                    continue
-                if every:
-                    at, tf, lengths = held, counts, self.lengths[held]
-                else:
-                    found = np.minimum(np.searchsorted(rows, held), len(rows) - 1)
-                    hit = rows[found] == held
-                    at, tf, lengths = found[hit], counts[hit], self.lengths[held[hit]]
-                norm = length_norm(lengths, stats.average_length)
-                out[at, j] += weight * tf / (tf + norm)
-        return out
-
-    def _matrix_by_rows(
-        self, rows: np.ndarray, terms: Sequence[str], stats: CorpusStats
-    ) -> np.ndarray:
-        """`matrix` for rows in any order, repeats allowed: each row looked up in the postings."""
-        out = np.zeros((len(rows), len(terms)), dtype=np.float64)
-        norm = length_norm(self.lengths[rows], stats.average_length)
-        for j, term in enumerate(terms):
-            tokens = term_tokens(term, stats)
-            for token, weight in zip(tokens.tokens, tokens.weights, strict=True):
-                held, counts = self.postings(token)
-                tf = np.zeros(len(rows), dtype=np.float64)
-                if len(held):
-                    at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
-                    hit = held[at] == rows
-                    tf[hit] = counts[at[hit]]
-                out[:, j] += weight * tf / (tf + norm)
-        return out
-
 
 __all__ = [
     "K1",
@@ -306,6 +322,7 @@ __all__ = [
     "B",
     "CorpusStats",
     "LexicalCorpus",
+    "PostingsMatrix",
     "TermTokens",
     "bm25_truth",
     "lexical_fields",

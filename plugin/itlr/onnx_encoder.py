@@ -10,7 +10,7 @@ and normalisation follow the model's modules.json the way sentence-transformers 
 vectors match torch's to about 1e-7 (fp32).
 
 The int8 variant is onnxruntime's dynamic quantisation of that graph: smaller and faster,
-and further from torch's vectors (docs/benchmarks.md, "Term encoding").
+and further from torch's vectors (docs/benchmarks.md, "Encoder backends").
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ def certificate_report(
     budget = SearchOptions().candidate_budget
     cosine = TruthMap("clamp")
     variants: dict[str, Variant] = {
-        # What `auto` did before the certificate: one combined search for an anchored query.
+        # The search without the certificate: one round of the default budget, and one
+        # combined search for an anchored query (what `auto` plans when nothing is certified).
         "one round, no certificate": lambda query: SearchOptions(
             k=10, max_candidates=budget, plan="combined" if query.anchored else "auto"
         ),

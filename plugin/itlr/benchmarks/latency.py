@@ -100,8 +100,8 @@ def query_vectors(query: Query, dims: int, seed: int) -> np.ndarray:
 
 
 # Every timed call takes its vectors from a pool drawn before the timing, plain kNN and logical
-# queries alike: drawing them is no part of a search. Logical queries used to draw theirs on
-# each call, a cost plain kNN's pool never paid (the line "vectors drawn on each call" shows it).
+# queries alike: drawing them is no part of a search, and a cost only one side paid would skew
+# the ratio between them (the line "vectors drawn on each call" shows what drawing costs).
 POOL = 64
 
 
@@ -152,8 +152,9 @@ def measure_backend(
             for mode in ("knn", "exact")
         }  # type: ignore[arg-type]
         if terms == 3:
-            # What the certificate's rounds cost: one round, as knn mode was before it (random
-            # vectors are its worst case: no bound proves their top k, so every round runs).
+            # What the certificate's rounds cost: the same search held to one round, which
+            # proves nothing (random vectors are the certificate's worst case: no bound proves
+            # their top k, so every round runs).
             one_round = SearchOptions(k=k).candidate_budget
             variants[f"itlr {terms}-term, knn mode, one round (no certificate)"] = SearchOptions(
                 k=k, mode="knn", max_candidates=one_round
@@ -167,7 +168,7 @@ def measure_backend(
                 k=k, mode="knn", truth=TruthMap("clamp"), max_candidates=one_round
             )
         if len(query.positive_terms) > 1:
-            # The original plan, one kNN search per positive term, to compare the default with.
+            # The per-term plan, one kNN search per positive term, to compare the default with.
             variants[f"itlr {terms}-term, knn mode, per-term plan"] = SearchOptions(
                 k=k, mode="knn", plan="per-term"
             )
@@ -191,8 +192,8 @@ def measure_backend(
 
             calls[f"itlr {terms}-term, knn mode, a query not seen before"] = run_new
 
-            # The same query with its vectors drawn on each call, as this benchmark did before
-            # the pool: what drawing them cost the line above.
+            # The same query with its vectors drawn on each call: what drawing them would add
+            # to the line above, and why every other line takes them from the pool.
             def run_drawing(i: int, query: Query = query) -> object:
                 return backend.search(
                     query, query_vectors(query, dims, seed=i % POOL), SearchOptions(k=k, mode="knn")

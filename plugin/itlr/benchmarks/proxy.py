@@ -1,5 +1,6 @@
 """What the query-bar proxy adds to a logical search: the same logical queries sent directly
-(parse, embed the terms, build the request, POST it: what `itlr search` does) and typed
+(parse, embed the terms, build the request, POST it: what `itlr search` does, hybrid truths'
+statistics remembered for ITLR_STATS_MAX_AGE as it remembers them) and typed
 in a query bar (POST the UI's body to the proxy, which does the same and forwards).
 
 Two phases, each timed round-robin: with the term cache off (the goal's condition) and on
@@ -28,12 +29,13 @@ except ImportError as absent:
 from itlr.benchmarks.latency import Timing
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import SearchOptions
 from itlr.proxy.app import QueryBarProxy
 from itlr.proxy.clause import find_logical_search
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.stages import STAGES, StageTimes
-from itlr.query import parse
+from itlr.query import Query, parse
 from itlr.term_cache import set_term_cache_size, term_cache_size
 
 # Real questions over the demo corpus, 1 to 5 terms.
@@ -174,7 +176,8 @@ def measure_proxy_overhead(
 
             def direct(i: int) -> list[Any]:
                 query = parse(QUERIES[i % len(QUERIES)])  # itlr search starts from the text too
-                body = backend.build_request(query, embedder.encode(list(query.terms)), options)
+                vectors = embedder.encode(list(query.terms))
+                body = backend.build_request(query, vectors, options, _statistics(backend, query))
                 return _hits(client.post(cluster_url + path, json=body))
 
             def upstream_alone(i: int) -> list[Any]:
@@ -243,6 +246,13 @@ def _upstream_body(
     hybrid = proxy.defaults.truth.uses_lexical
     lexical = backend.lexical_stats(found.query) if hybrid else None
     return rewrite_body(ui, found, backend.dialect, vectors, proxy.defaults, lexical)
+
+
+def _statistics(backend: ClusterBackend, query: Query) -> CorpusStats | None:
+    """Hybrid truths' statistics as `itlr search` and the proxy take them: remembered while
+    recent (itlr.engines.remembered_stats), else counted (None: build_request counts)."""
+    remembered, recent = backend.remembered.lookup(query_tokens(query.terms))
+    return remembered if recent else None
 
 
 def _paired(slower: list[float], faster: list[float]) -> float:

@@ -1,4 +1,4 @@
-"""`itlr bench latency|recall|ingest|store|encode|encoders`: flags in, the report of
+"""`itlr bench latency|recall|ingest|store|first-search|encode|encoders`: flags in, the report of
 itlr.benchmarks.reports out (printed, and appended to --out)."""
 
 from __future__ import annotations
@@ -158,6 +158,21 @@ def store(
     from itlr.benchmarks.reports import store_report
 
     run_guarded(lambda: emit(store_report(rows, batch_size), out_file))
+
+
+@bench_app.command("first-search")
+def first_search(
+    passages: Annotated[int, typer.Option(help="Passages in the index.")] = 100_000,
+    runs: Annotated[int, typer.Option(help="Fresh processes to time (the median counts).")] = 3,
+    keep: Annotated[
+        Path | None, typer.Option(help="Keep the index in this folder and reuse it.")
+    ] = None,
+    out_file: OutFile = None,
+) -> None:
+    """A fresh process's first hybrid search on an embedded index against its second."""
+    from itlr.benchmarks.first_search import first_search_report
+
+    run_guarded(lambda: emit(first_search_report(passages, runs, keep), out_file))
 
 
 @bench_app.command()

@@ -30,11 +30,11 @@ import numpy as np
 # Below this many rows an exact scan (a memory pass of a few ms at most) beats keeping a graph.
 ANN_MIN_ROWS = 50_000
 # Graph parameters: 16 links per node, breadth 128 when adding. A search for n neighbours
-# looks BREADTH_PER_NEIGHBOUR * n wide, at least EXPANSION_SEARCH and at most MAX_EXPANSION:
-# the certificate trusts the graph's neighbours. On the 100k benchmark corpus usearch's default
-# breadth (64, or n when larger) missed some of a single term's true top 10 (score agreement
-# 0.977; 0.997 at 256) and a fifth of a conjunction's 200 nearest (recall 0.805 at breadth
-# 256, 0.88 at 512, 0.96 at 1024 for 1.8 / 3.0 / 4.7 ms; docs/benchmarks.md, "Certificate").
+# looks BREADTH_PER_NEIGHBOUR * n wide, at least EXPANSION_SEARCH and at most MAX_EXPANSION,
+# wider than usearch's default (64, or n when larger): the certificate trusts the graph's
+# neighbours, and at the default breadth the graph misses part of a single term's true top 10
+# and of a conjunction's nearest rows, which no bound would then catch. Wider costs time per
+# search, hence the cap (docs/benchmarks.md, "Certificate").
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 256

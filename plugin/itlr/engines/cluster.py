@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
+from time import monotonic
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -461,13 +462,14 @@ class ClusterBackend:
 
     def lexical_stats(self, query: Query) -> CorpusStats:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
+        asked = monotonic()
         with self._errors():
             # Statistics from some shards only would score unlike the embedded engine: refuse.
             response = self.client.search(
                 index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
             )
         counted = lexical_stats(dict(response))
-        self.remembered.record(counted)
+        self.remembered.record(counted, asked)
         return counted
 
     def search(
@@ -534,9 +536,10 @@ class ClusterBackend:
                     )
                 return [dict(response)]
             return self._multi_search(bodies)
+        asked = monotonic()
         counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
         fresh = lexical_stats(counted)
-        self.remembered.record(fresh)
+        self.remembered.record(fresh, asked)
         if fresh != guessed:
             raise StaleStatistics(fresh)
         return responses

@@ -75,7 +75,7 @@ class Capabilities:
             )
 
 
-def unsupported_version(version: str) -> str | None:
+def version_refusal(version: str) -> str | None:
     """One line explaining why itlr cannot use this Elasticsearch at all, or None."""
     if Capabilities(version).numbers < (8, 0):
         return (
@@ -141,7 +141,7 @@ class ElasticsearchBackend(ClusterBackend):
                     "info need the cluster privilege `monitor`): requests are shaped for the "
                     "newest Elasticsearch"
                 )
-            problem = unsupported_version(self._version) if self._version else None
+            problem = version_refusal(self._version) if self._version else None
             if problem:
                 raise EngineError(problem)
         return Capabilities(self._version)

@@ -119,7 +119,8 @@ class EmbeddedIndex:
         self._live_cache: np.ndarray | None = None
         self._live_mask_cache: np.ndarray | None = None
         self._fields_cache: set[str] | None = None
-        self._lexical = LexicalState()
+        self._lengths = np.zeros(0, dtype=np.float64)  # each row's token count
+        self._lexical = LexicalState(store)
         self._ranks_cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._catch_up()
 
@@ -240,7 +241,8 @@ class EmbeddedIndex:
         """Load rows committed since this object last looked (by this or another process)."""
         if self.store.changed_generation():
             self._rows, self._latest = [], {}
-        rows, vectors = self.store.read_rows(len(self._rows))
+        rows, lengths, vectors = self.store.read_rows(len(self._rows))
+        self._lengths = np.concatenate([self._lengths[: len(self._rows)], lengths])
         for row in rows:
             self._append_row(row)
         self._vectors = vectors
@@ -304,7 +306,8 @@ class EmbeddedIndex:
             self._catch_up()
             if self._writing_depth == 0:  # else writing() did, once for the session
                 self.store.remove_orphans()
-            self.store.append(rows, vectors)
+            lengths = self.store.append(rows, vectors)
+            self._lengths = np.concatenate([self._lengths, lengths])
             for row in rows:
                 self._append_row(row)
             self._vectors = self.store.vectors()
@@ -388,12 +391,15 @@ class EmbeddedIndex:
     def lexical_truths(self, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray:
         """(rows x terms) lexical truths, statistics over every live row (hybrid truths)."""
         return self._lexical.matrix(
-            self._rows, self._live_mask(), self.store.generation, rows, terms
+            self._rows, self._lengths, self._live_mask(), self.store.generation, rows, terms
         )
 
-    def lexical_stats(self) -> CorpusStats:
-        """The statistics over the live rows that lexical truths use."""
-        return self._lexical.current(self._rows, self._live_mask(), self.store.generation)[1]
+    def lexical_stats(self, tokens: Iterable[str] | None = None) -> CorpusStats:
+        """The statistics over the live rows that lexical truths use: document frequencies of
+        these tokens (default: of every token, a pass over all postings)."""
+        return self._lexical.stats(
+            self._rows, self._lengths, self._live_mask(), self.store.generation, tokens
+        )
 
     def _live_mask(self) -> np.ndarray:
         if self._live_mask_cache is None or len(self._live_mask_cache) != self.committed_rows:

@@ -1,95 +1,127 @@
-"""The embedded engine's lexical evidence: token counts of its rows and statistics over its live
-rows, kept by each index object (`LexicalState`), caught up with the rows each commit appends
-and rebuilt after a compaction (itlr.lexical). It is handed the rows, never the index."""
+"""The embedded engine's lexical evidence: every row's token count and the postings of the
+tokens a search asks for, read from the store, where each commit writes them with its rows
+(itlr.engines.store), and statistics over the live rows counted from them. A process's first
+hybrid search reads a few postings, as every later one does for tokens it has not asked for
+before; nothing is tokenised at search time. It is handed the rows, never the index."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from itlr.engines.store import StoredRow
-from itlr.lexical import CorpusStats, LexicalCorpus
+from itlr.engines.store import StoredRow, VectorStore
+from itlr.lexical import POSTINGS_KEPT, CorpusStats, LexicalCorpus, PostingsMatrix, query_tokens
 
 Rows = Sequence[StoredRow | None]
 
 
-class _Cached:
-    """The lexical corpus of an index's rows, the statistics over its live rows, and what they
-    were computed from: the store generation, the row count and which rows were live."""
+class StoredPostings(PostingsMatrix):
+    """The postings of one store generation's rows below `len(self)`, read from the store and
+    kept for the POSTINGS_KEPT tokens asked for last; each kept list is extended by the rows
+    committed since when it is asked for again.
 
-    def __init__(self, rows: Rows, live: np.ndarray, generation: int) -> None:
+    When another process compacted the store meanwhile, the rows this object holds are no
+    longer the stored ones until the index object catches up: their postings are then counted
+    from the rows' texts (a tokenisation of every row, as before the store kept postings)."""
+
+    def __init__(self, store: VectorStore, generation: int) -> None:
+        self.store = store
         self.generation = generation
-        self.corpus = LexicalCorpus(_texts(rows, 0))
-        self.live = live.copy()
-        self.df: Counter[str] = Counter()
-        self.total = 0
-        self._count(self.live, +1)
-        self.stats = self._snapshot()
+        self.rows: Rows = []
+        self.lengths = np.zeros(0, dtype=np.float64)
+        self._kept: OrderedDict[str, tuple[np.ndarray, np.ndarray, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._from_texts: LexicalCorpus | None = None
 
-    def _count(self, rows: np.ndarray, sign: int) -> None:
-        """Count (sign +1) or uncount (-1) the rows of this mask in the statistics."""
-        for row in np.flatnonzero(rows):
-            tokens = self.corpus.counts[row].keys()
-            if sign > 0:
-                self.df.update(tokens)
-            else:
-                self.df.subtract(tokens)
-            self.total += sign * int(self.corpus.lengths[row])
+    def __len__(self) -> int:
+        return len(self.rows)
 
-    def _snapshot(self) -> CorpusStats:
-        # A copy (without zero counts): a search holding these statistics never sees them move.
-        return CorpusStats(int(self.live.sum()), self.total, +self.df)
+    def follow(self, rows: Rows, lengths: np.ndarray) -> None:
+        """The rows (and their token counts) the index object holds now."""
+        self.rows, self.lengths = rows, lengths
 
-    def catch_up(self, rows: Rows, live: np.ndarray) -> None:
-        """Rows appended since (ingestion, updates, deletes): tokenise those only, and move the
-        statistics by the rows that died and the live rows that came. Counted here, row by
-        row, rather than by LexicalCorpus.stats, which would count every live row again."""
-        before = len(self.corpus)
-        self.corpus.extend(_texts(rows, before))
-        died = self.live & ~live[:before]
-        came = np.concatenate([np.zeros(before, dtype=bool), live[before:]])
-        self._count(died, -1)
-        self._count(came, +1)
-        self.live = live.copy()
-        self.stats = self._snapshot()
+    def postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        stop = len(self.rows)
+        with self._lock:
+            kept = self._kept.get(token)
+            if kept is not None:
+                self._kept.move_to_end(token)
+                if kept[2] == stop:
+                    return kept[0], kept[1]
+        start = kept[2] if kept is not None else 0
+        read = self.store.postings(token, start, stop, self.generation)
+        if read is None:
+            return self._counted_from_texts().postings(token)
+        rows, counts = read
+        if kept is not None:
+            rows, counts = np.concatenate([kept[0], rows]), np.concatenate([kept[1], counts])
+        with self._lock:
+            self._kept[token] = (rows, counts, stop)
+            while len(self._kept) > POSTINGS_KEPT:
+                self._kept.popitem(last=False)
+        return rows, counts
 
+    def stats(self, live: np.ndarray, tokens: Iterable[str] | None) -> CorpusStats:
+        """Statistics over the live rows; document frequencies of these tokens (None: of
+        every token, a pass over all postings)."""
+        if tokens is None:
+            listed = self.store.tokens(len(self.rows), self.generation)
+            tokens = listed if listed is not None else self._counted_from_texts().stats().df
+        df: Counter[str] = Counter()
+        for token in tokens:
+            df[token] = int(np.count_nonzero(live[self.postings(token)[0]]))
+        total = int(self.lengths[live].sum())
+        return CorpusStats(int(np.count_nonzero(live)), total, +df)
 
-def _texts(rows: Rows, start: int) -> list[str]:
-    # Dead rows keep an empty text: they count in no statistic.
-    return [row.text if row is not None else "" for row in rows[start:]]
+    def _counted_from_texts(self) -> LexicalCorpus:
+        corpus = self._from_texts
+        if corpus is None or len(corpus) != len(self.rows):
+            # Dead rows keep an empty text: they count in no statistic.
+            texts = [row.text if row is not None else "" for row in self.rows]
+            corpus = self._from_texts = LexicalCorpus(texts)
+        return corpus
 
 
 class LexicalState:
-    """One index object's lexical corpus and statistics: built on first use, caught up with
-    rows committed since (only those are tokenised), rebuilt after a compaction renumbered
-    them (a new store generation)."""
+    """One index object's postings and statistics, kept per store generation (a compaction
+    renumbers the rows)."""
 
-    def __init__(self) -> None:
-        self._cached: _Cached | None = None
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self._postings: StoredPostings | None = None
 
-    def current(
-        self, rows: Rows, live: np.ndarray, generation: int
-    ) -> tuple[LexicalCorpus, CorpusStats]:
-        cached = self._cached
-        if cached is None or cached.generation != generation:
-            cached = self._cached = _Cached(rows, live, generation)
-        elif len(cached.corpus) != len(rows):
-            cached.catch_up(rows, live)
-        return cached.corpus, cached.stats
+    def current(self, rows: Rows, lengths: np.ndarray, generation: int) -> StoredPostings:
+        postings = self._postings
+        if postings is None or postings.generation != generation:
+            postings = self._postings = StoredPostings(self.store, generation)
+        postings.follow(rows, lengths)
+        return postings
+
+    def stats(
+        self,
+        rows: Rows,
+        lengths: np.ndarray,
+        live: np.ndarray,
+        generation: int,
+        tokens: Iterable[str] | None = None,
+    ) -> CorpusStats:
+        return self.current(rows, lengths, generation).stats(live, tokens)
 
     def matrix(
         self,
         rows: Rows,
+        lengths: np.ndarray,
         live: np.ndarray,
         generation: int,
         chosen: np.ndarray,
         terms: tuple[str, ...],
     ) -> np.ndarray:
         """(chosen rows x terms) lexical truths, statistics over every live row."""
-        corpus, stats = self.current(rows, live, generation)
-        return corpus.matrix(chosen, terms, stats)
+        postings = self.current(rows, lengths, generation)
+        return postings.matrix(chosen, terms, postings.stats(live, query_tokens(terms)))
 
 
 class LexicalStream:

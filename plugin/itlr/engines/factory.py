@@ -91,9 +91,9 @@ def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
     if engine == "auto":
         engine, version = detect_engine(spec.connection)
         if engine == "elasticsearch":
-            from itlr.engines.elasticsearch import unsupported_version
+            from itlr.engines.elasticsearch import version_refusal
 
-            problem = unsupported_version(version)
+            problem = version_refusal(version)
             if problem:
                 raise EngineError(problem)
     if engine == "opensearch":

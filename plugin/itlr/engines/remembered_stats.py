@@ -13,7 +13,8 @@ remembered numbers:
   count.
 
 So a search's statistics are never older than `max_age` (0: always counted with the search),
-and writes through the same backend show at once.
+and writes through the same backend show at once. A count's age runs from when it was asked, not
+answered: one asked before a write finished is not trusted after it.
 
 While the index is being written to, every count differs from the last and a guess would cost a
 wasted search: guesses are made only after two counts in a row agreed.
@@ -96,9 +97,10 @@ class RememberedStats:
         with self._lock:
             self._written_at = monotonic()
 
-    def record(self, counted: CorpusStats) -> None:
-        """Remember a count; the index is steady when it agrees with what was remembered."""
-        now = monotonic()
+    def record(self, counted: CorpusStats, asked_at: float | None = None) -> None:
+        """Remember a count asked at `asked_at` (time.monotonic(); None: now); the index is
+        steady when it agrees with what was remembered."""
+        now = monotonic() if asked_at is None else asked_at
         with self._lock:
             totals = (counted.documents, counted.total_length, counted.unkeyed)
             agreed = self._totals == totals and all(

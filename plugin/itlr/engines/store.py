@@ -2,8 +2,10 @@
 
 Layout of an index directory:
     index.db      SQLite in WAL mode: `meta` (format, model, dims, similarity, `committed` row
-                  count, vector file generation) and `rows` (row number, id, text, fields as
-                  JSON, deleted flag)
+                  count, vector file generation), `rows` (row number, id, text, fields as
+                  JSON, deleted flag, token count) and `postings` (per token and batch, the
+                  batch's rows holding the token and its count in each: hybrid truths'
+                  lexical side, itlr.engines.embedded_lexical)
     vectors.f32   float32 unit vectors, row i at byte offset i * dims * 4, memory-mapped for
                   scans; after a compaction `vectors.<generation>.f32`
     write.lock    the writer lock (`filelock`: an OS advisory lock, released by the kernel when
@@ -19,6 +21,10 @@ and fsync'ed. So:
   - killed after it, the rows and the count are durable (WAL, synchronous=FULL) and every row
     points at vector bytes that reached the disk before the rows existed.
 Row i's vector is always at row i of the file, so no document can carry another's vector.
+A row's token count and postings are written in the transaction that inserts it (compaction
+writes them anew in the one that swaps the rows), so they always describe exactly the committed
+rows; statistics over the live rows are counted from them at search time, never stored, so no
+crash can leave statistics that disagree with the rows.
 Readers take `committed` and the rows in one read transaction (a WAL snapshot) and map exactly
 `committed` vectors, so they never see half a batch. Compaction writes a whole new vector file
 under the next generation, fsyncs it, and swaps rows and generation in one transaction; an
@@ -32,9 +38,10 @@ One writer at a time: every write holds `write.lock`; a second writer waits up t
 and then gets an IndexStateError naming the lock. A writer first catches up with what other
 processes committed, so two writers in turn never lose or duplicate each other's rows.
 
-Indexes written by itlr before this format (manifest.json + docs.jsonl + vectors.f32, format 1)
-are migrated in place on first open: the rows that have both a document line and a vector are
-kept, a torn last line is dropped.
+Indexes written by itlr before this format are migrated in place on first open: format 1
+(manifest.json + docs.jsonl + vectors.f32) keeps the rows that have both a document line and a
+vector, a torn last line dropped; format 2 (no token counts or postings) gets them in one
+transaction, every row tokenised once (docs/cli.md says how long that takes).
 """
 
 from __future__ import annotations
@@ -44,7 +51,10 @@ import json
 import os
 import re
 import sqlite3
+import sys
 import threading
+from array import array
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,14 +64,19 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from itlr.errors import IndexStateError
+from itlr.lexical import tokenize
 from itlr.prompts import Prompts
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+# Format 2 lacks the token counts and postings; opening it adds them (_add_postings).
+POSTINGS_FORMAT = 3
 DATABASE = "index.db"
 LOCK = "write.lock"
 LEGACY_MANIFEST = "manifest.json"
 LEGACY_DOCS = "docs.jsonl"
 LOCK_WAIT_SECONDS = 5.0
+# Rows tokenised at a time when a format 2 index gets its postings.
+_UPGRADE_ROWS = 4096
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -70,9 +85,20 @@ CREATE TABLE IF NOT EXISTS rows (
     id TEXT NOT NULL,
     text TEXT NOT NULL,
     fields TEXT NOT NULL,
-    deleted INTEGER NOT NULL
+    deleted INTEGER NOT NULL,
+    length INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS postings (
+    token TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    counts BLOB NOT NULL,
+    PRIMARY KEY (token, start)
+) WITHOUT ROWID;
 """
+# A posting's row as an offset from its batch's first row, and its count: little-endian uint32.
+_POSTING = np.dtype("<u4")
+assert array("I").itemsize == _POSTING.itemsize
 
 
 @dataclass(frozen=True)
@@ -90,12 +116,19 @@ class StoredRow:
         return {"id": self.id, "text": self.text, "fields": self.fields}
 
 
+def _posting_bytes(values: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tobytes()
+
+
 def vector_file(generation: int) -> str:
     return "vectors.f32" if generation == 0 else f"vectors.{generation}.f32"
 
 
 VECTOR_FILE = re.compile(r"vectors(\.\d+)?\.f32")
-_OWN_TABLES = frozenset({"meta", "rows"})
+_OWN_TABLES = frozenset({"meta", "rows", "postings"})
+_REQUIRED_TABLES = frozenset({"meta", "rows"})  # format 2 has no postings
 
 
 def exists(path: Path) -> bool:
@@ -118,7 +151,7 @@ def _peek(database: Path, sql: str) -> list[tuple[Any, ...]] | None:
 
 def _has_meta(database: Path) -> bool:
     tables = _peek(database, "SELECT name FROM sqlite_master WHERE type = 'table'")
-    if not tables or not {name for (name,) in tables} >= _OWN_TABLES:
+    if not tables or not {name for (name,) in tables} >= _REQUIRED_TABLES:
         return False  # not SQLite, or created but killed before its first commit
     return bool(_peek(database, "SELECT 1 FROM meta WHERE key = 'format'"))
 
@@ -190,6 +223,7 @@ class VectorStore:
         with store.writing():
             if store._read_meta() is not None:
                 if exist_ok:
+                    store._add_postings()
                     store._load_meta()
                     return store
                 raise IndexStateError(f"an index already exists at {path}: open it instead")
@@ -220,6 +254,7 @@ class VectorStore:
         store = cls(path, lock_timeout)
         if store._read_meta() is None:
             store._migrate_legacy()
+        store._add_postings()
         store._load_meta()
         return store
 
@@ -229,8 +264,9 @@ class VectorStore:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def read_rows(self, start: int) -> tuple[list[StoredRow], np.ndarray]:
-        """Committed rows from `start` on, and the vectors of all committed rows (memory-mapped).
+    def read_rows(self, start: int) -> tuple[list[StoredRow], np.ndarray, np.ndarray]:
+        """Committed rows from `start` on, their token counts, and the vectors of all committed
+        rows (memory-mapped).
 
         One read transaction: the rows and the count come from the same snapshot.
         """
@@ -239,17 +275,60 @@ class VectorStore:
             try:
                 self._load_meta()
                 found = self._db.execute(
-                    "SELECT id, text, fields, deleted FROM rows WHERE row >= ? AND row < ? "
-                    "ORDER BY row",
+                    "SELECT id, text, fields, deleted, length FROM rows "
+                    "WHERE row >= ? AND row < ? ORDER BY row",
                     (start, self.committed),
                 ).fetchall()
             finally:
                 self._db.execute("COMMIT")
         rows = [
             StoredRow(doc_id, text, json.loads(fields), bool(deleted))
-            for doc_id, text, fields, deleted in found
+            for doc_id, text, fields, deleted, _ in found
         ]
-        return rows, self.vectors()
+        lengths = np.array([length for *_, length in found], dtype=np.float64)
+        return rows, lengths, self.vectors()
+
+    def postings(
+        self, token: str, start: int, stop: int, generation: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows in [start, stop) that hold the token (ascending) and its count in each, or
+        None when the rows were renumbered since `generation` (another process compacted).
+        Batches are committed whole, so a batch starting below `stop` ends at or below it."""
+        with self._db_guard:
+            self._db.execute("BEGIN")
+            try:
+                meta = self._read_meta() or {}
+                if int(meta.get("generation", -1)) != generation:
+                    return None
+                found = self._db.execute(
+                    "SELECT start, rows, counts FROM postings "
+                    "WHERE token = ? AND start >= ? AND start < ? ORDER BY start",
+                    (token, start, stop),
+                ).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        rows = [first + np.frombuffer(held, _POSTING).astype(np.int64) for first, held, _ in found]
+        counts = [np.frombuffer(c, _POSTING).astype(np.float64) for *_, c in found]
+        return (
+            np.concatenate([np.zeros(0, dtype=np.int64), *rows]),
+            np.concatenate([np.zeros(0, dtype=np.float64), *counts]),
+        )
+
+    def tokens(self, stop: int, generation: int) -> list[str] | None:
+        """Every token some row below `stop` holds (None as `postings` says): a full pass over
+        the postings, for statistics over every token."""
+        with self._db_guard:
+            self._db.execute("BEGIN")
+            try:
+                meta = self._read_meta() or {}
+                if int(meta.get("generation", -1)) != generation:
+                    return None
+                found = self._db.execute(
+                    "SELECT DISTINCT token FROM postings WHERE start < ?", (stop,)
+                ).fetchall()
+            finally:
+                self._db.execute("COMMIT")
+        return [token for (token,) in found]
 
     def vectors(self) -> np.ndarray:
         """The committed rows' vectors: exactly `committed` rows, never bytes past them."""
@@ -292,17 +371,19 @@ class VectorStore:
         finally:
             self._lock.release()
 
-    def append(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> None:
-        """Commit rows with their vectors as one batch (see the module docstring)."""
+    def append(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> np.ndarray:
+        """Commit rows with their vectors as one batch (see the module docstring); returns
+        their token counts."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self.writing(), self._db_guard:
             self._load_meta()
             start = self.committed
             self._write_vectors(vector_file(self.generation), start, vectors, truncate=True)
             with self._transaction():
-                self._insert(start, rows)
+                lengths = self._insert(start, rows)
                 self._write_meta(committed=start + len(rows))
             self._load_meta()
+        return lengths
 
     def rewrite(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> None:
         """Replace every row (compaction): a new vector file, swapped in by one transaction."""
@@ -314,6 +395,7 @@ class VectorStore:
             self._fsync_directory()
             with self._transaction():
                 self._db.execute("DELETE FROM rows")
+                self._db.execute("DELETE FROM postings")
                 self._insert(0, rows)
                 self._write_meta(committed=len(rows), generation=new)
             self._load_meta()
@@ -342,12 +424,42 @@ class VectorStore:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _insert(self, start: int, rows: Sequence[StoredRow]) -> None:
+    def _insert(self, start: int, rows: Sequence[StoredRow]) -> np.ndarray:
+        """The rows, their token counts and their postings (a tombstone holds no token)."""
+        counts = [Counter(tokenize(r.text)) if not r.deleted else Counter() for r in rows]
         self._db.executemany(
-            "INSERT INTO rows (row, id, text, fields, deleted) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO rows (row, id, text, fields, deleted, length) VALUES (?, ?, ?, ?, ?, ?)",
             (
-                (start + i, r.id, r.text, json.dumps(r.fields, ensure_ascii=False), int(r.deleted))
-                for i, r in enumerate(rows)
+                (
+                    start + i,
+                    r.id,
+                    r.text,
+                    json.dumps(r.fields, ensure_ascii=False),
+                    int(r.deleted),
+                    sum(c.values()),
+                )
+                for i, (r, c) in enumerate(zip(rows, counts, strict=True))
+            ),
+        )
+        self._insert_postings(start, counts)
+        return np.array([sum(c.values()) for c in counts], dtype=np.float64)
+
+    def _insert_postings(self, start: int, counts: Sequence[Counter[str]]) -> None:
+        """One postings entry per token of these rows (the rows from `start` on)."""
+        held: dict[str, tuple[array[int], array[int]]] = {}
+        for offset, row in enumerate(counts):
+            for token, count in row.items():
+                found = held.get(token)
+                if found is None:
+                    found = held[token] = (array("I"), array("I"))
+                found[0].append(offset)
+                found[1].append(count)
+        # In key order: the B-tree takes them as an append where it can.
+        self._db.executemany(
+            "INSERT INTO postings (token, start, rows, counts) VALUES (?, ?, ?, ?)",
+            (
+                (token, start, _posting_bytes(offsets), _posting_bytes(found))
+                for token, (offsets, found) in sorted(held.items())
             ),
         )
 
@@ -366,6 +478,39 @@ class VectorStore:
         with self._db_guard:
             meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         return meta or None
+
+    def _add_postings(self) -> None:
+        """Format 2 -> 3: every row's token count and postings, in one transaction (a kill
+        leaves format 2, and the next open starts again)."""
+        meta = self._read_meta()
+        if meta is None or int(meta["format"]) != POSTINGS_FORMAT - 1:
+            return
+        with self.writing(), self._db_guard:
+            meta = self._read_meta()
+            if meta is None or int(meta["format"]) != POSTINGS_FORMAT - 1:
+                return  # another process upgraded it meanwhile
+            with self._transaction():
+                columns = {c[1] for c in self._db.execute("PRAGMA table_info(rows)")}
+                if "length" not in columns:
+                    self._db.execute(
+                        "ALTER TABLE rows ADD COLUMN length INTEGER NOT NULL DEFAULT 0"
+                    )
+                self._db.execute("DELETE FROM postings")
+                committed = int(meta["committed"])
+                for start in range(0, committed, _UPGRADE_ROWS):
+                    found = self._db.execute(
+                        "SELECT text, deleted FROM rows WHERE row >= ? AND row < ? ORDER BY row",
+                        (start, min(committed, start + _UPGRADE_ROWS)),
+                    ).fetchall()
+                    counts = [Counter(tokenize(t)) if not d else Counter() for t, d in found]
+                    self._db.executemany(
+                        "UPDATE rows SET length = ? WHERE row = ?",
+                        ((sum(c.values()), start + i) for i, c in enumerate(counts)),
+                    )
+                    self._insert_postings(start, counts)
+                self._db.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'format'", (str(POSTINGS_FORMAT),)
+                )
 
     def _load_meta(self) -> None:
         meta = self._read_meta()

@@ -54,6 +54,7 @@ from itlr.proxy.codec import (
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.rewrite import rewrite_body
+from itlr.proxy.statistics import CallerStatistics, changes_documents
 from itlr.proxy.upstream import (
     IndexConfig,
     Upstream,
@@ -180,6 +181,8 @@ class QueryBarProxy:
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
         self.coverage = CoverageReport(self.upstream, connection)
+        # Hybrid truths' token statistics, per target and caller (itlr.proxy.statistics).
+        self.statistics = CallerStatistics()
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
 
@@ -192,14 +195,17 @@ class QueryBarProxy:
         headers: dict[str, str],
         counted: Counted,
     ) -> CorpusStats | None:
-        """The target's token statistics for hybrid truths (None for other truths): asked of
-        the upstream once per target and token set of this request (`counted`), never kept
-        for the next request, whose documents may differ."""
+        """The target's token statistics for hybrid truths (None for other truths): the
+        caller's remembered ones while recent (itlr.proxy.statistics), else asked of the
+        upstream; once per target and token set of this request (`counted`)."""
         if not self.defaults.truth.uses_lexical:
             return None
-        key = (target, tuple(sorted(query_tokens(query.terms))))
+        tokens = query_tokens(query.terms)
+        key = (target, tuple(sorted(tokens)))
         if key not in counted:
-            counted[key] = await self.upstream.lexical_stats(target, query, headers)
+            counted[key] = await self.statistics.statistics(
+                target, headers, tokens, lambda: self.upstream.lexical_stats(target, query, headers)
+            )
         return counted[key]
 
     async def _rewrite_one(
@@ -425,6 +431,7 @@ class QueryBarProxy:
             content = request.stream()
         else:
             content = None  # no body came, none goes (not an empty chunked one)
+        writes = changes_documents(request.method, path, request.query_params.get("refresh"))
         upstream_request = httpx.Request(
             request.method,
             self._base + _raw_target(request, forward_query),
@@ -449,6 +456,10 @@ class QueryBarProxy:
                 f"({type(down).__name__}): is it running?"
             )
             return error_response(502, "itlr_upstream_unreachable", f"itlr proxy: {said}")
+        finally:
+            if writes:
+                # Answered (or failed): the next logical search through the proxy counts anew.
+                self.statistics.written()
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
         if script_write:
             # Whatever it wrote, the next logical search compares itlr's scripts again first.

@@ -31,8 +31,8 @@ class BadBody(ItlrError):
 def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
     """An error in the cluster's own shape, so the UI shows `reason` as it shows the cluster's;
     request text quoted in it is made printable, so the answer itself cannot fail."""
-    shown = {k: printable(v) if isinstance(v, str) else v for k, v in extra.items()}
-    cause = {"type": kind, "reason": printable(reason), **shown}
+    shown = {k: escape_surrogates(v) if isinstance(v, str) else v for k, v in extra.items()}
+    cause = {"type": kind, "reason": escape_surrogates(reason), **shown}
     return {"error": {"root_cause": [cause], **cause}, "status": status}
 
 
@@ -76,7 +76,7 @@ def encode_json(body: Any) -> bytes:
         return json.dumps(body).encode()
 
 
-def printable(text: str) -> str:
+def escape_surrogates(text: str) -> str:
     """`text` with any lone surrogate written as its escape, so it can be sent as UTF-8."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
@@ -85,7 +85,7 @@ def _has_surrogate(text: str) -> bool:
     return any("\ud800" <= char <= "\udfff" for char in text)
 
 
-def _unusable(value: Any, path: str = "") -> tuple[str, str] | None:
+def _first_unusable(value: Any, path: str = "") -> tuple[str, str] | None:
     """(where, what) of the first value no engine can take: a string holding a lone surrogate
     (keys included), or a number beyond a double's range; None when there is none."""
     if isinstance(value, str):
@@ -98,13 +98,13 @@ def _unusable(value: Any, path: str = "") -> tuple[str, str] | None:
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
             if _has_surrogate(str(key)):
-                return printable(here), "a lone UTF-16 surrogate"
-            found = _unusable(item, here)
+                return escape_surrogates(here), "a lone UTF-16 surrogate"
+            found = _first_unusable(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _unusable(item, f"{path}[{index}]")
+            found = _first_unusable(item, f"{path}[{index}]")
             if found is not None:
                 return found
     return None
@@ -127,11 +127,11 @@ def decode_json(raw: bytes) -> Any:
             pass
     decoded = json.loads(raw)
     if long_number or SURROGATE_ESCAPE.search(raw):
-        found = _unusable(decoded)
+        found = _first_unusable(decoded)
         if found is not None:
             place, what = found
             raise BadBody(
-                f"{printable(place)} holds {what}, which no engine can take: send valid Unicode "
+                f"{escape_surrogates(place)} holds {what}, which no engine can take: send valid Unicode "
                 "text and numbers within a double's range"
             )
     return decoded

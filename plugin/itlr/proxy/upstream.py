@@ -306,8 +306,8 @@ class Upstream:
         self, target: str, query: Query, headers: dict[str, str]
     ) -> CorpusStats:
         """The token statistics of every index `target` names, for the query's tokens: one
-        aggregation (`lexical_stats_body`), asked with the UI's credentials. Never cached: they
-        change whenever a document does, and a stale count would change the scores."""
+        aggregation (`lexical_stats_body`), asked with the UI's credentials. How long a count
+        is used for is the proxy's (itlr.proxy.statistics)."""
         # Statistics from some shards only would score unlike `itlr search`: refused.
         response = await self._send(
             "POST",
