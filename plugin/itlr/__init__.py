@@ -18,6 +18,7 @@ from itlr.errors import (
 if TYPE_CHECKING:
     from itlr.index import Index
     from itlr.query import And, Not, Or, Query, Term, parse
+    from itlr.results import Hit, SearchResult
     from itlr.scoring import Operators, TruthMap
 
 __version__ = "0.1.0"
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 # load, and a bad one must reach the command line's one-line error, not break `import itlr`.
 _LAZY = {
     "Index": "itlr.index",
+    "Hit": "itlr.results",
+    "SearchResult": "itlr.results",
     "parse": "itlr.query",
     "And": "itlr.query",
     "Not": "itlr.query",
@@ -54,6 +57,7 @@ __all__ = [
     "ConfigurationError",
     "EmbeddingError",
     "EngineError",
+    "Hit",
     "Index",
     "IndexStateError",
     "ItlrError",
@@ -63,6 +67,7 @@ __all__ = [
     "Query",
     "QuerySyntaxError",
     "RewriteError",
+    "SearchResult",
     "Term",
     "TruthMap",
     "__version__",

@@ -26,11 +26,12 @@ from itlr.engines.factory import EngineSpec, engine_name, open_backend
 from itlr.errors import ConfigurationError
 from itlr.ingest import delete, ingest, writer_session
 from itlr.limits import LIMITS
-from itlr.options import Hit, SearchOptions, search_options
+from itlr.options import SearchOptions, search_options
 from itlr.prompts import settle
 from itlr.query import Node, Query
 from itlr.records import Document, Fields, check_document, document_from_record
-from itlr.retriever import Retriever, SearchResult
+from itlr.results import Hit, SearchResult
+from itlr.retriever import Retriever
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
 from itlr.write_report import WriteReport
 
@@ -147,8 +148,7 @@ class Index:
         embedder = get_embedder(model, encoder, encoder_url)
         given = embedder.with_prompts(query_prompt or "", passage_prompt or "")
         backend = open_backend(spec, given, create=create)
-        recorded = getattr(backend, "prompts", None)
-        prompts = settle(query_prompt, passage_prompt, recorded, f"index {spec.index!r}")
+        prompts = settle(query_prompt, passage_prompt, backend.prompts, f"index {spec.index!r}")
         return cls(spec, backend, embedder.with_prompts(prompts.query, prompts.passage))
 
     @classmethod
@@ -231,12 +231,12 @@ class Index:
     @property
     def engine(self) -> str:
         """embedded, opensearch or elasticsearch (what auto-detection found)."""
-        return getattr(self.backend, "engine", "embedded")
+        return self.backend.engine
 
     @property
     def warnings(self) -> tuple[str, ...]:
         """What opening the index noticed (e.g. a mapping that lacks something)."""
-        return tuple(getattr(self.backend, "warnings", ()))
+        return tuple(self.backend.warnings)
 
     def count(self) -> int:
         return self.backend.count()
@@ -245,8 +245,7 @@ class Index:
         """How many documents of a cluster index have a text but no vector, so that no search
         can find them (counted at most every few seconds); None for an embedded index, whose
         documents always get their vector with their text."""
-        coverage = getattr(self.backend, "coverage", None)
-        return coverage() if coverage is not None else None
+        return self.backend.coverage()
 
     def __len__(self) -> int:
         return self.count()
@@ -319,18 +318,11 @@ class Index:
         """Rewrite an embedded index without the rows of replaced and deleted documents:
         (committed rows before, after). Crash-safe; writes do it by themselves once dead rows
         are over ITLR_COMPACT_DEAD_RATIO of the rows. A cluster merges its own segments."""
-        compact = getattr(self.backend, "compact", None)
-        if compact is None:
-            raise ConfigurationError(
-                f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
-                "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
-            )
-        return compact()
+        return self.backend.compact()
 
     def _refresh(self, report: WriteReport) -> None:
-        refresh = getattr(self.backend, "refresh", None)
-        if refresh is not None and report.changed:
-            refresh()  # a search right after a write should see it
+        if report.changed:
+            self.backend.refresh()  # a search right after a write should see it
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -437,15 +429,18 @@ class Index:
         if options is None:
             names["k"] = k
         options = self.options(options, **names)
+        from itlr.engines.cluster import ClusterBackend
+        from itlr.engines.elasticsearch import ElasticsearchBackend
+
         engine = engine or (self.engine if self.engine != "embedded" else "opensearch")
+        # A cluster index's own requests: its server's version, its statistics, its tie-break.
+        cluster = self.backend if isinstance(self.backend, ClusterBackend) else None
         version = None
-        if engine == "elasticsearch" and self.engine == "elasticsearch":
-            version = self.backend.capabilities.version  # type: ignore[attr-defined]
+        if engine == "elasticsearch" and isinstance(self.backend, ElasticsearchBackend):
+            version = self.backend.capabilities.version
         parsed = as_query(query)
         LIMITS.check_tree(parsed.root)
-        count = None
-        if self.engine != "embedded":
-            count = partial(self.backend.lexical_stats, parsed)  # type: ignore[attr-defined]
+        count = partial(cluster.lexical_stats, parsed) if cluster is not None else None
         options, statistics, notes = truths_to_build(options, explicit, self.name, count)
         requests = translate_requests(
             parsed,
@@ -458,8 +453,8 @@ class Index:
             vector_field=self.spec.layout.vector_field,
             text_field=self.spec.layout.text_field,
             server_version=version,
-            # A cluster index's own tie-break, learnt from its mapping (no doc_id: _id / _doc).
-            tiebreak=getattr(self.backend, "layout", self.spec.layout).tiebreak,
+            # Learnt from a cluster index's mapping (no doc_id: _id / _doc).
+            tiebreak=(cluster.layout if cluster is not None else self.spec.layout).tiebreak,
             lexical=statistics,
         )
         return Translation(requests, notes)

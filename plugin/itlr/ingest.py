@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from itlr.documents import Document
-from itlr.engines import Backend
-from itlr.errors import ConfigurationError
+from itlr.engines import Backend, StoredState
 from itlr.fingerprint import content_hash
 from itlr.write_report import WriteReport
 
@@ -41,8 +40,7 @@ def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object
     second ingestion up front instead of interleaving its batches with this one. Clusters
     handle concurrent writers themselves.
     """
-    writing = getattr(backend, "writing", None)
-    return writing() if writing is not None else contextlib.nullcontext()
+    return backend.writing()
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -97,10 +95,8 @@ def ingest(
             report.added += sum(1 for i in written if i in new)
             report.updated += sum(1 for i in written if i not in new)
 
-        prepare = getattr(backend, "prepare_writes", None)
-        if prepare is not None:
-            prepare()  # a foreign index: its mapping is ready, or refused, before any work
-        shaped = bool(getattr(backend, "foreign", False))
+        backend.prepare_writes()  # a foreign index: its mapping is ready, or refused, first
+        shaped = bool(backend.foreign)
         if shaped and isinstance(documents, Sequence):
             # Every document checked before the first is written (one read of each stored
             # document's fields, without its vector).
@@ -112,13 +108,11 @@ def ingest(
             if pending is not None and in_flight & {d.id for d in batch}:
                 pending.result()  # compare with the copy being written, once it is stored
                 pending = None
-            stored = _stored_state(backend, [d.id for d in batch]) if resume or shaped else {}
+            stored = backend.fingerprints([d.id for d in batch]) if resume or shaped else {}
             embed, reuse = _changes(batch, stored, backend.model)
             if not resume:
                 embed, reuse = batch, []
-            guard = getattr(backend, "check_replacements", None)
-            if guard is not None:
-                guard({d.id: d.fields for d in embed + reuse}, stored)
+            backend.check_replacements({d.id: d.fields for d in embed + reuse}, stored)
             report.unchanged += len(batch) - len(embed) - len(reuse)
             todo = embed + reuse
             if todo:
@@ -127,7 +121,7 @@ def ingest(
                 if embed:
                     parts.append(embedder.encode_passages([d.text for d in embed]))
                 if reuse:
-                    parts.append(backend.stored_vectors([d.id for d in reuse]))  # type: ignore[attr-defined]
+                    parts.append(backend.stored_vectors([d.id for d in reuse]))
                 vectors = np.concatenate(parts) if len(parts) > 1 else parts[0]
                 report.encode_seconds += time.perf_counter() - started
                 if pending is not None:
@@ -143,8 +137,8 @@ def ingest(
 
 
 def _refuse_lost_fields(batch: list[Document], backend: Backend) -> None:
-    stored = _stored_state(backend, [d.id for d in batch])
-    backend.check_replacements({d.id: d.fields for d in batch}, stored)  # type: ignore[attr-defined]
+    stored = backend.fingerprints([d.id for d in batch])
+    backend.check_replacements({d.id: d.fields for d in batch}, stored)
 
 
 def _with_id_field(document: Document, backend: Backend, named: str | None) -> Document:
@@ -153,21 +147,13 @@ def _with_id_field(document: Document, backend: Backend, named: str | None) -> D
     if document.id_source is None:
         return document
     key, value = document.id_source
-    if key != named and key not in getattr(backend, "top_fields", ()):
+    if key != named and key not in backend.top_fields:
         return document
     return replace(document, fields={**document.fields, key: value})
 
 
-def _stored_state(backend: Backend, ids: list[str]) -> dict[str, tuple[str | None, dict[str, Any]]]:
-    fingerprints = getattr(backend, "fingerprints", None)
-    if fingerprints is not None:
-        return fingerprints(ids)
-    # A backend that keeps no hashes: presence only (None), so a stored id stays as it is.
-    return {i: (None, {}) for i in backend.existing_ids(ids)}
-
-
 def _changes(
-    batch: list[Document], stored: dict[str, tuple[str | None, dict[str, Any]]], model: str
+    batch: list[Document], stored: StoredState, model: str
 ) -> tuple[list[Document], list[Document]]:
     """(documents to embed: new, changed text, or stored without a hash; documents whose fields
     only changed, which keep their stored vector)."""
@@ -188,12 +174,9 @@ def _changes(
 
 def delete(ids: Iterable[str], backend: Backend) -> WriteReport:
     """Delete documents by id; the report counts those that existed."""
-    remove = getattr(backend, "delete", None)
-    if remove is None:
-        raise ConfigurationError(f"{type(backend).__name__} cannot delete documents")
     wanted = list(dict.fromkeys(str(i) for i in ids))
     report = WriteReport()
     with writer_session(backend):
         for start in range(0, len(wanted), 500):
-            report.deleted += remove(wanted[start : start + 500])
+            report.deleted += backend.delete(wanted[start : start + 500])
     return report

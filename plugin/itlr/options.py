@@ -1,10 +1,9 @@
-"""What every engine takes and returns: search options and hits."""
+"""What every engine takes: search options (what it returns is in itlr.results)."""
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -387,59 +386,3 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
-
-
-@dataclass(frozen=True)
-class Hit:
-    id: str
-    score: float
-    truths: dict[str, float]
-    text: str = ""
-    fields: dict[str, Any] = field(default_factory=dict)
-    # Fragments of the text field per field name (options.highlight).
-    highlights: dict[str, list[str]] = field(default_factory=dict)
-    # How the score was computed, as a tree that adds up to it (options.explain).
-    explanation: dict[str, Any] | None = None
-    # The sort values a `search_after` continues from (clusters).
-    sort: list[Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "id": self.id,
-            "score": self.score,
-            "truths": self.truths,
-            "text": self.text,
-            "fields": self.fields,
-        }
-        if self.highlights:
-            payload["highlights"] = self.highlights
-        if self.explanation is not None:
-            payload["explanation"] = self.explanation
-        if self.sort is not None:
-            payload["sort"] = self.sort
-        return payload
-
-
-class Hits(list[Hit]):
-    """A backend's ranked hits plus what this one search noticed (a capped budget, a filter on
-    a field no document has). A list, so callers that only rank keep working; the Retriever
-    carries the warnings into SearchResult, so nothing accumulates on a long-lived backend."""
-
-    def __init__(
-        self,
-        hits: Iterable[Hit] = (),
-        warnings: Iterable[str] = (),
-        exact: bool | None = None,
-    ) -> None:
-        super().__init__(hits)
-        self.warnings: tuple[str, ...] = tuple(warnings)
-        # True: no document outside the scored ones can beat the k-th hit (exact mode, or knn
-        # mode with a certificate); False: the depth cap stopped the proof; None: not asked
-        # (a query that is not anchored).
-        self.exact = exact
-
-    def noting(self, *warnings: str) -> Hits:
-        """The same hits and certificate with more warnings (these hits when there are none)."""
-        if not warnings:
-            return self
-        return Hits(self, (*self.warnings, *warnings), self.exact)

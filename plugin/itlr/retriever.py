@@ -3,41 +3,18 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import numpy as np
 
 from itlr.embed import Embedder
 from itlr.engines import Backend
 from itlr.limits import LIMITS
-from itlr.options import Hit, SearchOptions
+from itlr.options import SearchOptions
 from itlr.query import Query
+from itlr.results import Hit, SearchResult
 
-if TYPE_CHECKING:
-    from itlr.rewrite import RewriteResult
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    query: Query
-    hits: list[Hit]
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-    rewrite: RewriteResult | None = None  # how a plain-language question became the query
-    # Whether the top k is provably the exact top k (see itlr.options.Hits.exact).
-    exact: bool | None = None
-
-    def to_dict(self) -> dict:
-        payload = {
-            "query": str(self.query),
-            "terms": list(self.query.terms),
-            "warnings": list(self.warnings),
-            "exact": self.exact,
-            "hits": [h.to_dict() for h in self.hits],
-        }
-        if self.rewrite is not None:
-            payload["rewrite"] = self.rewrite.to_dict()
-        return payload
+__all__ = ["CUT_MARK", "Retriever", "SearchResult", "bound_hits"]
 
 
 class Retriever:
@@ -53,11 +30,12 @@ class Retriever:
         options = options or SearchOptions()
         query = Query.of(query)
         LIMITS.check_tree(query.root)  # what the request became: rewritten, built or parsed
-        hits = self.backend.search(query, self.embed_terms(query), options)
-        bounded, cut = bound_hits(list(hits), LIMITS.max_document_bytes)
-        warnings = (*query.warnings, *getattr(hits, "warnings", ()), *cut)
-        exact = getattr(hits, "exact", None)
-        return SearchResult(query, bounded, warnings, exact=exact)
+        found = self.backend.search(query, self.embed_terms(query), options)
+        bounded, cut = bound_hits(found.hits, LIMITS.max_document_bytes)
+        if not (query.warnings or cut):
+            return found
+        # The query's own notes first, then the engine's, then what bounding cut.
+        return replace(found, hits=bounded, warnings=(*query.warnings, *found.warnings, *cut))
 
     def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""

@@ -312,7 +312,7 @@ def run_es_script_on_opensearch(backend, body: dict) -> list:
         return node
 
     response = backend.client.search(index=backend.index, body=inline(json.loads(text)))
-    return hits_from_response(response, None, None, None, backend.layout)
+    return hits_from_response(response, None, None, None, backend.layout).hits
 
 
 @pytest.mark.opensearch
@@ -528,7 +528,7 @@ def test_two_terms_get_two_different_similarities_on_the_same_document(
         response = painless_demo.client.search(
             index=painless_demo.index, body=single_term_body(query, vectors, i)
         )
-        hits.append(hits_from_response(dict(response), None, None, None, painless_demo.layout))
+        hits.append(hits_from_response(dict(response), None, None, None, painless_demo.layout).hits)
     assert_two_terms_get_two_similarities(*hits, corpus_vectors, corpus, vectors)
 
 

@@ -317,6 +317,26 @@ class EmbeddedAsCluster:
     def existing_ids(self, ids: list[str]) -> set[str]:
         return self.inner.existing_ids(ids)
 
+    # The rest of the engine contract (itlr.engines.Backend), as the embedded engine keeps it.
+    foreign = False
+    top_fields: frozenset[str] = frozenset()
+    warnings: tuple[str, ...] = ()
+
+    def writing(self):
+        return self.inner.writing()
+
+    def prepare_writes(self) -> None:
+        self.inner.prepare_writes()
+
+    def check_replacements(self, fields, stored) -> None:
+        self.inner.check_replacements(fields, stored)
+
+    def fingerprints(self, ids: list[str]):
+        return self.inner.fingerprints(ids)
+
+    def stored_vectors(self, ids: list[str]):
+        return self.inner.stored_vectors(ids)
+
     def add(self, ids, texts, vectors, fields=None) -> dict[str, str]:
         keep = [i for i, doc_id in enumerate(ids) if doc_id not in self.refuse]
         if keep:

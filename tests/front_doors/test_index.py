@@ -71,6 +71,16 @@ def test_built_and_parsed_queries_rank_the_same() -> None:
     assert [h.to_dict() for h in built.hits] == [h.to_dict() for h in parsed.hits]
 
 
+def test_a_search_result_is_its_hits_with_what_the_search_noticed() -> None:
+    idx = itlr.Index.open("result-object")
+    idx.add(DOCS)
+    res = idx.search(QUERY, k=3, mode="exact")
+    assert isinstance(res, itlr.SearchResult)
+    assert list(res) == res.hits and len(res) == 3 and res[0] == res.hits[0]
+    assert res.exact is True and res.coverage is None  # an embedded index misses no vector
+    assert str(res.query) == str(itlr.parse(QUERY)) and res.warnings == ()
+
+
 def test_add_skips_ids_the_index_has_and_keeps_other_keys_as_fields() -> None:
     idx = itlr.Index.open("skips")
     first = idx.add(DOCS)

@@ -1,4 +1,4 @@
-"""Per-search warnings travel with their search (itlr.options.Hits -> SearchResult.warnings);
+"""Per-search warnings travel with their search (itlr.results.SearchResult.warnings);
 a long-lived cluster backend keeps nothing per search."""
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
             response = backend.client.search(
                 index=backend.index, body=bodies[i % POOL], allow_partial_search_results=False
             )
-            return backend.dialect.hits(dict(response))
+            return backend.dialect.hits(dict(response)).hits
 
         return call
 

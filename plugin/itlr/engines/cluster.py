@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from time import monotonic
@@ -53,12 +53,13 @@ from itlr.engines.foreign import add_itlr_fields
 from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
-from itlr.errors import EngineError, IndexStateError
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.lexical import CorpusStats, query_tokens
-from itlr.options import Hit, Hits, SearchOptions
+from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
+from itlr.results import Hit, Ranking, SearchResult
 
 
 class ClusterBackend:
@@ -255,6 +256,10 @@ class ClusterBackend:
 
     # -- writes --------------------------------------------------------------------------
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to hold: the cluster orders concurrent writers itself."""
+        return contextlib.nullcontext()
+
     def prepare_writes(self) -> None:
         """Before the first write into an index itlr did not make: map the vector, the text
         field (if missing) and itlr's own fields explicitly, or refuse in one line (a vector
@@ -273,7 +278,7 @@ class ClusterBackend:
     def check_replacements(
         self,
         fields: dict[str, dict[str, Any]],
-        stored: dict[str, tuple[str | None, dict[str, Any]]],
+        stored: Mapping[str, tuple[str | None, dict[str, Any]]],
     ) -> None:
         """Refuse, in one line, to replace a stored document of an index itlr did not make
         with one that lacks some of its fields: a replace writes the whole document, so they
@@ -321,6 +326,13 @@ class ClusterBackend:
         actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
         failures = self.bulk(actions)
         return len(actions) - len(failures)
+
+    def compact(self) -> tuple[int, int]:
+        """Refused: a cluster merges its own segments (the request that asks it is named)."""
+        raise ConfigurationError(
+            f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
+            "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
+        )
 
     def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
         """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
@@ -372,13 +384,16 @@ class ClusterBackend:
 
         return self.coverage_cache.get(self.index, count)
 
-    def _covered(self, hits: Hits) -> Hits:
-        """The hits with a warning when documents they could not come from exist; then no
-        certificate holds: the top k is the exact top k of the embedded documents only."""
-        warning = self.coverage().warning(self.layout.vector_field, self.layout.text_field)
-        if warning is None:
-            return hits
-        return Hits(hits, (*hits.warnings, warning), False if hits.exact else hits.exact)
+    def _result(self, query: Query, ranked: Ranking) -> SearchResult:
+        """The search's result, with the index's coverage and a warning when documents the hits
+        could not come from exist; then no certificate holds: the top k is the exact top k of
+        the embedded documents only."""
+        coverage = self.coverage()
+        warning = coverage.warning(self.layout.vector_field, self.layout.text_field)
+        warnings, exact = ranked.warnings, ranked.exact
+        if warning is not None:
+            warnings, exact = (*warnings, warning), False if exact else exact
+        return SearchResult(query, ranked.hits, warnings, exact=exact, coverage=coverage)
 
     # -- search --------------------------------------------------------------------------
 
@@ -422,8 +437,8 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-    ) -> Hits:
-        """The ranked hits, carrying this search's warnings (a capped candidate budget).
+    ) -> SearchResult:
+        """The ranked hits and this search's warnings (a capped candidate budget).
         Hybrid truths: built from the remembered statistics where every token has been counted
         (checked by a count sent along unless counted moments ago,
         itlr.engines.remembered_stats), else counted first."""
@@ -437,10 +452,10 @@ class ClusterBackend:
             if recent:
                 guessed = None  # counted moments ago: no new count goes along
         try:
-            hits = self._counted_search(query, term_vectors, options, lexical, guessed)
+            ranked = self._counted_search(query, term_vectors, options, lexical, guessed)
         except StaleStatistics as stale:
-            hits = self._counted_search(query, term_vectors, options, stale.fresh, None)
-        return self._covered(hits)
+            ranked = self._counted_search(query, term_vectors, options, stale.fresh, None)
+        return self._result(query, ranked)
 
     def _counted_search(
         self,
@@ -449,7 +464,7 @@ class ClusterBackend:
         options: SearchOptions,
         lexical: CorpusStats | None,
         guessed: CorpusStats | None,
-    ) -> Hits:
+    ) -> Ranking:
         options, noted = counted_truths(options, lexical, self.index)
         try:
             return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
@@ -496,7 +511,7 @@ class ClusterBackend:
         options: SearchOptions,
         lexical: CorpusStats | None,
         guessed: CorpusStats | None = None,
-    ) -> Hits:
+    ) -> Ranking:
         # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
         # given one unless too many documents mention its terms to gather them.
         asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
@@ -511,11 +526,11 @@ class ClusterBackend:
             found = self.dialect.hits(response, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,
-                *getattr(found, "warnings", ()),
+                *found.warnings,
                 *unproved,
                 *self.filter_warnings(options),
             )
-            return Hits(found, warnings, exact=exact)
+            return Ranking(found.hits, warnings, exact=exact)
         certified = self._certified(query, term_vectors, options, lexical, guessed)
         return certified.noting(*self.filter_warnings(options))
 
@@ -526,7 +541,7 @@ class ClusterBackend:
         options: SearchOptions,
         lexical: CorpusStats | None,
         guessed: CorpusStats | None = None,
-    ) -> Hits:
+    ) -> Ranking:
         """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
         query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
         only when the bound does not prove the top k. A single positive term needs no probe where
@@ -539,11 +554,11 @@ class ClusterBackend:
         unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
         bounds: list[SearchBound] = []
         rounds = options.candidate_rounds(limit=dialect.max_k)
-        hits: list[Hit] = []
+        ranked = Ranking()
         proved = False
         previous: list[SearchBound] = []
         unproved = not_proved(options.k, rounds[-1])
-        ranked = ranked_by_its_search(query, options.truth)
+        order_may_prove = ranked_by_its_search(query, options.truth)
         for depth, budget in enumerate(rounds):
             round_options = replace(
                 options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
@@ -556,15 +571,17 @@ class ClusterBackend:
             # Each shard's search returns `budget` neighbours: the page's last hit ranks at most
             # `budget` when it is within the first page deep enough (none after search_after).
             by_order = (
-                ranked and options.search_after is None and budget >= options.from_ + options.k
+                order_may_prove
+                and options.search_after is None
+                and budget >= options.from_ + options.k
             )
             # The first round carries the check of remembered statistics, if any.
             responses = self._responses(
                 [request.body, *([] if by_order else probes)], query, guessed
             )
             guessed = None
-            hits = dialect.hits(responses[0], query, term_vectors, options, lexical)
-            threshold = proof_threshold([h.score for h in hits], options.k)
+            ranked = dialect.hits(responses[0], query, term_vectors, options, lexical)
+            threshold = proof_threshold([h.score for h in ranked.hits], options.k)
             if by_order:
                 if threshold > -math.inf or dialect.returned_all(responses[0], budget):
                     proved = True
@@ -598,10 +615,10 @@ class ClusterBackend:
                 unproved = gave_up(options.k, budget, rounds[-1])
                 break
             previous = current
-        noted = (*request.warnings, *getattr(hits, "warnings", ()))
+        noted = (*request.warnings, *ranked.warnings)
         if proved:
-            return Hits(hits, noted, exact=True)
-        return Hits(hits, (*noted, unproved), exact=False)
+            return Ranking(ranked.hits, noted, exact=True)
+        return Ranking(ranked.hits, (*noted, unproved), exact=False)
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a
@@ -624,4 +641,4 @@ class ClusterBackend:
         """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
         gathers before the top k are kept (default k)."""
         (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
-        return self.dialect.hits(response)
+        return self.dialect.hits(response).hits

@@ -41,11 +41,12 @@ from itlr.lexical import (
     term_tokens,
     token_key,
 )
-from itlr.options import Hit, Hits, SearchOptions
+from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.query_memo import QueryMemo
 from itlr.resources import mapping_file, painless_file
+from itlr.results import Hit, Ranking
 from itlr.scoring import TRUTH_CODES
 
 SCRIPT_FORMAT = 1
@@ -383,7 +384,7 @@ def hits_from_response(
     options: SearchOptions | None,
     layout: IndexLayout,
     lexical: CorpusStats | None = None,
-) -> Hits:
+) -> Ranking:
     """Hits with per-term truths and an explanation tree when the response carries the hits'
     vectors (--explain); hybrid truths also read the hits' stored tokens with the statistics
     the search used. A hit whose explanation does not add up to the engine's score is a
@@ -424,7 +425,7 @@ def hits_from_response(
                 explanation=explanation,
             )
         )
-    return Hits(hits, warnings)
+    return Ranking(hits, tuple(warnings))
 
 
 def _lexical_row(
@@ -790,5 +791,5 @@ class Dialect:
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
         lexical: CorpusStats | None = None,
-    ) -> Hits:
+    ) -> Ranking:
         return hits_from_response(response, query, term_vectors, options, self.layout, lexical)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,9 +43,10 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import fragments, query_words
 from itlr.lexical import CorpusStats
-from itlr.options import Hit, Hits, SearchOptions
+from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
+from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
 
 # How much deeper than a round's kNN budget the lexical stream of hybrid truths goes: its rows
@@ -73,6 +74,12 @@ COMPACT_MIN_ROWS = 1_000
 class EmbeddedIndex:
     """knn mode gathers candidates from an HNSW graph (itlr.engines.ann) once the index holds
     `ann_min_rows` documents, and by an exact scan below that or when a filter is given."""
+
+    engine = "embedded"
+    # Its documents have itlr's shape (id, text, fields): nothing of their own to keep, no
+    # mapping to prepare, no field a replace could drop without being given it.
+    foreign: bool | None = False
+    top_fields: frozenset[str] = frozenset()
 
     def __init__(self, store: VectorStore) -> None:
         try:
@@ -104,6 +111,8 @@ class EmbeddedIndex:
         self.path = store.path
         self.model = store.model
         self.dims = store.dims
+        # Opening checks everything it could warn about, and refuses instead.
+        self.warnings: list[str] = []
         self._rows: list[StoredRow | None] = []
         self._latest: dict[str, int] = {}
         self._vectors: np.ndarray = np.zeros((0, self.dims), dtype=np.float32)
@@ -265,6 +274,23 @@ class EmbeddedIndex:
         fields = fields or [{} for _ in ids]
         rows = [StoredRow(str(i), t, dict(f)) for i, t, f in zip(ids, texts, fields, strict=True)]
         self._append(rows, _normalise(vectors))
+
+    def prepare_writes(self) -> None:
+        """Nothing to prepare: the store's format is the only shape its documents take."""
+
+    def check_replacements(
+        self,
+        fields: dict[str, dict[str, Any]],
+        stored: Mapping[str, tuple[str | None, dict[str, Any]]],
+    ) -> None:
+        """Nothing to refuse: a document's fields are what itlr was last given for it."""
+
+    def refresh(self) -> None:
+        """Nothing to do: a committed write is in the next search of this object."""
+
+    def coverage(self) -> None:
+        """None: every document gets its vector with its text."""
+        return None
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id; returns how many existed."""
@@ -437,7 +463,9 @@ class EmbeddedIndex:
 
     # -- search ----------------------------------------------------------------------------
 
-    def search(self, query: Query, term_vectors: np.ndarray, options: SearchOptions) -> Hits:
+    def search(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> SearchResult:
         """Run a logical query whose terms (query.terms order) are embedded as term_vectors.
 
         Hits from_ .. from_ + k of the ranking (the top from_ + k are computed, then the first
@@ -450,15 +478,16 @@ class EmbeddedIndex:
             )
         rows, notes = self._filtered_rows(options.filter)
         if rows.size == 0:
-            return Hits(warnings=notes, exact=True)
+            return SearchResult(query, [], tuple(notes), exact=True)
         window = replace(options, k=options.from_ + options.k) if options.from_ else options
         if options.mode == "exact" or not query.has_positive_term:
             ranked = self._scored(query, term_vectors, rows, window, exact=True)
         else:
             ranked = self._knn_rounds(query, term_vectors, rows, window)
         words = query_words(query.positive_terms) if options.highlight else frozenset()
-        return Hits(
-            (self._shaped(h, options, words) for h in ranked[options.from_ :]),
+        return SearchResult(
+            query,
+            [self._shaped(h, options, words) for h in ranked.hits[options.from_ :]],
             (*notes, *ranked.warnings),
             exact=ranked.exact,
         )
@@ -478,7 +507,7 @@ class EmbeddedIndex:
 
     def _knn_rounds(
         self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
-    ) -> Hits:
+    ) -> Ranking:
         """knn mode: score the candidates; for a query the certificate applies to, prove that no
         other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
         cap. On the graph, when the cap allows more than one round: a probe of a
@@ -558,12 +587,12 @@ class EmbeddedIndex:
             ]
             # The stream holds every row's lexical truths (rows ascending, seen among them).
             lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
-            hits = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
-            threshold = proof_threshold([h.score for h in hits], options.k)
+            ranked = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
+            threshold = proof_threshold([h.score for h in ranked.hits], options.k)
             if trusted:
                 bounds += current
                 if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
-                    return hits
+                    return ranked
             if not graph or options.candidate_cap <= budget:
                 continue
             if depth + 1 < len(rounds):
@@ -577,7 +606,7 @@ class EmbeddedIndex:
                     continue
             lexical = stream.truths if stream is not None else None
             return self._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
-        return Hits(hits, [not_proved(options.k, rounds[-1])], exact=False)
+        return Ranking(ranked.hits, (not_proved(options.k, rounds[-1]),), exact=False)
 
     @staticmethod
     def _round_could_prove(
@@ -613,7 +642,7 @@ class EmbeddedIndex:
         options: SearchOptions,
         exact: bool | None,
         lexical: np.ndarray | None = None,
-    ) -> Hits:
+    ) -> Ranking:
         """The top k of these rows; `lexical`: their lexical truths when already computed."""
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
@@ -631,7 +660,7 @@ class EmbeddedIndex:
             if options.explain
             else None
         )
-        return Hits(
+        return Ranking(
             self._hits(rows, scores, truths, query.terms, options.k, explained), exact=exact
         )
 
@@ -660,20 +689,19 @@ class EmbeddedIndex:
 
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> Hits:
+    ) -> list[Hit]:
         """Plain dense retrieval: rank by cosine to one vector. With the ANN graph in use,
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
         is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
-        notes: list[str] = []
         if filter is None and self._uses_ann():
             rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
         else:
-            rows, notes = self._filtered_rows(filter)
+            rows, _ = self._filtered_rows(filter)
         if rows.size == 0:
-            return Hits(warnings=notes)
+            return []
         scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
-        return Hits(self._hits(rows, scores, np.zeros((len(rows), 0)), (), k), notes)
+        return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
 
     def _matrix(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of these rows; without a copy when they are all rows in order."""

@@ -6,12 +6,17 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection, detect_engine
 from itlr.engines.dialect import Dialect, IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 from itlr.prompts import Prompts
+
+if TYPE_CHECKING:
+    from itlr.engines import Backend
+    from itlr.engines.cluster import ClusterBackend
 
 ENGINES = ("embedded", "opensearch", "elasticsearch", "auto")
 CLUSTER_ENGINES = ("opensearch", "elasticsearch")
@@ -53,7 +58,7 @@ class EngineSpec:
             )
 
 
-def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
+def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False) -> Backend:
     """An engine for the spec's index; `create` makes a missing index (ingestion), recording
     the embedder's prompts. The backend's `prompts` are those the index records."""
     prompts = Prompts(embedder.query_prompt, embedder.passage_prompt)
@@ -68,16 +73,16 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False):
         backend.check_compatible(embedder.name, embedder.dims)
         return backend
 
-    backend = remote_backend(spec, embedder.name, embedder.dims)
+    cluster = remote_backend(spec, embedder.name, embedder.dims)
     if create:
-        backend.prompts = prompts
-        backend.ensure_index(spec.knn_engine)
+        cluster.prompts = prompts
+        cluster.ensure_index(spec.knn_engine)
     else:
-        backend.check_index()
-    return backend
+        cluster.check_index()
+    return cluster
 
 
-def remote_backend(spec: EngineSpec, model: str, dims: int):
+def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
     """A cluster backend for the spec, without touching its index yet."""
     if spec.connection is None:
         raise ConfigurationError("this needs a cluster: give `url`")

@@ -34,7 +34,8 @@ from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
 from itlr.ingest import ingest
-from itlr.options import Hit, Mode, SearchOptions
+from itlr.options import Mode, SearchOptions
+from itlr.results import Hit
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;
 # 10000 is also both engines' default index.max_result_window, the most hits one request returns.
@@ -229,7 +230,7 @@ class EngineRunner:
             ops=method.ops,
             truth=method.truth,
         )
-        return self.backend.search(case.query, term_vectors, options)
+        return self.backend.search(case.query, term_vectors, options).hits
 
 
 def ranked_run(hits: Sequence[Hit], depth: int) -> dict[str, float]:

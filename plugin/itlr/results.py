@@ -1,0 +1,118 @@
+"""What a search gives back: its hits, and the one result object that carries them.
+
+An engine's stages hand each other a `Ranking` (hits and what finding them noticed); the engine
+builds the `SearchResult` once, from its last ranking, with the search's warnings, whether the
+top k is provably exact, and the index's coverage. Like elasticsearch-dsl's `Response`, a
+result is a sequence of its hits: `for hit in result`, `result[0]`, `len(result)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, overload
+
+from itlr.query import Query
+
+if TYPE_CHECKING:
+    from itlr.engines.coverage import Coverage
+    from itlr.rewrite import RewriteResult
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    truths: dict[str, float]
+    text: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    # Fragments of the text field per field name (options.highlight).
+    highlights: dict[str, list[str]] = field(default_factory=dict)
+    # How the score was computed, as a tree that adds up to it (options.explain).
+    explanation: dict[str, Any] | None = None
+    # The sort values a `search_after` continues from (clusters).
+    sort: list[Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "id": self.id,
+            "score": self.score,
+            "truths": self.truths,
+            "text": self.text,
+            "fields": self.fields,
+        }
+        if self.highlights:
+            payload["highlights"] = self.highlights
+        if self.explanation is not None:
+            payload["explanation"] = self.explanation
+        if self.sort is not None:
+            payload["sort"] = self.sort
+        return payload
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Hits best first and what finding them noticed (a capped budget, an explanation that
+    does not add up): what an engine's stages hand each other before it builds its result.
+
+    exact: True when no document outside the scored ones can beat the k-th hit (exact mode, or
+    knn mode with a certificate); False when the depth cap stopped the proof; None when it was
+    not asked (a query that is not anchored)."""
+
+    hits: list[Hit] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+    exact: bool | None = None
+
+    def noting(self, *warnings: str) -> Ranking:
+        """The same hits and certificate with more warnings (this ranking when there are none)."""
+        return replace(self, warnings=(*self.warnings, *warnings)) if warnings else self
+
+
+@dataclass(frozen=True)
+class SearchResult(Sequence[Hit]):
+    """One search's answer, built once by the engine that ran it.
+
+    query:    the query that ran (after any rewrite).
+    hits:     best first (a list, as it has always been).
+    warnings: what this search noticed: the query's own notes, a capped candidate budget, a
+              filter on a field the index does not map, documents it could not score, a value
+              cut to the size limit. Nothing accumulates on the index between searches.
+    rewrite:  how a plain-language question became the query (`rewrite="rules"` / `"llm"`).
+    exact:    whether the top k is provably the exact top k (see Ranking.exact).
+    coverage: for a cluster index, how many of its documents have a text but no vector (no
+              search can find them; itlr.engines.coverage); None for an embedded index.
+    """
+
+    query: Query
+    hits: list[Hit]
+    warnings: tuple[str, ...] = ()
+    rewrite: RewriteResult | None = None
+    exact: bool | None = None
+    coverage: Coverage | None = None
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    @overload
+    def __getitem__(self, index: int) -> Hit: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Hit]: ...
+
+    def __getitem__(self, index: int | slice) -> Hit | list[Hit]:
+        return self.hits[index]
+
+    def __iter__(self) -> Iterator[Hit]:
+        return iter(self.hits)
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "query": str(self.query),
+            "terms": list(self.query.terms),
+            "warnings": list(self.warnings),
+            "exact": self.exact,
+            "hits": [h.to_dict() for h in self.hits],
+        }
+        if self.rewrite is not None:
+            payload["rewrite"] = self.rewrite.to_dict()
+        return payload
