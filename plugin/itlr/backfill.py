@@ -24,11 +24,11 @@ from typing import Any
 
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.cluster import ClusterBackend
-from itlr.engines.dialect import mapped_fields
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.engines.foreign import add_itlr_fields as prepare_in_place
 from itlr.engines.foreign import itlr_fields as _itlr_fields
 from itlr.engines.foreign import vector_mapping as _vector_mapping
+from itlr.engines.layout import mapped_fields
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.hash_guard import check_hash_guard, install_hash_guard

@@ -21,8 +21,8 @@ from warnings import warn
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
+from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError
 from itlr.ingest import delete, ingest, writer_session
 from itlr.limits import LIMITS

@@ -2,7 +2,7 @@
 
 No cluster is contacted here: the terms are embedded with the local model and the body is built by
 the engine's dialect, which a search uses too, so what `itlr translate` prints is exactly what
-runs. Hybrid truths also need the index's token statistics (`itlr.engines.dialect.
+runs. Hybrid truths also need the index's token statistics (`itlr.engines.lexical_requests.
 lexical_stats_body`): the caller counts them on the cluster and passes them in, or, without a
 cluster, decides with `without_statistics` what to build instead.
 """
@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from itlr.engines.dialect import IndexLayout, counted_truths
 from itlr.engines.factory import CLUSTER_ENGINES as ENGINES
 from itlr.engines.factory import dialect_for
+from itlr.engines.layout import IndexLayout
+from itlr.engines.lexical_requests import counted_truths
 from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions

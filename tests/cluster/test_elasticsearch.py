@@ -30,7 +30,6 @@ import itlr
 from itlr import IndexStateError, Operators, TruthMap
 from itlr.cli import app
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout, derive_mapping, render_painless, score_params
 from itlr.engines.elasticsearch import (
     EXCLUDE_SCRIPT,
     MAX_NUM_CANDIDATES,
@@ -40,6 +39,9 @@ from itlr.engines.elasticsearch import (
     version_refusal,
 )
 from itlr.engines.factory import EngineSpec, open_backend, remote_backend
+from itlr.engines.layout import IndexLayout, derive_mapping
+from itlr.engines.painless import render_painless
+from itlr.engines.script_params import score_params
 from itlr.errors import EngineError
 from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions
@@ -294,7 +296,7 @@ def on_opensearch_painless(source: str) -> str:
 
 def run_es_script_on_opensearch(backend, body: dict) -> list:
     """Swap the ES scripts' sources (inline) into an ES request body and run it on OpenSearch."""
-    from itlr.engines.dialect import hits_from_response
+    from itlr.engines.response import hits_from_response
 
     text = json.dumps(body)
     sources = {
@@ -518,7 +520,7 @@ def painless_demo(elasticsearch_painless_url, elasticsearch_demo) -> Elasticsear
 def test_two_terms_get_two_different_similarities_on_the_same_document(
     painless_demo, corpus, corpus_vectors, vocabulary_vectors
 ) -> None:
-    from itlr.engines.dialect import hits_from_response
+    from itlr.engines.response import hits_from_response
 
     query = itlr.parse('"vitamin D" OR "electric car batteries"')
     vectors = term_vectors(query, vocabulary_vectors)

@@ -131,8 +131,8 @@ def test_the_total_is_counted_before_the_mapping_changes(opensearch_url, corpus)
 
         from itlr.backfill import backfill_spec
         from itlr.engines.connection import Connection
-        from itlr.engines.dialect import IndexLayout
         from itlr.engines.factory import EngineSpec
+        from itlr.engines.layout import IndexLayout
 
         spec = EngineSpec(
             engine="opensearch",

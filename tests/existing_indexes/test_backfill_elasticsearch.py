@@ -9,8 +9,8 @@ import pytest
 import itlr
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout
 from itlr.engines.elasticsearch import ElasticsearchBackend
+from itlr.engines.layout import IndexLayout
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.lexical import LEXICAL_FIELDS
 from itlr.options import SearchOptions

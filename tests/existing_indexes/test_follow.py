@@ -153,7 +153,7 @@ def test_which_writes_the_hash_guard_catches(opensearch_url) -> None:
     try:
         from itlr.backfill import prepare_in_place
         from itlr.engines.connection import Connection
-        from itlr.engines.dialect import IndexLayout
+        from itlr.engines.layout import IndexLayout
         from itlr.engines.opensearch import OpenSearchBackend
         from itlr.hash_guard import install_hash_guard
 
@@ -274,8 +274,8 @@ def test_a_refused_request_is_retried_after_a_back_off_and_following_carries_on(
 ) -> None:
     from itlr.backfill import cluster_backend
     from itlr.engines.connection import Connection
-    from itlr.engines.dialect import IndexLayout
     from itlr.engines.factory import EngineSpec
+    from itlr.engines.layout import IndexLayout
     from itlr.follow import Follower
 
     docs = documents(corpus, 12)

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from itlr.engines.bulk import bulk_actions
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout, bulk_actions
+from itlr.engines.layout import IndexLayout
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions, search_options

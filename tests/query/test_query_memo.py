@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from itlr.engines.dialect import IndexLayout
+from itlr.engines.layout import IndexLayout
 from itlr.engines.opensearch import OpenSearchDialect
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions

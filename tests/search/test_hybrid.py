@@ -14,10 +14,10 @@ import pytest
 
 import itlr
 from itlr.composition import compose
-from itlr.engines.dialect import lexical_stats, lexical_stats_body
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
     K1,

@@ -13,7 +13,7 @@ from itlr.benchmarks.reports import machine, throwaway_opensearch
 from itlr.documents import Document, read_jsonl
 from itlr.embed import get_embedder
 from itlr.engines.connection import Connection
-from itlr.engines.dialect import IndexLayout
+from itlr.engines.layout import IndexLayout
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.resources import data_file
 

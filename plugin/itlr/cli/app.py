@@ -304,8 +304,8 @@ def _connection(values: dict[str, Any]):
 
 
 def _build_spec(index: str, values: dict[str, Any]):
-    from itlr.engines.dialect import IndexLayout
     from itlr.engines.factory import EngineSpec, engine_name
+    from itlr.engines.layout import IndexLayout
 
     engine = values["engine"]
     url = values["url"]

@@ -99,7 +99,7 @@ def translate(
     on the cluster at --url (one request) and written into the request. Without --url, hybrid
     truths that are only the default are printed as cosine truths (--truth clamp), with a note."""
     from itlr.embed import get_embedder
-    from itlr.engines.dialect import IndexLayout
+    from itlr.engines.layout import IndexLayout
 
     def action() -> None:
         options = search_options(**option_values, model=model)

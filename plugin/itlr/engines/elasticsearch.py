@@ -2,11 +2,11 @@
 (itlr.candidates), one stored Painless script composing the terms' similarities, optional hard
 filter, bulk ingestion.
 
-Everything that is not engine-specific is shared with OpenSearch: params, mapping layout, bulk
-actions and hits through itlr.engines.dialect; index checks, scripts, ingestion and the
-script_score request through itlr.engines.cluster. What differs is the request shape (`knn` query
-with `query_vector` / `num_candidates`), the Painless source (no cosineSimilarity class bindings)
-and the client.
+Everything that is not engine-specific is shared with OpenSearch: the request builder
+(itlr.engines.dialect) and what it builds from beside it (script params, mapping layout, bulk
+actions, hits); index checks, scripts, ingestion and the script_score request through
+itlr.engines.cluster. What differs is the request shape (`knn` query with `query_vector` /
+`num_candidates`), the Painless source (no cosineSimilarity class bindings) and the client.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import numpy as np
 from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import elasticsearch_errors
-from itlr.engines.dialect import Dialect, IndexLayout, StoredScript, derive_mapping
+from itlr.engines.dialect import Dialect
+from itlr.engines.layout import IndexLayout, derive_mapping
 from itlr.engines.operations import ClusterOperations
+from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
 from itlr.prompts import Prompts
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection, detect_engine
-from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.dialect import Dialect
+from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError, EngineError
 from itlr.prompts import Prompts
 

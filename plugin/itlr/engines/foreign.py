@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from itlr.engines.dialect import Dialect, IndexLayout
+from itlr.engines.dialect import Dialect
+from itlr.engines.layout import IndexLayout
 from itlr.engines.operations import ClusterOperations
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from itlr.engines.dialect import StoredScript
+from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
 
 # Every id itlr stores scripts under starts so (see StoredScript.id).

@@ -12,8 +12,9 @@ import numpy as np
 from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import opensearch_errors
-from itlr.engines.dialect import Dialect, StoredScript
+from itlr.engines.dialect import Dialect
 from itlr.engines.operations import ClusterOperations
+from itlr.engines.painless import StoredScript
 
 SCORE_SCRIPT = StoredScript.load("score", "itlr_score.painless", "opensearch")
 EXCLUDE_SCRIPT = StoredScript.load("exclude", "itlr_exclude.painless", "opensearch")

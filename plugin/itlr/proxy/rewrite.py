@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from itlr.engines.dialect import Dialect, counted_truths
+from itlr.engines.dialect import Dialect
+from itlr.engines.lexical_requests import counted_truths
 from itlr.fingerprint import HASH_FIELD
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions

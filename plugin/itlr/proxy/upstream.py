@@ -33,9 +33,11 @@ from itlr.engines.connection import (
     is_tls_failure,
     untrusted_tls,
 )
-from itlr.engines.dialect import Dialect, IndexLayout, lexical_stats, lexical_stats_body
+from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_stored
+from itlr.engines.layout import IndexLayout
+from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
