@@ -24,14 +24,14 @@ import numpy as np
 from itlr.certificate import (
     SearchBound,
     certifiable,
-    gave_up,
-    not_proved,
+    gave_up_warning,
+    not_proved_warning,
     out_of_reach,
     proof_threshold,
     ranked_by_its_search,
     round_plan,
     search_bound,
-    unmentionable,
+    unmentionable_reason,
     unseen_cannot_beat,
 )
 from itlr.engines.connection import error_reason
@@ -515,7 +515,7 @@ class ClusterBackend:
         # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
         # given one unless too many documents mention its terms to gather them.
         asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
-        too_many = unmentionable(query, options, lexical)
+        too_many = unmentionable_reason(query, options, lexical)
         if not asked or too_many:
             request = self.dialect.search_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
@@ -557,7 +557,7 @@ class ClusterBackend:
         ranked = Ranking()
         proved = False
         previous: list[SearchBound] = []
-        unproved = not_proved(options.k, rounds[-1])
+        unproved = not_proved_warning(options.k, rounds[-1])
         order_may_prove = ranked_by_its_search(query, options.truth)
         for depth, budget in enumerate(rounds):
             round_options = replace(
@@ -612,7 +612,7 @@ class ClusterBackend:
                 options.truth,
                 unmentioned,
             ):
-                unproved = gave_up(options.k, budget, rounds[-1])
+                unproved = gave_up_warning(options.k, budget, rounds[-1])
                 break
             previous = current
         noted = (*request.warnings, *ranked.warnings)
