@@ -1,6 +1,9 @@
 """A cluster index = the engine's dialect (itlr.engines.dialect: every request body) + a client
-(itlr.engines.connection: I/O, errors as one line): index checks, counting, stored scripts, bulk ingestion, resumption
-and search, alike for OpenSearch and Elasticsearch.
+(itlr.engines.connection: I/O, errors as one line), alike for OpenSearch and Elasticsearch. Here:
+the engine hooks, index checks, counting, stored scripts and coverage; the writes (bulk
+ingestion, resumption) in itlr.engines.cluster_writes and the searches in
+itlr.engines.cluster_search (knn mode's certified rounds in itlr.engines.cluster_certified),
+both mixed into `ClusterBackend`.
 
 Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
 differ (how put_script is called, the client's NotFoundError) and names its dialect and its
@@ -14,38 +17,27 @@ import contextlib
 import warnings
 from dataclasses import replace
 from functools import cached_property
-from time import monotonic
 from typing import Any, ClassVar
 
-import numpy as np
-
-from itlr.certificate import certifiable, unmentionable_reason
-from itlr.engines.cluster_certified import certified_ranking
+from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
-from itlr.engines.connection import error_reason
 from itlr.engines.coverage import Coverage, CoverageCache, coverage_body, parse_coverage
 from itlr.engines.dialect import (
     Dialect,
     IndexLayout,
     StoredScript,
-    counted_truths,
     filter_fields,
-    lexical_stats,
-    lexical_stats_body,
     mapped_fields,
 )
-from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.engines.integrity import ScriptMismatch, check_stored
 from itlr.engines.operations import ClusterOperations
-from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
-from itlr.errors import EngineError, IndexStateError
-from itlr.lexical import CorpusStats, query_tokens
+from itlr.engines.remembered_stats import RememberedStats
+from itlr.errors import IndexStateError
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
-from itlr.query import Query
-from itlr.results import Hit, Ranking, SearchResult
 
 
-class ClusterBackend(ClusterWrites):
+class ClusterBackend(ClusterSearch, ClusterWrites):
     """A remote index on an OpenSearch-like cluster; subclasses supply the engine specifics."""
 
     engine: ClassVar[str]
@@ -109,6 +101,15 @@ class ClusterBackend(ClusterWrites):
         raise NotImplementedError
 
     def _put_script(self, script: StoredScript) -> None:
+        raise NotImplementedError
+
+    @cached_property
+    def dialect(self) -> Dialect:
+        """The engine's requests for this index (pure; no client), built on first use: the
+        layout and the engine version do not change while the backend lives."""
+        return self._make_dialect()
+
+    def _make_dialect(self) -> Dialect:
         raise NotImplementedError
 
     @cached_property
@@ -250,178 +251,3 @@ class ClusterBackend(ClusterWrites):
             return parse_coverage(self.index, dict(response))
 
         return self.coverage_cache.get(self.index, count)
-
-    def _result(self, query: Query, ranked: Ranking) -> SearchResult:
-        """The search's result, with the index's coverage and a warning when documents the hits
-        could not come from exist; then no certificate holds: the top k is the exact top k of
-        the embedded documents only."""
-        coverage = self.coverage()
-        warning = coverage.warning(self.layout.vector_field, self.layout.text_field)
-        warnings, exact = ranked.warnings, ranked.exact
-        if warning is not None:
-            warnings, exact = (*warnings, warning), False if exact else exact
-        return SearchResult(query, ranked.hits, warnings, exact=exact, coverage=coverage)
-
-    # -- search --------------------------------------------------------------------------
-
-    @cached_property
-    def dialect(self) -> Dialect:
-        """The engine's requests for this index (pure; no client), built on first use: the
-        layout and the engine version do not change while the backend lives."""
-        return self._make_dialect()
-
-    def _make_dialect(self) -> Dialect:
-        raise NotImplementedError
-
-    def build_request(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None = None,
-    ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document). Hybrid
-        truths need the index's statistics: given, or counted here (one request)."""
-        if lexical is None and options.truth.uses_lexical:
-            lexical = self.lexical_stats(query)
-        options, _ = counted_truths(options, lexical, self.index)
-        return self.dialect.search_body(query, term_vectors, options, lexical)
-
-    def lexical_stats(self, query: Query) -> CorpusStats:
-        """The index's statistics for the query's tokens (hybrid truths): one request."""
-        asked = monotonic()
-        with self._errors():
-            # Statistics from some shards only would score unlike the embedded engine: refuse.
-            response = self.client.search(
-                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
-            )
-        counted = lexical_stats(dict(response))
-        self.remembered.record(counted, asked)
-        return counted
-
-    def search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> SearchResult:
-        """The ranked hits and this search's warnings (a capped candidate budget).
-        Hybrid truths: built from the remembered statistics where every token has been counted
-        (checked by a count sent along unless counted moments ago,
-        itlr.engines.remembered_stats), else counted first."""
-        if not self._scripts_ready:
-            self.install_scripts(repair=False)
-        guessed = lexical = None
-        if options.truth.uses_lexical:
-            tokens = query_tokens(query.terms)
-            guessed, recent = self.remembered.lookup(tokens)
-            lexical = guessed or self.lexical_stats(query)
-            if recent:
-                guessed = None  # counted moments ago: no new count goes along
-        try:
-            ranked = self._counted_search(query, term_vectors, options, lexical, guessed)
-        except StaleStatistics as stale:
-            ranked = self._counted_search(query, term_vectors, options, stale.fresh, None)
-        return self._result(query, ranked)
-
-    def _counted_search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None,
-        guessed: CorpusStats | None,
-    ) -> Ranking:
-        options, noted = counted_truths(options, lexical, self.index)
-        try:
-            return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
-        except EngineError as failed:
-            if self.inline_script or not is_script_error(str(failed)):
-                raise
-            # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
-            if not self.install_scripts(repair=False):
-                raise
-        return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
-
-    def _responses(
-        self,
-        bodies: list[dict[str, Any]],
-        query: Query | None = None,
-        guessed: CorpusStats | None = None,
-    ) -> list[dict[str, Any]]:
-        """The responses to these search bodies; with `guessed` (the statistics they were
-        built from, remembered), a new count goes along and a different one raises
-        StaleStatistics."""
-        if guessed is None or query is None:
-            if len(bodies) == 1:
-                with self._errors():
-                    # A ranking from the shards that happened to answer (a node dying
-                    # mid-search) looks like any other: refuse it, so the client's retry asks
-                    # the re-routed cluster.
-                    response = self.client.search(
-                        index=self.index, body=bodies[0], allow_partial_search_results=False
-                    )
-                return [dict(response)]
-            return self._multi_search(bodies)
-        asked = monotonic()
-        counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
-        fresh = lexical_stats(counted)
-        self.remembered.record(fresh, asked)
-        if fresh != guessed:
-            raise StaleStatistics(fresh)
-        return responses
-
-    def _search_once(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None,
-        guessed: CorpusStats | None = None,
-    ) -> Ranking:
-        # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
-        # given one unless too many documents mention its terms to gather them.
-        asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
-        too_many = unmentionable_reason(query, options, lexical)
-        if not asked or too_many:
-            request = self.dialect.search_request(query, term_vectors, options, lexical)
-            exact = True if options.mode == "exact" or not query.has_positive_term else None
-            unproved: tuple[str, ...] = ()
-            if asked and too_many:
-                exact, unproved = False, (too_many,)
-            (response,) = self._responses([request.body], query, guessed)
-            found = self.dialect.hits(response, query, term_vectors, options, lexical)
-            warnings = (
-                *request.warnings,
-                *found.warnings,
-                *unproved,
-                *self.filter_warnings(options),
-            )
-            return Ranking(found.hits, warnings, exact=exact)
-        certified = certified_ranking(
-            self.dialect, self._responses, query, term_vectors, options, lexical, guessed
-        )
-        return certified.noting(*self.filter_warnings(options))
-
-    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
-        ranking from the shards that answered is refused too)."""
-        header = {"index": self.index, "allow_partial_search_results": False}
-        lines = [line for body in bodies for line in (header, body)]
-        with self._errors():
-            responses = self._msearch(lines)["responses"]
-        for response in responses:
-            if "error" in response:
-                raise EngineError(
-                    f"{self.url} refused a search of {self.index!r}: "
-                    f"{error_reason(response, response)}"
-                )
-        return [dict(r) for r in responses]
-
-    def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
-        gathers before the top k are kept (default k)."""
-        (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
-        return self.dialect.hits(response).hits

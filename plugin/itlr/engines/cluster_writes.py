@@ -39,11 +39,17 @@ class ClusterWrites:
     remembered: RememberedStats
     coverage_cache: CoverageCache
     _writes_ready: bool
-    dialect: Dialect
-    operations: ClusterOperations
     check_index: Callable[[], None]
     _mappings: Callable[[], dict[str, Any]]
     _learn_shape: Callable[[dict[str, Any]], None]
+
+    @property
+    def dialect(self) -> Dialect:
+        raise NotImplementedError  # ClusterBackend's
+
+    @property
+    def operations(self) -> ClusterOperations:
+        raise NotImplementedError  # ClusterBackend's
 
     def writing(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to hold: the cluster orders concurrent writers itself."""
