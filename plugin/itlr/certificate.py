@@ -94,7 +94,7 @@ def search_bound(
     return SearchBound(search.terms, limit, weights=search.weights)
 
 
-def not_proved(k: int, depth: int) -> str:
+def not_proved_warning(k: int, depth: int) -> str:
     """The warning of a result whose rounds reached the cap before the proof."""
     return (
         f"the top {k} is not proved exact: a document outside the candidates of {depth} "
@@ -102,7 +102,7 @@ def not_proved(k: int, depth: int) -> str:
     )
 
 
-def gave_up(k: int, depth: int, cap: int) -> str:
+def gave_up_warning(k: int, depth: int, cap: int) -> str:
     """The warning of a result whose rounds stopped before the cap (see `out_of_reach`)."""
     return (
         f"the top {k} is not proved exact: the searches' bounds fell too slowly for rounds up to "
@@ -157,7 +157,7 @@ def certifiable(
         query.has_positive_term
         and query.anchored
         and (not truth.uses_lexical or mentions_gathered)
-        and uncertifiable(query, ops) is None
+        and uncertifiable_reason(query, ops) is None
     )
 
 
@@ -172,7 +172,9 @@ def ranked_by_its_search(query: Query, truth: TruthMap) -> bool:
     return isinstance(root, Term) and root.weight > 0 and not truth.uses_lexical
 
 
-def unmentionable(query: Query, options: SearchOptions, lexical: CorpusStats | None) -> str | None:
+def unmentionable_reason(
+    query: Query, options: SearchOptions, lexical: CorpusStats | None
+) -> str | None:
     """Why a cluster cannot gather every document that mentions a positive term (which
     certifying hybrid truths needs), or None: more of them than the rounds' deepest budget per
     positive term allows (scoring them all would cost what exact mode costs)."""
@@ -191,7 +193,7 @@ def unmentionable(query: Query, options: SearchOptions, lexical: CorpusStats | N
     )
 
 
-def uncertifiable(query: Query, ops: Operators) -> str | None:
+def uncertifiable_reason(query: Query, ops: Operators) -> str | None:
     """Why no bound can prove this query's top k, or None."""
     if ops.not_ == "reciprocal" and any(negated for _, negated in literals(query.root)):
         # 1/x of a truth that may be 0: an unseen document's NOT is unbounded.
@@ -218,12 +220,12 @@ def unseen_cannot_beat(
     lexical_limits: Mapping[str, float] | None = None,
 ) -> bool:
     """True when no document that none of the searches returned can score above `threshold`.
-    Only for queries that `uncertifiable` accepts. For hybrid truths, `lexical_limits`: the most
-    an unseen document's lexical truth can be, per term (0: it mentions none of the term's
-    tokens); a term not in it may have any lexical truth in [0, 1]."""
+    Only for queries that `uncertifiable_reason` accepts. For hybrid truths, `lexical_limits`:
+    the most an unseen document's lexical truth can be, per term (0: it mentions none of the
+    term's tokens); a term not in it may have any lexical truth in [0, 1]."""
     if any(b.exhausted for b in bounds):
         return True
-    if uncertifiable(query, ops) is not None:
+    if uncertifiable_reason(query, ops) is not None:
         return False
     terms = query.terms
     searched = {t for b in bounds for t in b.terms}
@@ -364,3 +366,10 @@ def _split(
     high_half_lower = lower.copy()
     high_half_lower[rows, axis] = middle
     return np.concatenate([lower, high_half_lower]), np.concatenate([low_half_upper, upper])
+
+
+# old names, removed once engines/embedded.py uses the new ones
+not_proved = not_proved_warning
+gave_up = gave_up_warning
+unmentionable = unmentionable_reason
+uncertifiable = uncertifiable_reason

@@ -291,14 +291,14 @@ def test_opensearch_stops_the_rounds_when_the_bound_is_out_of_reach_and_says_so(
     crowded_opensearch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Which bounds are out of reach is tested above; here: the rounds act on the verdict.
-    import itlr.engines.cluster as cluster
+    import itlr.engines.cluster_certified as cluster_certified
 
     rounds = []
     search = crowded_opensearch._multi_search
     monkeypatch.setattr(
         crowded_opensearch, "_multi_search", lambda b: rounds.append(b) or search(b)
     )
-    monkeypatch.setattr(cluster, "out_of_reach", lambda *args: True)
+    monkeypatch.setattr(cluster_certified, "out_of_reach", lambda *args: True)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=20))

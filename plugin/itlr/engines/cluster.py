@@ -1,6 +1,9 @@
 """A cluster index = the engine's dialect (itlr.engines.dialect: every request body) + a client
-(itlr.engines.connection: I/O, errors as one line): index checks, counting, stored scripts, bulk ingestion, resumption
-and search, alike for OpenSearch and Elasticsearch.
+(itlr.engines.connection: I/O, errors as one line), alike for OpenSearch and Elasticsearch. Here:
+the engine hooks, index checks, counting, stored scripts and coverage; the writes (bulk
+ingestion, resumption) in itlr.engines.cluster_writes and the searches in
+itlr.engines.cluster_search (knn mode's certified rounds in itlr.engines.cluster_certified),
+both mixed into `ClusterBackend`.
 
 Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
 differ (how put_script is called, the client's NotFoundError) and names its dialect and its
@@ -11,58 +14,30 @@ compose, with the error context manager).
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
-from time import monotonic
 from typing import Any, ClassVar
 
-import numpy as np
-
-from itlr.certificate import (
-    SearchBound,
-    certifiable,
-    gave_up,
-    not_proved,
-    out_of_reach,
-    proof_threshold,
-    ranked_by_its_search,
-    round_plan,
-    search_bound,
-    unmentionable,
-    unseen_cannot_beat,
-)
-from itlr.engines.connection import error_reason
+from itlr.engines.cluster_search import ClusterSearch
+from itlr.engines.cluster_writes import ClusterWrites
 from itlr.engines.coverage import Coverage, CoverageCache, coverage_body, parse_coverage
 from itlr.engines.dialect import (
     Dialect,
     IndexLayout,
     StoredScript,
-    bulk_actions,
-    counted_truths,
     filter_fields,
-    lexical_stats,
-    lexical_stats_body,
     mapped_fields,
-    own_fields,
-    shaped_bulk_actions,
 )
-from itlr.engines.foreign import add_itlr_fields
-from itlr.engines.integrity import ScriptMismatch, check_stored, is_script_error
+from itlr.engines.integrity import ScriptMismatch, check_stored
 from itlr.engines.operations import ClusterOperations
-from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
-from itlr.errors import ConfigurationError, EngineError, IndexStateError
-from itlr.fingerprint import HASH_FIELD, content_hash
-from itlr.lexical import CorpusStats, query_tokens
+from itlr.engines.remembered_stats import RememberedStats
+from itlr.errors import IndexStateError
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
-from itlr.query import Query
-from itlr.results import Hit, Ranking, SearchResult
 
 
-class ClusterBackend:
+class ClusterBackend(ClusterSearch, ClusterWrites):
     """A remote index on an OpenSearch-like cluster; subclasses supply the engine specifics."""
 
     engine: ClassVar[str]
@@ -126,6 +101,15 @@ class ClusterBackend:
         raise NotImplementedError
 
     def _put_script(self, script: StoredScript) -> None:
+        raise NotImplementedError
+
+    @cached_property
+    def dialect(self) -> Dialect:
+        """The engine's requests for this index (pure; no client), built on first use: the
+        layout and the engine version do not change while the backend lives."""
+        return self._make_dialect()
+
+    def _make_dialect(self) -> Dialect:
         raise NotImplementedError
 
     @cached_property
@@ -254,122 +238,6 @@ class ClusterBackend:
         self._scripts_ready = True
         return installed
 
-    # -- writes --------------------------------------------------------------------------
-
-    def writing(self) -> contextlib.AbstractContextManager[None]:
-        """Nothing to hold: the cluster orders concurrent writers itself."""
-        return contextlib.nullcontext()
-
-    def prepare_writes(self) -> None:
-        """Before the first write into an index itlr did not make: map the vector, the text
-        field (if missing) and itlr's own fields explicitly, or refuse in one line (a vector
-        field of another type or dimension, `index.knn` off on OpenSearch, a field itlr writes
-        mapped with another type) before anything is written."""
-        if self._writes_ready:
-            return
-        if self.foreign is None:
-            self._learn_shape(self._mappings())
-        if self.foreign:
-            text = {self.layout.text_field: {"type": "text"}}
-            add_itlr_fields(self, self.dims, self.model, also=text)
-            self.check_index()  # learn the mapping as it is now
-        self._writes_ready = True
-
-    def check_replacements(
-        self,
-        fields: dict[str, dict[str, Any]],
-        stored: Mapping[str, tuple[str | None, dict[str, Any]]],
-    ) -> None:
-        """Refuse, in one line, to replace a stored document of an index itlr did not make
-        with one that lacks some of its fields: a replace writes the whole document, so they
-        would be lost."""
-        if not self.foreign:
-            return
-        for doc_id, new in fields.items():
-            if doc_id not in stored:
-                continue
-            lost = sorted(set(stored[doc_id][1]) - set(new))
-            if lost:
-                names = ", ".join(repr(name) for name in lost[:5])
-                more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
-                raise IndexStateError(
-                    f"document {doc_id!r} of index {self.index!r} has fields {names}{more} that "
-                    "the new copy lacks, and replacing it would drop them: give the whole "
-                    "document (every field it holds); refused before writing it"
-                )
-
-    def add(
-        self,
-        ids: Sequence[str],
-        texts: Sequence[str],
-        vectors: np.ndarray,
-        fields: Sequence[dict[str, Any]] | None = None,
-    ) -> dict[str, str]:
-        """Bulk-index documents; returns {id: reason} for documents the engine refused."""
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
-            raise IndexStateError(
-                f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
-            )
-        self.prepare_writes()
-        hashes = [content_hash(t, self.model) for t in texts]
-        if self.foreign:
-            actions = shaped_bulk_actions(
-                self.index, self.layout, ids, texts, vectors, fields, hashes
-            )
-        else:
-            actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
-        return self.bulk(actions)
-
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete documents by id; returns how many existed."""
-        actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
-        failures = self.bulk(actions)
-        return len(actions) - len(failures)
-
-    def compact(self) -> tuple[int, int]:
-        """Refused: a cluster merges its own segments (the request that asks it is named)."""
-        raise ConfigurationError(
-            f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
-            "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
-        )
-
-    def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
-        """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
-        failures = self.operations.bulk(actions, self.index, chunk_size)
-        # A count made while the actions went in may have missed some: count again after.
-        self.remembered.written()
-        self.coverage_cache.forget()
-        return failures
-
-    def existing_ids(self, ids: list[str]) -> set[str]:
-        return set(self.operations.mget(self.index, ids, False))
-
-    def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
-        """{id: (content hash, fields)} of the stored ids; a document written without a hash
-        (by an older itlr or another tool) has hash "" and is embedded again."""
-        if self.foreign:
-            # The document's own fields are the top of its _source (all but the vector).
-            found = self.operations.mget(self.index, ids, excludes=[self.layout.vector_field])
-            return {
-                i: (str(source.get(HASH_FIELD, "")), own_fields(source, self.layout))
-                for i, source in found.items()
-            }
-        found = self.operations.mget(self.index, ids, [HASH_FIELD, self.layout.metadata_field])
-        return {
-            i: (
-                str(source.get(HASH_FIELD, "")),
-                dict(source.get(self.layout.metadata_field) or {}),
-            )
-            for i, source in found.items()
-        }
-
-    def stored_vectors(self, ids: list[str]) -> np.ndarray:
-        """The stored vectors of these ids, in order (a fields-only update reuses them)."""
-        field = self.layout.vector_field
-        by_id = {i: s[field] for i, s in self.operations.mget(self.index, ids, [field]).items()}
-        return np.asarray([by_id[i] for i in ids], dtype=np.float32)
-
     # -- coverage ------------------------------------------------------------------------
 
     def coverage(self) -> Coverage:
@@ -383,262 +251,3 @@ class ClusterBackend:
             return parse_coverage(self.index, dict(response))
 
         return self.coverage_cache.get(self.index, count)
-
-    def _result(self, query: Query, ranked: Ranking) -> SearchResult:
-        """The search's result, with the index's coverage and a warning when documents the hits
-        could not come from exist; then no certificate holds: the top k is the exact top k of
-        the embedded documents only."""
-        coverage = self.coverage()
-        warning = coverage.warning(self.layout.vector_field, self.layout.text_field)
-        warnings, exact = ranked.warnings, ranked.exact
-        if warning is not None:
-            warnings, exact = (*warnings, warning), False if exact else exact
-        return SearchResult(query, ranked.hits, warnings, exact=exact, coverage=coverage)
-
-    # -- search --------------------------------------------------------------------------
-
-    @cached_property
-    def dialect(self) -> Dialect:
-        """The engine's requests for this index (pure; no client), built on first use: the
-        layout and the engine version do not change while the backend lives."""
-        return self._make_dialect()
-
-    def _make_dialect(self) -> Dialect:
-        raise NotImplementedError
-
-    def build_request(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None = None,
-    ) -> dict[str, Any]:
-        """The search body: script_score over kNN candidates (or every document). Hybrid
-        truths need the index's statistics: given, or counted here (one request)."""
-        if lexical is None and options.truth.uses_lexical:
-            lexical = self.lexical_stats(query)
-        options, _ = counted_truths(options, lexical, self.index)
-        return self.dialect.search_body(query, term_vectors, options, lexical)
-
-    def lexical_stats(self, query: Query) -> CorpusStats:
-        """The index's statistics for the query's tokens (hybrid truths): one request."""
-        asked = monotonic()
-        with self._errors():
-            # Statistics from some shards only would score unlike the embedded engine: refuse.
-            response = self.client.search(
-                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
-            )
-        counted = lexical_stats(dict(response))
-        self.remembered.record(counted, asked)
-        return counted
-
-    def search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-    ) -> SearchResult:
-        """The ranked hits and this search's warnings (a capped candidate budget).
-        Hybrid truths: built from the remembered statistics where every token has been counted
-        (checked by a count sent along unless counted moments ago,
-        itlr.engines.remembered_stats), else counted first."""
-        if not self._scripts_ready:
-            self.install_scripts(repair=False)
-        guessed = lexical = None
-        if options.truth.uses_lexical:
-            tokens = query_tokens(query.terms)
-            guessed, recent = self.remembered.lookup(tokens)
-            lexical = guessed or self.lexical_stats(query)
-            if recent:
-                guessed = None  # counted moments ago: no new count goes along
-        try:
-            ranked = self._counted_search(query, term_vectors, options, lexical, guessed)
-        except StaleStatistics as stale:
-            ranked = self._counted_search(query, term_vectors, options, stale.fresh, None)
-        return self._result(query, ranked)
-
-    def _counted_search(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None,
-        guessed: CorpusStats | None,
-    ) -> Ranking:
-        options, noted = counted_truths(options, lexical, self.index)
-        try:
-            return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
-        except EngineError as failed:
-            if self.inline_script or not is_script_error(str(failed)):
-                raise
-            # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
-            if not self.install_scripts(repair=False):
-                raise
-        return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
-
-    def _responses(
-        self,
-        bodies: list[dict[str, Any]],
-        query: Query | None = None,
-        guessed: CorpusStats | None = None,
-    ) -> list[dict[str, Any]]:
-        """The responses to these search bodies; with `guessed` (the statistics they were
-        built from, remembered), a new count goes along and a different one raises
-        StaleStatistics."""
-        if guessed is None or query is None:
-            if len(bodies) == 1:
-                with self._errors():
-                    # A ranking from the shards that happened to answer (a node dying
-                    # mid-search) looks like any other: refuse it, so the client's retry asks
-                    # the re-routed cluster.
-                    response = self.client.search(
-                        index=self.index, body=bodies[0], allow_partial_search_results=False
-                    )
-                return [dict(response)]
-            return self._multi_search(bodies)
-        asked = monotonic()
-        counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
-        fresh = lexical_stats(counted)
-        self.remembered.record(fresh, asked)
-        if fresh != guessed:
-            raise StaleStatistics(fresh)
-        return responses
-
-    def _search_once(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None,
-        guessed: CorpusStats | None = None,
-    ) -> Ranking:
-        # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
-        # given one unless too many documents mention its terms to gather them.
-        asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
-        too_many = unmentionable(query, options, lexical)
-        if not asked or too_many:
-            request = self.dialect.search_request(query, term_vectors, options, lexical)
-            exact = True if options.mode == "exact" or not query.has_positive_term else None
-            unproved: tuple[str, ...] = ()
-            if asked and too_many:
-                exact, unproved = False, (too_many,)
-            (response,) = self._responses([request.body], query, guessed)
-            found = self.dialect.hits(response, query, term_vectors, options, lexical)
-            warnings = (
-                *request.warnings,
-                *found.warnings,
-                *unproved,
-                *self.filter_warnings(options),
-            )
-            return Ranking(found.hits, warnings, exact=exact)
-        certified = self._certified(query, term_vectors, options, lexical, guessed)
-        return certified.noting(*self.filter_warnings(options))
-
-    def _certified(
-        self,
-        query: Query,
-        term_vectors: np.ndarray,
-        options: SearchOptions,
-        lexical: CorpusStats | None,
-        guessed: CorpusStats | None = None,
-    ) -> Ranking:
-        """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
-        query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
-        only when the bound does not prove the top k. A single positive term needs no probe where
-        its search's own order proves the top k (`ranked_by_its_search`). Hybrid truths: every
-        round also gathers the documents that mention a positive term, so an unseen one
-        mentions none."""
-        hybrid = options.truth.uses_lexical
-        unmentioned = dict.fromkeys(query.positive_terms, 0.0) if hybrid else None
-        dialect = self.dialect
-        unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
-        bounds: list[SearchBound] = []
-        rounds = options.candidate_rounds(limit=dialect.max_k)
-        ranked = Ranking()
-        proved = False
-        previous: list[SearchBound] = []
-        unproved = not_proved(options.k, rounds[-1])
-        order_may_prove = ranked_by_its_search(query, options.truth)
-        for depth, budget in enumerate(rounds):
-            round_options = replace(
-                options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
-            )
-            request = dialect.search_request(
-                query, term_vectors, round_options, lexical, mentions=hybrid
-            )
-            searches = request.searches
-            probes = [dialect.probe_body(search, options.filter) for search in searches]
-            # Each shard's search returns `budget` neighbours: the page's last hit ranks at most
-            # `budget` when it is within the first page deep enough (none after search_after).
-            by_order = (
-                order_may_prove
-                and options.search_after is None
-                and budget >= options.from_ + options.k
-            )
-            # The first round carries the check of remembered statistics, if any.
-            responses = self._responses(
-                [request.body, *([] if by_order else probes)], query, guessed
-            )
-            guessed = None
-            ranked = dialect.hits(responses[0], query, term_vectors, options, lexical)
-            threshold = proof_threshold([h.score for h in ranked.hits], options.k)
-            if by_order:
-                if threshold > -math.inf or dialect.returned_all(responses[0], budget):
-                    proved = True
-                    break
-                # Fewer than k scored above 0: only a probe can show whether any is unseen.
-                responses += self._responses(probes)
-            current = [
-                search_bound(search, unit, dialect.cosine(probe["hits"]["hits"][0]))
-                if probe["hits"]["hits"]
-                # fewer documents than the budget: the search returned them all
-                else SearchBound(search.terms, 0.0, exhausted=True)
-                for search, probe in zip(searches, responses[1:], strict=True)
-            ]
-            bounds += current
-            proved = unseen_cannot_beat(
-                query, bounds, threshold, options.ops, options.truth, unmentioned
-            )
-            if proved:
-                break
-            if depth and out_of_reach(
-                query,
-                previous,
-                current,
-                (rounds[depth - 1], budget),
-                rounds[-1],
-                threshold,
-                options.ops,
-                options.truth,
-                unmentioned,
-            ):
-                unproved = gave_up(options.k, budget, rounds[-1])
-                break
-            previous = current
-        noted = (*request.warnings, *ranked.warnings)
-        if proved:
-            return Ranking(ranked.hits, noted, exact=True)
-        return Ranking(ranked.hits, (*noted, unproved), exact=False)
-
-    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
-        ranking from the shards that answered is refused too)."""
-        header = {"index": self.index, "allow_partial_search_results": False}
-        lines = [line for body in bodies for line in (header, body)]
-        with self._errors():
-            responses = self._msearch(lines)["responses"]
-        for response in responses:
-            if "error" in response:
-                raise EngineError(
-                    f"{self.url} refused a search of {self.index!r}: "
-                    f"{error_reason(response, response)}"
-                )
-        return [dict(r) for r in responses]
-
-    def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
-    ) -> list[Hit]:
-        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
-        gathers before the top k are kept (default k)."""
-        (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
-        return self.dialect.hits(response).hits

@@ -1,0 +1,218 @@
+"""The searches of a cluster index (ClusterBackend, itlr.engines.cluster): the request built by
+its dialect, the hybrid truths' statistics counted or remembered (itlr.engines.remembered_stats)
+and checked by a count sent along, a stored script restored when it went missing, knn mode's
+certified rounds (itlr.engines.cluster_certified), and `_msearch`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from time import monotonic
+from typing import Any
+
+import numpy as np
+
+from itlr.certificate import certifiable, unmentionable_reason
+from itlr.engines.cluster_certified import certified_ranking
+from itlr.engines.connection import error_reason
+from itlr.engines.coverage import Coverage
+from itlr.engines.dialect import (
+    Dialect,
+    IndexLayout,
+    counted_truths,
+    lexical_stats,
+    lexical_stats_body,
+)
+from itlr.engines.integrity import is_script_error
+from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
+from itlr.errors import EngineError
+from itlr.lexical import CorpusStats, query_tokens
+from itlr.options import SearchOptions
+from itlr.query import Query
+from itlr.results import Hit, Ranking, SearchResult
+
+
+class ClusterSearch:
+    """The search methods of ClusterBackend, which supplies everything declared here (named,
+    not imported: the backend imports this module)."""
+
+    client: Any
+    index: str
+    url: str
+    layout: IndexLayout
+    inline_script: bool
+    remembered: RememberedStats
+    _scripts_ready: bool
+    _errors: Callable[[], contextlib.AbstractContextManager[None]]
+    _msearch: Callable[[list[dict[str, Any]]], Any]
+    install_scripts: Callable[..., list[str]]
+    filter_warnings: Callable[[SearchOptions], list[str]]
+    coverage: Callable[[], Coverage]
+
+    @property
+    def dialect(self) -> Dialect:
+        raise NotImplementedError  # ClusterBackend's
+
+    def build_request(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None = None,
+    ) -> dict[str, Any]:
+        """The search body: script_score over kNN candidates (or every document). Hybrid
+        truths need the index's statistics: given, or counted here (one request)."""
+        if lexical is None and options.truth.uses_lexical:
+            lexical = self.lexical_stats(query)
+        options, _ = counted_truths(options, lexical, self.index)
+        return self.dialect.search_body(query, term_vectors, options, lexical)
+
+    def lexical_stats(self, query: Query) -> CorpusStats:
+        """The index's statistics for the query's tokens (hybrid truths): one request."""
+        asked = monotonic()
+        with self._errors():
+            # Statistics from some shards only would score unlike the embedded engine: refuse.
+            response = self.client.search(
+                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
+            )
+        counted = lexical_stats(dict(response))
+        self.remembered.record(counted, asked)
+        return counted
+
+    def _result(self, query: Query, ranked: Ranking) -> SearchResult:
+        """The search's result, with the index's coverage and a warning when documents the hits
+        could not come from exist; then no certificate holds: the top k is the exact top k of
+        the embedded documents only."""
+        coverage = self.coverage()
+        warning = coverage.warning(self.layout.vector_field, self.layout.text_field)
+        warnings, exact = ranked.warnings, ranked.exact
+        if warning is not None:
+            warnings, exact = (*warnings, warning), False if exact else exact
+        return SearchResult(query, ranked.hits, warnings, exact=exact, coverage=coverage)
+
+    def search(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+    ) -> SearchResult:
+        """The ranked hits and this search's warnings (a capped candidate budget).
+        Hybrid truths: built from the remembered statistics where every token has been counted
+        (checked by a count sent along unless counted moments ago,
+        itlr.engines.remembered_stats), else counted first."""
+        if not self._scripts_ready:
+            self.install_scripts(repair=False)
+        guessed = lexical = None
+        if options.truth.uses_lexical:
+            tokens = query_tokens(query.terms)
+            guessed, recent = self.remembered.lookup(tokens)
+            lexical = guessed or self.lexical_stats(query)
+            if recent:
+                guessed = None  # counted moments ago: no new count goes along
+        try:
+            ranked = self._counted_search(query, term_vectors, options, lexical, guessed)
+        except StaleStatistics as stale:
+            ranked = self._counted_search(query, term_vectors, options, stale.fresh, None)
+        return self._result(query, ranked)
+
+    def _counted_search(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+        guessed: CorpusStats | None,
+    ) -> Ranking:
+        options, noted = counted_truths(options, lexical, self.index)
+        try:
+            return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
+        except EngineError as failed:
+            if self.inline_script or not is_script_error(str(failed)):
+                raise
+            # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
+            if not self.install_scripts(repair=False):
+                raise
+        return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
+
+    def _responses(
+        self,
+        bodies: list[dict[str, Any]],
+        query: Query | None = None,
+        guessed: CorpusStats | None = None,
+    ) -> list[dict[str, Any]]:
+        """The responses to these search bodies; with `guessed` (the statistics they were
+        built from, remembered), a new count goes along and a different one raises
+        StaleStatistics."""
+        if guessed is None or query is None:
+            if len(bodies) == 1:
+                with self._errors():
+                    # A ranking from the shards that happened to answer (a node dying
+                    # mid-search) looks like any other: refuse it, so the client's retry asks
+                    # the re-routed cluster.
+                    response = self.client.search(
+                        index=self.index, body=bodies[0], allow_partial_search_results=False
+                    )
+                return [dict(response)]
+            return self._multi_search(bodies)
+        asked = monotonic()
+        counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
+        fresh = lexical_stats(counted)
+        self.remembered.record(fresh, asked)
+        if fresh != guessed:
+            raise StaleStatistics(fresh)
+        return responses
+
+    def _search_once(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+        guessed: CorpusStats | None = None,
+    ) -> Ranking:
+        # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
+        # given one unless too many documents mention its terms to gather them.
+        asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
+        too_many = unmentionable_reason(query, options, lexical)
+        if not asked or too_many:
+            request = self.dialect.search_request(query, term_vectors, options, lexical)
+            exact = True if options.mode == "exact" or not query.has_positive_term else None
+            unproved: tuple[str, ...] = ()
+            if asked and too_many:
+                exact, unproved = False, (too_many,)
+            (response,) = self._responses([request.body], query, guessed)
+            found = self.dialect.hits(response, query, term_vectors, options, lexical)
+            warnings = (
+                *request.warnings,
+                *found.warnings,
+                *unproved,
+                *self.filter_warnings(options),
+            )
+            return Ranking(found.hits, warnings, exact=exact)
+        certified = certified_ranking(
+            self.dialect, self._responses, query, term_vectors, options, lexical, guessed
+        )
+        return certified.noting(*self.filter_warnings(options))
+
+    def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several search bodies in one `_msearch`; any refused one fails the whole call (a
+        ranking from the shards that answered is refused too)."""
+        header = {"index": self.index, "allow_partial_search_results": False}
+        lines = [line for body in bodies for line in (header, body)]
+        with self._errors():
+            responses = self._msearch(lines)["responses"]
+        for response in responses:
+            if "error" in response:
+                raise EngineError(
+                    f"{self.url} refused a search of {self.index!r}: "
+                    f"{error_reason(response, response)}"
+                )
+        return [dict(r) for r in responses]
+
+    def search_vector(
+        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+    ) -> list[Hit]:
+        """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
+        gathers before the top k are kept (default k)."""
+        (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
+        return self.dialect.hits(response).hits
