@@ -22,15 +22,11 @@ from typing import Any, ClassVar
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
 from itlr.engines.coverage import Coverage, CoverageCache, coverage_body, parse_coverage
-from itlr.engines.dialect import (
-    Dialect,
-    IndexLayout,
-    StoredScript,
-    filter_fields,
-    mapped_fields,
-)
+from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import ScriptMismatch, check_stored
+from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
 from itlr.engines.operations import ClusterOperations
+from itlr.engines.painless import StoredScript
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import IndexStateError
 from itlr.options import SearchOptions

@@ -16,14 +16,10 @@ from itlr.certificate import certifiable, unmentionable_reason
 from itlr.engines.cluster_certified import certified_ranking
 from itlr.engines.connection import error_reason
 from itlr.engines.coverage import Coverage
-from itlr.engines.dialect import (
-    Dialect,
-    IndexLayout,
-    counted_truths,
-    lexical_stats,
-    lexical_stats_body,
-)
+from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import is_script_error
+from itlr.engines.layout import IndexLayout
+from itlr.engines.lexical_requests import counted_truths, lexical_stats, lexical_stats_body
 from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
 from itlr.errors import EngineError
 from itlr.lexical import CorpusStats, query_tokens

@@ -11,15 +11,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from itlr.engines.bulk import bulk_actions, shaped_bulk_actions
 from itlr.engines.coverage import CoverageCache
-from itlr.engines.dialect import (
-    Dialect,
-    IndexLayout,
-    bulk_actions,
-    own_fields,
-    shaped_bulk_actions,
-)
+from itlr.engines.dialect import Dialect
 from itlr.engines.foreign import add_itlr_fields
+from itlr.engines.layout import IndexLayout, own_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import ConfigurationError, IndexStateError

@@ -20,19 +20,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from itlr.candidates import CandidateSearch, PlannedSearch, plan_searches
-from itlr.engines.bulk import bulk_actions, shaped_bulk_actions
 from itlr.engines.layout import (
     IndexLayout,
     derive_mapping,
-    filter_fields,
-    mapped_fields,
-    own_fields,
 )
 from itlr.engines.lexical_requests import (
     MENTION_SCORE,
-    counted_truths,
-    lexical_stats,
-    lexical_stats_body,
     mention_clauses,
 )
 from itlr.engines.painless import StoredScript
@@ -45,23 +38,8 @@ from itlr.query import Query
 from itlr.query_memo import QueryMemo
 from itlr.results import Ranking
 
-# The request builder's own names, and those itlr.engines.cluster still imports from here
-# (their homes are the modules above).
-__all__ = [
-    "Dialect",
-    "IndexLayout",
-    "RequestShape",
-    "SearchRequest",
-    "StoredScript",
-    "bulk_actions",
-    "counted_truths",
-    "filter_fields",
-    "lexical_stats",
-    "lexical_stats_body",
-    "mapped_fields",
-    "own_fields",
-    "shaped_bulk_actions",
-]
+# The request builder's own names; what it is built from lives in the modules it imports.
+__all__ = ["Dialect", "RequestShape", "SearchRequest"]
 
 
 @dataclass(frozen=True)
