@@ -36,8 +36,8 @@ from itlr.translation import Request, Translation, translate_requests, truths_to
 from itlr.write_report import WriteReport
 
 if TYPE_CHECKING:
-    from itlr.engines.coverage import Coverage
     from itlr.follow import FollowCycle
+    from itlr.results import Coverage
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node

@@ -15,8 +15,43 @@ from typing import TYPE_CHECKING, Any, overload
 from itlr.query import Query
 
 if TYPE_CHECKING:
-    from itlr.engines.coverage import Coverage
     from itlr.rewrite import RewriteResult
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Documents of `index`: all, with a text but no vector (back-fill can embed them), and
+    with neither (nothing to embed: no positive term can match them)."""
+
+    index: str
+    total: int
+    without_vector: int
+    without_text: int
+
+    @property
+    def with_vector(self) -> int:
+        return self.total - self.without_vector - self.without_text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "documents": self.total,
+            "with_vector": self.with_vector,
+            "without_vector": self.without_vector,
+            "without_text": self.without_text,
+        }
+
+    def warning(self, vector_field: str, text_field: str) -> str | None:
+        """The search's warning when documents it cannot score exist, with the command that
+        embeds them; None when every document with a text has a vector."""
+        if not self.without_vector:
+            return None
+        return (
+            f"{self.without_vector} of {self.total} documents of {self.index!r} have a "
+            f"{text_field!r} but no vector in {vector_field!r}, so no search can find them: "
+            f"embed them with `itlr backfill --url URL --index {self.index} --text-field "
+            f"{text_field} --vector-field {vector_field}` (add --follow to keep embedding new ones)"
+        )
 
 
 @dataclass(frozen=True)

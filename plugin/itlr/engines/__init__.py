@@ -19,8 +19,8 @@ from itlr.query import Query
 from itlr.results import Hit, SearchResult
 
 if TYPE_CHECKING:
-    from itlr.engines.coverage import Coverage
     from itlr.prompts import Prompts
+    from itlr.results import Coverage
 
 # {id: (content hash, fields)} of stored documents; a hash of None or "" is embedded again.
 StoredState = Mapping[str, tuple[str | None, dict[str, Any]]]

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
-from itlr.engines.coverage import Coverage, CoverageCache, coverage_body, parse_coverage
+from itlr.engines.coverage import CoverageCache, coverage_body, parse_coverage
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import ScriptMismatch, check_stored
 from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
@@ -31,6 +31,7 @@ from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import IndexStateError
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
+from itlr.results import Coverage
 
 
 class ClusterBackend(ClusterSearch, ClusterWrites):

@@ -15,7 +15,6 @@ import numpy as np
 from itlr.certificate import certifiable, unmentionable_reason
 from itlr.engines.cluster_certified import certified_ranking
 from itlr.engines.connection import error_reason
-from itlr.engines.coverage import Coverage
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import is_script_error
 from itlr.engines.layout import IndexLayout
@@ -25,7 +24,7 @@ from itlr.errors import EngineError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import SearchOptions
 from itlr.query import Query
-from itlr.results import Hit, Ranking, SearchResult
+from itlr.results import Coverage, Hit, Ranking, SearchResult
 
 
 class ClusterSearch:
