@@ -33,9 +33,9 @@ from itlr.results import Ranking
 
 # How much deeper than a round's kNN budget the lexical stream of hybrid truths goes. Its rows
 # cost a sort of the term's postings and their scoring, not a graph walk, so going deeper is
-# cheap; and the deeper it goes, the lower the bound on the lexical truth of the rows it left
-# out, so the first round proves more queries instead of scoring every row (docs/benchmarks.md,
-# "Certificate").
+# cheap; and the deeper it goes, the lower the limit it sets on the lexical truth of the rows
+# it left out, so the first round proves more queries instead of scoring every row
+# (docs/benchmarks.md, "Certificate").
 LEXICAL_DEPTH = 10
 # On the graph, the certificate first scores this-th part of the round's budget. That probe
 # proves most single terms by itself, and its bounds at half and at full depth tell whether the
@@ -52,7 +52,8 @@ ROUTING_MIN_ROWS = 1_000_000
 
 
 class KnnIndex(Protocol):
-    """What the rounds read from the index."""
+    """What the rounds read from the index: its own helpers, which tests also wrap to count
+    graph walks and scored rows."""
 
     routing_min_rows: int
 
