@@ -219,7 +219,7 @@ def test_other_model_is_refused(index: EmbeddedIndex) -> None:
 
 @pytest.mark.parametrize("queries", [1, 3])
 def test_candidate_sized_and_whole_index_products_give_the_same_cosines(queries: int) -> None:
-    from itlr.engines.embedded import SINGLE_THREAD_ROWS, cosine_matrix
+    from itlr.engines.kernels import SINGLE_THREAD_ROWS, cosine_matrix
 
     rng = np.random.default_rng(7)
     rows = rng.standard_normal((SINGLE_THREAD_ROWS + 1, 16), dtype=np.float32)

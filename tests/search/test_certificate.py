@@ -430,10 +430,10 @@ def test_on_the_graph_a_probe_of_a_fifth_of_the_budget_proves_an_easy_query(
 def test_on_the_graph_the_full_round_follows_the_probe_only_where_its_bounds_could_prove(
     crowded: EmbeddedIndex, monkeypatch: pytest.MonkeyPatch, reachable: bool, steps: list[int]
 ) -> None:
-    from itlr.engines import embedded
+    from itlr.engines import embedded_knn
 
     walks, scored = graph_walks(crowded)
-    monkeypatch.setattr(embedded, "out_of_reach", lambda *args: not reachable)
+    monkeypatch.setattr(embedded_knn, "out_of_reach", lambda *args: not reachable)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
@@ -451,12 +451,12 @@ def test_on_the_graph_a_probe_of_several_positive_terms_routes_and_never_proves(
     # Its walk is as shallow as itself, so its neighbours are trusted less than a round's: even
     # a bound that would hold there is only read as "a round could prove", and the proof comes
     # from the round's own, deeper walk.
-    from itlr.engines import embedded
+    from itlr.engines import embedded_knn
 
     walks, scored = graph_walks(crowded)
     proofs: list[int] = []
-    monkeypatch.setattr(embedded, "out_of_reach", lambda *args: False)
-    monkeypatch.setattr(embedded, "unseen_cannot_beat", lambda *args: proofs.append(1) or True)
+    monkeypatch.setattr(embedded_knn, "out_of_reach", lambda *args: False)
+    monkeypatch.setattr(embedded_knn, "unseen_cannot_beat", lambda *args: proofs.append(1) or True)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))

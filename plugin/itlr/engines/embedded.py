@@ -9,13 +9,14 @@ dead rows are over `ITLR_COMPACT_DEAD_RATIO` (default 0.5) of at least `ITLR_COM
 Scores are always exact cosines of the stored float32 rows. From `ann_min_rows` documents on,
 knn mode and plain kNN take their candidates from an HNSW graph (itlr.engines.ann), a derived
 cache built on `committed_rows` (how many rows are committed, live or dead) and `vectors`
-(their unit vectors, row i for row i); both only change at a commit.
+(their unit vectors, row i for row i); both only change at a commit. knn mode's rounds and
+certificate live in itlr.engines.embedded_knn, the cosine and top-k kernels in
+itlr.engines.kernels.
 """
 
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,25 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.certificate import (
-    SearchBound,
-    certifiable,
-    not_proved,
-    out_of_reach,
-    proof_threshold,
-    round_plan,
-    search_bound,
-    unseen_cannot_beat,
-)
 from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
-from itlr.engines.embedded_lexical import LexicalState, LexicalStream
+from itlr.engines.embedded_knn import ROUTING_MIN_ROWS, knn_rounds
+from itlr.engines.embedded_lexical import LexicalState
 from itlr.engines.filters import compile_filter, unknown_fields
+from itlr.engines.folders import writable_folder
+from itlr.engines.kernels import cosine_matrix, normalise, top_k
 from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
-from itlr.highlight import fragments, query_words
+from itlr.highlight import query_words, shaped_hit
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
@@ -49,23 +42,6 @@ from itlr.query import Query
 from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
 
-# How much deeper than a round's kNN budget the lexical stream of hybrid truths goes: its rows
-# cost a sort and their scoring, not a graph walk, and a lower bound on the lexical truth of
-# the rows left out lets the first round prove more often (100k benchmark corpus: 15 of 20
-# conjunctions scored over every row instead of 18 of 20 at the same depth as the kNN budget).
-LEXICAL_DEPTH = 10
-# On the graph, the certificate first scores this-th part of the round's budget: a probe that
-# proves most single terms, and whose bounds at half and at full depth tell whether the whole
-# round could prove the rest; queries it cannot go straight to the pass over every row
-# (docs/benchmarks.md, "Certificate", sixth and seventh rounds).
-PROBE_SHARE = 5
-# Below this many rows a certifiable query with several positive terms is scored over every row
-# at once, with no probe: its probe seldom sends it to a round (15 of 71 conjunctions on the
-# 100k benchmark corpus), and what the round saves there is less than the probe costs every
-# query it sends to the pass. A pass grows with the rows, a probe's walk does not: at 1M rows
-# the probe paid for itself with cosine truths and cost about what it saved with hybrid ones
-# (docs/benchmarks.md, "Certificate", eighth round).
-ROUTING_MIN_ROWS = 1_000_000
 # Compaction by itself: dead rows over this share of at least this many committed rows.
 COMPACT_DEAD_RATIO = 0.5
 COMPACT_MIN_ROWS = 1_000
@@ -136,7 +112,7 @@ class EmbeddedIndex:
         prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
         return cls(
-            VectorStore.create(_writable_folder(path), model, dims, lock_timeout, prompts=prompts)
+            VectorStore.create(writable_folder(path), model, dims, lock_timeout, prompts=prompts)
         )
 
     @classmethod
@@ -152,7 +128,7 @@ class EmbeddedIndex:
         lock_timeout: float = LOCK_WAIT_SECONDS,
         prompts: Prompts | None = None,
     ) -> EmbeddedIndex:
-        path = _writable_folder(path)
+        path = writable_folder(path)
         if exists(path):
             index = cls.open(path, lock_timeout)
             index.check_compatible(model, dims)
@@ -273,7 +249,7 @@ class EmbeddedIndex:
             raise ConfigurationError("ids, texts and vectors must have the same length")
         fields = fields or [{} for _ in ids]
         rows = [StoredRow(str(i), t, dict(f)) for i, t, f in zip(ids, texts, fields, strict=True)]
-        self._append(rows, _normalise(vectors))
+        self._append(rows, normalise(vectors))
 
     def prepare_writes(self) -> None:
         """Nothing to prepare: the store's format is the only shape its documents take."""
@@ -483,155 +459,13 @@ class EmbeddedIndex:
         if options.mode == "exact" or not query.has_positive_term:
             ranked = self._scored(query, term_vectors, rows, window, exact=True)
         else:
-            ranked = self._knn_rounds(query, term_vectors, rows, window)
+            ranked = knn_rounds(self, query, term_vectors, rows, window)
         words = query_words(query.positive_terms) if options.highlight else frozenset()
         return SearchResult(
             query,
-            [self._shaped(h, options, words) for h in ranked.hits[options.from_ :]],
+            [shaped_hit(h, options, words) for h in ranked.hits[options.from_ :]],
             (*notes, *ranked.warnings),
             exact=ranked.exact,
-        )
-
-    @staticmethod
-    def _shaped(hit: Hit, options: SearchOptions, words: frozenset[str]) -> Hit:
-        """The hit with the chosen fields and, when asked, its highlighted fragments."""
-        changes: dict[str, Any] = {}
-        if options.source_fields is not None:
-            chosen = {n.removeprefix("metadata.") for n in options.source_fields}
-            changes["fields"] = {k: v for k, v in hit.fields.items() if k in chosen}
-        if words:
-            found = fragments(hit.text, words)
-            if found:
-                changes["highlights"] = {"text": found}
-        return replace(hit, **changes) if changes else hit
-
-    def _knn_rounds(
-        self, query: Query, term_vectors: np.ndarray, rows: np.ndarray, options: SearchOptions
-    ) -> Ranking:
-        """knn mode: score the candidates; for a query the certificate applies to, prove that no
-        other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
-        cap. On the graph, when the cap allows more than one round: a probe of a
-        `PROBE_SHARE`-th of the budget, the whole round only where the probe's bounds,
-        extrapolated, say it could prove the top k, and otherwise the query scored over every
-        row: one pass over the vectors costs less than graph walks thousands deep, and does not
-        trust the graph's recall (docs/benchmarks.md, "Certificate"). A single positive term's
-        probe reads the nearest part of one walk as deep as the round and may prove; with
-        several, the probe walks only its own depth and decides where to go, and below
-        `routing_min_rows` rows there is no probe: every row is scored."""
-        if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
-            searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
-            found = self._candidate_lists(rows, searches, options.filter)
-            return self._scored(
-                query, term_vectors, np.unique(np.concatenate(found)), options, None
-            )
-        rounds = options.candidate_rounds()
-        graph = options.filter is None and self._uses_ann()
-        if graph and len(rounds) > 1:
-            probe = max(options.k, rounds[0] // PROBE_SHARE)
-            rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
-        # With several positive terms no search ranks rows by the score itself, so the probe
-        # seldom proves and most such queries end in the pass: the probe walks only as deep as
-        # itself, to decide, and proves nothing; the round walks deep if it comes to one.
-        routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
-        if routing and len(rows) < self.routing_min_rows:
-            return self._scored(query, term_vectors, rows, options, exact=True)
-        unit = dict(zip(query.terms, term_vectors, strict=True))
-        seen = np.zeros(0, dtype=np.int64)
-        # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
-        # truth, LEXICAL_DEPTH times as deep as the round's budget (no graph walk: a sort of
-        # the term's postings), so an unseen row's lexical truth is bounded too.
-        stream = (
-            LexicalStream(
-                self.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
-            )
-            if options.truth.uses_lexical
-            else None
-        )
-        limits: dict[str, float] | None = None
-        bounds: list[SearchBound] = []
-        deepest: list[np.ndarray] | None = None
-        for depth, budget in enumerate(rounds):
-            searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
-            # A routing walk's bounds decide where to go and prove nothing, now or later.
-            trusted = not (routing and depth == 0)
-            if not trusted:
-                found = self._candidate_lists(rows, searches, None)
-            elif graph:
-                # One graph search as deep as the last round serves every round, the probe
-                # reading the nearest of its neighbours: as sure of them as the round is, and
-                # the round needs no second walk.
-                if deepest is None:
-                    last = (
-                        searches
-                        if budget == rounds[-1]
-                        else plan_candidates(
-                            query, term_vectors, rounds[-1], round_plan(options.plan)
-                        )
-                    )
-                    deepest = self._candidate_lists(rows, last, None)
-                found = [near[: s.budget] for near, s in zip(deepest, searches, strict=True)]
-            else:
-                found = self._candidate_lists(rows, searches, options.filter)
-            seen = np.union1d(seen, np.concatenate(found))
-            if stream is not None:
-                mentioning, limits = stream.top(budget * LEXICAL_DEPTH)
-                seen = np.union1d(seen, mentioning)
-            cosines = [
-                self._depth_cosines(s, hits) for s, hits in zip(searches, found, strict=True)
-            ]
-            current = [
-                search_bound(s, unit, last)
-                if len(hits) < len(rows)
-                else SearchBound(s.terms, 0.0, exhausted=True)
-                for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
-            ]
-            # The stream holds every row's lexical truths (rows ascending, seen among them).
-            lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
-            ranked = self._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
-            threshold = proof_threshold([h.score for h in ranked.hits], options.k)
-            if trusted:
-                bounds += current
-                if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
-                    return ranked
-            if not graph or options.candidate_cap <= budget:
-                continue
-            if depth + 1 < len(rounds):
-                halfway = [
-                    replace(bound, limit=search_bound(s, unit, half).limit)
-                    for s, bound, (half, _) in zip(searches, current, cosines, strict=True)
-                ]
-                if self._round_could_prove(
-                    query, (halfway, current), budget, rounds[depth + 1], threshold, options, stream
-                ):
-                    continue
-            lexical = stream.truths if stream is not None else None
-            return self._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
-        return Ranking(ranked.hits, (not_proved(options.k, rounds[-1]),), exact=False)
-
-    @staticmethod
-    def _round_could_prove(
-        query: Query,
-        bounds: tuple[list[SearchBound], list[SearchBound]],
-        budget: int,
-        deeper: int,
-        threshold: float,
-        options: SearchOptions,
-        stream: LexicalStream | None,
-    ) -> bool:
-        """Whether a round of `deeper` neighbours per term could prove the top k, judged from
-        the searches of `budget` read at half and at full depth (`bounds`), falling onwards
-        twice as fast as they just did (itlr.certificate.out_of_reach), with the lexical
-        stream taken as deep as that round would take it."""
-        ahead = stream.limits(deeper * LEXICAL_DEPTH) if stream is not None else None
-        return not out_of_reach(
-            query,
-            *bounds,
-            (max(1, budget // 2), budget),
-            deeper,
-            threshold,
-            options.ops,
-            options.truth,
-            ahead,
         )
 
     def _scored(
@@ -664,29 +498,6 @@ class EmbeddedIndex:
             self._hits(rows, scores, truths, query.terms, options.k, explained), exact=exact
         )
 
-    def _candidate_lists(
-        self, rows: np.ndarray, searches: Sequence[CandidateSearch], filter: dict | None
-    ) -> list[np.ndarray]:
-        """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
-        (nearest first), else by an exact scan."""
-        if filter is None and self._uses_ann():
-            return self._ann_lists(
-                np.stack([s.vector for s in searches]), [s.budget for s in searches]
-            )
-        return self._knn_lists(rows, searches)
-
-    def _depth_cosines(self, search: CandidateSearch, rows: np.ndarray) -> tuple[float, float]:
-        """The cosines with the search's vector of its returned row halfway down and of its
-        farthest: every row it did not return is at most the second close (for a graph search:
-        as far as the graph's recall goes); the first is the bound it would have given at half
-        the depth."""
-        if not len(rows):
-            return 1.0, 1.0
-        found = cosine_matrix(self._matrix(rows), search.vector[np.newaxis])[:, 0]
-        # The (m // 2)-th closest of m, at ascending position m - m // 2.
-        middle = min(len(found) - 1, len(found) - len(found) // 2)
-        return float(np.partition(found, middle)[middle]), float(found.min())
-
     def search_vector(
         self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
     ) -> list[Hit]:
@@ -709,18 +520,6 @@ class EmbeddedIndex:
             return self._vectors
         return self._vectors[rows]
 
-    def _knn_lists(self, rows: np.ndarray, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
-        """Each search's `budget` nearest rows (exact cosines)."""
-        if all(s.budget >= len(rows) for s in searches):
-            return [rows for _ in searches]
-        cosines = cosine_matrix(self._matrix(rows), np.stack([s.vector for s in searches]))
-        return [
-            rows[np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]]
-            if s.budget < len(rows)
-            else rows
-            for j, s in enumerate(searches)
-        ]
-
     def _hits(
         self,
         rows: np.ndarray,
@@ -731,26 +530,7 @@ class EmbeddedIndex:
         explained: Callable[[int], dict[str, Any]] | None = None,
     ) -> list[Hit]:
         scores = np.asarray(scores)
-        shortlist = np.arange(len(rows))
-        if len(rows) > k:
-            # Everything scoring above the k-th best, and of the rows tied with it (all of a
-            # 100k-row index when fewer than k rows score above 0) those first in id order.
-            # Selecting among the positive scores first: partitioning 100k mostly equal values
-            # costs 2 ms.
-            positive = scores[scores > 0]
-            pool = positive if len(positive) >= k else scores
-            kth = np.partition(pool, len(pool) - k)[len(pool) - k]
-            above = np.flatnonzero(scores > kth)
-            tied = np.flatnonzero(scores == kth)
-            wanted = k - len(above)
-            if len(tied) > wanted:
-                tied_ranks = self._id_ranks()[rows[tied]]
-                tied = tied[np.argpartition(tied_ranks, wanted - 1)[:wanted]]
-            shortlist = np.concatenate([above, tied])
-        # Highest score first; ties in id order so that results are reproducible (and match a
-        # cluster's tie-break on the id).
-        ranks = self._id_ranks()[rows[shortlist]]
-        order = shortlist[np.lexsort((ranks, -scores[shortlist]))[:k]]
+        order = top_k(scores, rows, self._id_ranks(), k)
         hits = []
         for i in order:
             row = self._rows[rows[i]]
@@ -774,7 +554,7 @@ class EmbeddedIndex:
                 f"query vectors have shape {vectors.shape}, index at {self.path} wants "
                 f"({expected}, {self.dims}): was it built with another model than {self.model!r}?"
             )
-        return _normalise(vectors)
+        return normalise(vectors)
 
     def _filtered_rows(self, filter: dict | None) -> tuple[np.ndarray, list[str]]:
         """The live rows the filter keeps, and a warning per filter field no document has."""
@@ -801,55 +581,3 @@ class EmbeddedIndex:
                 known.update(self._rows[r].fields)  # type: ignore[union-attr]
             self._fields_cache = known
         return self._fields_cache
-
-
-# Up to this many rows a product is computed without threads (einsum: 0.14 ms for 500 x 5).
-SINGLE_THREAD_ROWS = 2048
-
-
-def cosine_matrix(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """(rows, queries) dot products of unit vectors in one matrix product, reading them once.
-
-    torch's CPU matmul (MKL) streams the vectors once for a few query columns, where numpy's
-    OpenBLAS sgemm first copies the whole matrix into packed panels (two to three memory passes)
-    and torch's own matrix-vector path runs at a third of memory speed. So whole-index products go
-    through torch's matmul, a single query padded to two columns. Using one BLAS also keeps
-    torch's OpenMP threads (busy after encoding the terms) from fighting OpenBLAS's for the
-    cores, which slowed numpy's products up to tenfold (docs/benchmarks.md, latency).
-
-    Candidate sets (a few hundred rows) are multiplied by numpy's own loops on this thread:
-    waking torch's second thread for 50 microseconds of work cost a scheduler tick (about 4 ms)
-    whenever another process held the other core (half the knn-mode queries on a 100k index).
-    """
-    count = queries.shape[0]
-    if vectors.shape[0] <= SINGLE_THREAD_ROWS:
-        return np.einsum("ij,kj->ik", vectors, np.asarray(queries, dtype=np.float32))
-    try:
-        import torch
-    except ImportError:  # the core install has no torch: numpy's BLAS, slower on large indexes
-        product: np.ndarray = vectors @ np.asarray(queries, dtype=np.float32).T
-        return product
-
-    right = np.ascontiguousarray(queries, dtype=np.float32)
-    if count == 1:
-        right = np.vstack([right, right])
-    with warnings.catch_warnings():
-        # A read-only memmap: torch warns that it could be written through, which it is not.
-        warnings.simplefilter("ignore", UserWarning)
-        left = torch.from_numpy(vectors)
-    return (left @ torch.from_numpy(right).T).numpy()[:, :count]
-
-
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
-
-
-def _writable_folder(path: str | Path) -> Path:
-    """`path` resolved, if an index may be written there (itlr.engines.folders): whoever creates an index,
-    the front door or code holding an engine, never writes beside someone else's files."""
-    from itlr.engines.folders import check_index_folder
-
-    resolved = Path(path).expanduser().resolve()
-    check_index_folder(resolved, str(path))
-    return resolved

@@ -62,3 +62,11 @@ def check_index_folder(path: Path, shown: str) -> None:
             f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}): give a new "
             "or empty folder, or a bare name for an index under $ITLR_HOME/indexes"
         )
+
+
+def writable_folder(path: str | Path) -> Path:
+    """`path` resolved, if an index may be written there: whoever creates an index, the front
+    door or code holding an engine, never writes beside someone else's files."""
+    resolved = Path(path).expanduser().resolve()
+    check_index_folder(resolved, str(path))
+    return resolved
