@@ -366,10 +366,3 @@ def _split(
     high_half_lower = lower.copy()
     high_half_lower[rows, axis] = middle
     return np.concatenate([lower, high_half_lower]), np.concatenate([low_half_upper, upper])
-
-
-# old names, removed once engines/embedded.py uses the new ones
-not_proved = not_proved_warning
-gave_up = gave_up_warning
-unmentionable = unmentionable_reason
-uncertifiable = uncertifiable_reason

@@ -18,7 +18,7 @@ from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.certificate import (
     SearchBound,
     certifiable,
-    not_proved,
+    not_proved_warning,
     out_of_reach,
     proof_threshold,
     round_plan,
@@ -175,7 +175,7 @@ def knn_rounds(
                 continue
         lexical = stream.truths if stream is not None else None
         return index._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
-    return Ranking(ranked.hits, (not_proved(options.k, rounds[-1]),), exact=False)
+    return Ranking(ranked.hits, (not_proved_warning(options.k, rounds[-1]),), exact=False)
 
 
 def round_could_prove(
