@@ -294,19 +294,14 @@ class VectorStore:
         """The rows in [start, stop) that hold the token (ascending) and its count in each, or
         None when the rows were renumbered since `generation` (another process compacted).
         Batches are committed whole, so a batch starting below `stop` ends at or below it."""
-        with self._db_guard:
-            self._db.execute("BEGIN")
-            try:
-                meta = self._read_meta() or {}
-                if int(meta.get("generation", -1)) != generation:
-                    return None
-                found = self._db.execute(
-                    "SELECT start, rows, counts FROM postings "
-                    "WHERE token = ? AND start >= ? AND start < ? ORDER BY start",
-                    (token, start, stop),
-                ).fetchall()
-            finally:
-                self._db.execute("COMMIT")
+        found = self._read_at(
+            generation,
+            "SELECT start, rows, counts FROM postings "
+            "WHERE token = ? AND start >= ? AND start < ? ORDER BY start",
+            (token, start, stop),
+        )
+        if found is None:
+            return None
         rows = [first + np.frombuffer(held, _POSTING).astype(np.int64) for first, held, _ in found]
         counts = [np.frombuffer(c, _POSTING).astype(np.float64) for *_, c in found]
         return (
@@ -317,18 +312,25 @@ class VectorStore:
     def tokens(self, stop: int, generation: int) -> list[str] | None:
         """Every token some row below `stop` holds (None as `postings` says): a full pass over
         the postings, for statistics over every token."""
+        found = self._read_at(
+            generation, "SELECT DISTINCT token FROM postings WHERE start < ?", (stop,)
+        )
+        return None if found is None else [token for (token,) in found]
+
+    def _read_at(
+        self, generation: int, sql: str, params: tuple[Any, ...]
+    ) -> list[tuple[Any, ...]] | None:
+        """The query's rows read in one transaction with the store's generation, or None when
+        the rows were renumbered since `generation` (another process compacted)."""
         with self._db_guard:
             self._db.execute("BEGIN")
             try:
                 meta = self._read_meta() or {}
                 if int(meta.get("generation", -1)) != generation:
                     return None
-                found = self._db.execute(
-                    "SELECT DISTINCT token FROM postings WHERE start < ?", (stop,)
-                ).fetchall()
+                return list(self._db.execute(sql, params).fetchall())
             finally:
                 self._db.execute("COMMIT")
-        return [token for (token,) in found]
 
     def vectors(self) -> np.ndarray:
         """The committed rows' vectors: exactly `committed` rows, never bytes past them."""
