@@ -40,6 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from itlr.interval import program_range
 from itlr.lexical import CorpusStats, mentions_at_most
 from itlr.options import SearchOptions
 from itlr.query import Query
+from itlr.results import Ranking
 from itlr.scoring import Operators, TruthMap
 from itlr.tree import Term, literals
 
@@ -92,6 +94,75 @@ def search_bound(
     )
     limit = float(last) * float(np.linalg.norm(summed))
     return SearchBound(search.terms, limit, weights=search.weights)
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round of knn mode found: its candidates scored (`ranked`, with the warnings of
+    the request), and what its searches prove about every document they did not return:
+    `bounds`, None when they prove nothing (a walk that only decides where to go), and with
+    hybrid truths `lexical_limits`, the most an unseen document's lexical truth can be per
+    positive term. `proved`: the engine proved the top k another way (`ranked_by_its_search`)."""
+
+    ranked: Ranking
+    bounds: tuple[SearchBound, ...] | None
+    lexical_limits: Mapping[str, float] | None = None
+    proved: bool = False
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Stop before the last round, the top k not proved, for this reason."""
+
+    warning: str
+
+
+class RoundSource(Protocol):
+    """One engine's side of `certify_rounds`: how a round of a given budget per search is
+    gathered and scored, and what to do when it did not prove the top k."""
+
+    def gather(self, depth: int, budget: int) -> Round: ...
+
+    def unproved(
+        self, depth: int, budget: int, found: Round, threshold: float
+    ) -> Ranking | GiveUp | None:
+        """After an unproved round: None to go on to the next round, `GiveUp` to stop, or the
+        engine's own final answer (a pass over every document)."""
+        ...
+
+
+def certify_rounds(
+    source: RoundSource, query: Query, options: SearchOptions, rounds: Sequence[int]
+) -> Ranking:
+    """knn mode in rounds of growing budgets, for a query `certifiable` accepts: each round's
+    bounds join those of the rounds before, and the first round after which no unseen
+    document can beat the k-th score ends with the top k proved exact (`exact=True`). Rounds
+    that end without a proof return the last round's ranking with the warning why
+    (`exact=False`)."""
+    bounds: list[SearchBound] = []
+    warning = not_proved_warning(options.k, rounds[-1])
+    found: Round | None = None
+    for depth, budget in enumerate(rounds):
+        found = source.gather(depth, budget)
+        threshold = proof_threshold([h.score for h in found.ranked.hits], options.k)
+        if found.bounds is not None:
+            bounds += found.bounds
+        if found.proved or (
+            found.bounds is not None
+            and unseen_cannot_beat(
+                query, bounds, threshold, options.ops, options.truth, found.lexical_limits
+            )
+        ):
+            return replace(found.ranked, exact=True)
+        step = source.unproved(depth, budget, found, threshold)
+        if isinstance(step, Ranking):
+            return step
+        if isinstance(step, GiveUp):
+            warning = step.warning
+            break
+    if found is None:
+        raise ValueError("certify_rounds needs at least one round")
+    return Ranking(found.ranked.hits, (*found.ranked.warnings, warning), exact=False)
 
 
 def not_proved_warning(k: int, depth: int) -> str:

@@ -451,12 +451,13 @@ def test_on_the_graph_a_probe_of_several_positive_terms_routes_and_never_proves(
     # Its walk is as shallow as itself, so its neighbours are trusted less than a round's: even
     # a bound that would hold there is only read as "a round could prove", and the proof comes
     # from the round's own, deeper walk.
+    from itlr import certificate
     from itlr.engines import embedded_knn
 
     walks, scored = graph_walks(crowded)
     proofs: list[int] = []
     monkeypatch.setattr(embedded_knn, "out_of_reach", lambda *args: False)
-    monkeypatch.setattr(embedded_knn, "unseen_cannot_beat", lambda *args: proofs.append(1) or True)
+    monkeypatch.setattr(certificate, "unseen_cannot_beat", lambda *args: proofs.append(1) or True)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))

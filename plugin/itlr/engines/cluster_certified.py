@@ -10,15 +10,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from itlr.certificate import (
+    GiveUp,
+    Round,
     SearchBound,
+    certify_rounds,
     gave_up_warning,
-    not_proved_warning,
     out_of_reach,
     proof_threshold,
     ranked_by_its_search,
     round_plan,
     search_bound,
-    unseen_cannot_beat,
 )
 from itlr.engines.dialect import Dialect
 from itlr.lexical import CorpusStats
@@ -48,75 +49,97 @@ def certified_ranking(
     lexical: CorpusStats | None,
     guessed: CorpusStats | None = None,
 ) -> Ranking:
-    """knn mode in rounds (see itlr.certificate): each round is one `_msearch` of the logical
-    query and, per kNN search, a probe for its farthest returned neighbour; a deeper round
-    only when the bound does not prove the top k. A single positive term needs no probe where
-    its search's own order proves the top k (`ranked_by_its_search`). Hybrid truths: every
-    round also gathers the documents that mention a positive term, so an unseen one
-    mentions none."""
-    hybrid = options.truth.uses_lexical
-    unmentioned = dict.fromkeys(query.positive_terms, 0.0) if hybrid else None
-    unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
-    bounds: list[SearchBound] = []
+    """knn mode in rounds (itlr.certificate.certify_rounds), each one `_msearch`
+    (`ClusterRounds`)."""
     rounds = options.candidate_rounds(limit=dialect.max_k)
-    ranked = Ranking()
-    proved = False
-    previous: list[SearchBound] = []
-    unproved = not_proved_warning(options.k, rounds[-1])
-    order_may_prove = ranked_by_its_search(query, options.truth)
-    for depth, budget in enumerate(rounds):
+    source = ClusterRounds(
+        dialect, responses_to, query, term_vectors, options, lexical, guessed, rounds[-1]
+    )
+    return certify_rounds(source, query, options, rounds)
+
+
+class ClusterRounds:
+    """A cluster's rounds: each is one `_msearch` of the logical query and, per kNN search, a
+    probe for its farthest returned neighbour. A single positive term needs no probe where
+    its search's own order proves the top k (`ranked_by_its_search`). Hybrid truths: every
+    round also gathers the documents that mention a positive term, so an unseen one mentions
+    none. Rounds stop early when the bounds fall too slowly to prove the top k at the cap
+    (`out_of_reach`)."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        responses_to: Responses,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None,
+        guessed: CorpusStats | None,
+        cap: int,
+    ) -> None:
+        self.dialect, self.responses_to, self.query = dialect, responses_to, query
+        self.term_vectors, self.options, self.lexical = term_vectors, options, lexical
+        # The first round carries the check of remembered statistics, if any.
+        self.guessed = guessed
+        self.cap = cap
+        self.unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
+        self.hybrid = options.truth.uses_lexical
+        self.unmentioned = dict.fromkeys(query.positive_terms, 0.0) if self.hybrid else None
+        self.order_may_prove = ranked_by_its_search(query, options.truth)
+        self.previous: tuple[int, tuple[SearchBound, ...]] | None = None
+
+    def gather(self, depth: int, budget: int) -> Round:
+        dialect, options = self.dialect, self.options
         round_options = replace(
             options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
         )
         request = dialect.search_request(
-            query, term_vectors, round_options, lexical, mentions=hybrid
+            self.query, self.term_vectors, round_options, self.lexical, mentions=self.hybrid
         )
         searches = request.searches
         probes = [dialect.probe_body(search, options.filter) for search in searches]
         # Each shard's search returns `budget` neighbours: the page's last hit ranks at most
         # `budget` when it is within the first page deep enough (none after search_after).
         by_order = (
-            order_may_prove and options.search_after is None and budget >= options.from_ + options.k
+            self.order_may_prove
+            and options.search_after is None
+            and budget >= options.from_ + options.k
         )
-        # The first round carries the check of remembered statistics, if any.
-        responses = responses_to([request.body, *([] if by_order else probes)], query, guessed)
-        guessed = None
-        ranked = dialect.hits(responses[0], query, term_vectors, options, lexical)
-        threshold = proof_threshold([h.score for h in ranked.hits], options.k)
+        responses = self.responses_to(
+            [request.body, *([] if by_order else probes)], self.query, self.guessed
+        )
+        self.guessed = None
+        ranked = dialect.hits(responses[0], self.query, self.term_vectors, options, self.lexical)
+        ranked = Ranking(ranked.hits, (*request.warnings, *ranked.warnings), ranked.exact)
         if by_order:
+            threshold = proof_threshold([h.score for h in ranked.hits], options.k)
             if threshold > -math.inf or dialect.returned_all(responses[0], budget):
-                proved = True
-                break
+                return Round(ranked, None, proved=True)
             # Fewer than k scored above 0: only a probe can show whether any is unseen.
-            responses += responses_to(probes)
-        current = [
-            search_bound(search, unit, dialect.cosine(probe["hits"]["hits"][0]))
+            responses += self.responses_to(probes)
+        bounds = tuple(
+            search_bound(search, self.unit, dialect.cosine(probe["hits"]["hits"][0]))
             if probe["hits"]["hits"]
             # fewer documents than the budget: the search returned them all
             else SearchBound(search.terms, 0.0, exhausted=True)
             for search, probe in zip(searches, responses[1:], strict=True)
-        ]
-        bounds += current
-        proved = unseen_cannot_beat(
-            query, bounds, threshold, options.ops, options.truth, unmentioned
         )
-        if proved:
-            break
-        if depth and out_of_reach(
-            query,
-            previous,
+        return Round(ranked, bounds, self.unmentioned)
+
+    def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> GiveUp | None:
+        current = found.bounds or ()
+        previous, self.previous = self.previous, (budget, current)
+        options = self.options
+        if previous is not None and out_of_reach(
+            self.query,
+            previous[1],
             current,
-            (rounds[depth - 1], budget),
-            rounds[-1],
+            (previous[0], budget),
+            self.cap,
             threshold,
             options.ops,
             options.truth,
-            unmentioned,
+            self.unmentioned,
         ):
-            unproved = gave_up_warning(options.k, budget, rounds[-1])
-            break
-        previous = current
-    noted = (*request.warnings, *ranked.warnings)
-    if proved:
-        return Ranking(ranked.hits, noted, exact=True)
-    return Ranking(ranked.hits, (*noted, unproved), exact=False)
+            return GiveUp(gave_up_warning(options.k, budget, self.cap))
+        return None

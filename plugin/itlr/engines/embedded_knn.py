@@ -16,14 +16,13 @@ import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.certificate import (
+    Round,
     SearchBound,
     certifiable,
-    not_proved_warning,
+    certify_rounds,
     out_of_reach,
-    proof_threshold,
     round_plan,
     search_bound,
-    unseen_cannot_beat,
 )
 from itlr.engines.embedded_lexical import LexicalStream
 from itlr.engines.kernels import cosine_matrix
@@ -108,74 +107,120 @@ def knn_rounds(
     routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
     if routing and len(rows) < index.routing_min_rows:
         return index._scored(query, term_vectors, rows, options, exact=True)
-    unit = dict(zip(query.terms, term_vectors, strict=True))
-    seen = np.zeros(0, dtype=np.int64)
-    # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
-    # truth, LEXICAL_DEPTH times as deep as the round's budget (no graph walk: a sort of
-    # the term's postings), so an unseen row's lexical truth is bounded too.
-    stream = (
-        LexicalStream(
-            index.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
+    source = EmbeddedRounds(index, query, term_vectors, rows, options, rounds, graph, routing)
+    return certify_rounds(source, query, options, rounds)
+
+
+class EmbeddedRounds:
+    """The embedded engine's rounds: graph walks (one as deep as the last round, each round
+    reading the nearest of its neighbours) or exact scans, the rows they found scored at
+    once; with hybrid truths each positive term's rows of highest lexical truth beside them.
+    An unproved round on the graph goes deeper only where its bounds, extrapolated, say the
+    next round could prove; otherwise every row is scored."""
+
+    def __init__(
+        self,
+        index: KnnIndex,
+        query: Query,
+        term_vectors: np.ndarray,
+        rows: np.ndarray,
+        options: SearchOptions,
+        rounds: Sequence[int],
+        graph: bool,
+        routing: bool,
+    ) -> None:
+        self.index, self.query, self.term_vectors = index, query, term_vectors
+        self.rows, self.options, self.rounds = rows, options, rounds
+        self.graph, self.routing = graph, routing
+        self.unit = dict(zip(query.terms, term_vectors, strict=True))
+        self.seen = np.zeros(0, dtype=np.int64)
+        # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
+        # truth, LEXICAL_DEPTH times as deep as the round's budget (no graph walk: a sort of
+        # the term's postings), so an unseen row's lexical truth is bounded too.
+        self.stream = (
+            LexicalStream(
+                index.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
+            )
+            if options.truth.uses_lexical
+            else None
         )
-        if options.truth.uses_lexical
-        else None
-    )
-    limits: dict[str, float] | None = None
-    bounds: list[SearchBound] = []
-    deepest: list[np.ndarray] | None = None
-    for depth, budget in enumerate(rounds):
-        searches = plan_candidates(query, term_vectors, budget, round_plan(options.plan))
+        self.deepest: list[np.ndarray] | None = None
+        # The last round's searches, per search its cosines halfway down and last, and the
+        # bounds they give.
+        self.searches: list[CandidateSearch] = []
+        self.cosines: list[tuple[float, float]] = []
+        self.bounds: tuple[SearchBound, ...] = ()
+
+    def gather(self, depth: int, budget: int) -> Round:
+        index, query, term_vectors, rows = self.index, self.query, self.term_vectors, self.rows
+        plan = round_plan(self.options.plan)
+        searches = plan_candidates(query, term_vectors, budget, plan)
         # A routing walk's bounds decide where to go and prove nothing, now or later.
-        trusted = not (routing and depth == 0)
+        trusted = not (self.routing and depth == 0)
         if not trusted:
             found = candidate_lists(index, rows, searches, None)
-        elif graph:
+        elif self.graph:
             # One graph search as deep as the last round serves every round, the probe
             # reading the nearest of its neighbours: as sure of them as the round is, and
             # the round needs no second walk.
-            if deepest is None:
+            if self.deepest is None:
                 last = (
                     searches
-                    if budget == rounds[-1]
-                    else plan_candidates(query, term_vectors, rounds[-1], round_plan(options.plan))
+                    if budget == self.rounds[-1]
+                    else plan_candidates(query, term_vectors, self.rounds[-1], plan)
                 )
-                deepest = candidate_lists(index, rows, last, None)
-            found = [near[: s.budget] for near, s in zip(deepest, searches, strict=True)]
+                self.deepest = candidate_lists(index, rows, last, None)
+            found = [near[: s.budget] for near, s in zip(self.deepest, searches, strict=True)]
         else:
-            found = candidate_lists(index, rows, searches, options.filter)
-        seen = np.union1d(seen, np.concatenate(found))
-        if stream is not None:
-            mentioning, limits = stream.top(budget * LEXICAL_DEPTH)
+            found = candidate_lists(index, rows, searches, self.options.filter)
+        seen = np.union1d(self.seen, np.concatenate(found))
+        limits: dict[str, float] | None = None
+        if self.stream is not None:
+            mentioning, limits = self.stream.top(budget * LEXICAL_DEPTH)
             seen = np.union1d(seen, mentioning)
-        cosines = [depth_cosines(index, s, hits) for s, hits in zip(searches, found, strict=True)]
-        current = [
-            search_bound(s, unit, last)
+        self.seen = seen
+        self.searches = searches
+        self.cosines = [
+            depth_cosines(index, s, hits) for s, hits in zip(searches, found, strict=True)
+        ]
+        self.bounds = bounds = tuple(
+            search_bound(s, self.unit, last)
             if len(hits) < len(rows)
             else SearchBound(s.terms, 0.0, exhausted=True)
-            for s, hits, (_, last) in zip(searches, found, cosines, strict=True)
-        ]
+            for s, hits, (_, last) in zip(searches, found, self.cosines, strict=True)
+        )
         # The stream holds every row's lexical truths (rows ascending, seen among them).
-        lexical = stream.truths[np.searchsorted(rows, seen)] if stream is not None else None
-        ranked = index._scored(query, term_vectors, seen, options, exact=True, lexical=lexical)
-        threshold = proof_threshold([h.score for h in ranked.hits], options.k)
-        if trusted:
-            bounds += current
-            if unseen_cannot_beat(query, bounds, threshold, options.ops, options.truth, limits):
-                return ranked
-        if not graph or options.candidate_cap <= budget:
-            continue
-        if depth + 1 < len(rounds):
+        lexical = (
+            self.stream.truths[np.searchsorted(rows, seen)] if self.stream is not None else None
+        )
+        ranked = index._scored(query, term_vectors, seen, self.options, exact=True, lexical=lexical)
+        return Round(ranked, bounds if trusted else None, limits)
+
+    def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> Ranking | None:
+        options = self.options
+        if not self.graph or options.candidate_cap <= budget:
+            return None
+        if depth + 1 < len(self.rounds):
+            # A routing walk's bounds too: they prove nothing, but say where to go.
+            current = list(self.bounds)
             halfway = [
-                replace(bound, limit=search_bound(s, unit, half).limit)
-                for s, bound, (half, _) in zip(searches, current, cosines, strict=True)
+                replace(bound, limit=search_bound(s, self.unit, half).limit)
+                for s, bound, (half, _) in zip(self.searches, current, self.cosines, strict=True)
             ]
             if round_could_prove(
-                query, (halfway, current), budget, rounds[depth + 1], threshold, options, stream
+                self.query,
+                (halfway, current),
+                budget,
+                self.rounds[depth + 1],
+                threshold,
+                options,
+                self.stream,
             ):
-                continue
-        lexical = stream.truths if stream is not None else None
-        return index._scored(query, term_vectors, rows, options, exact=True, lexical=lexical)
-    return Ranking(ranked.hits, (not_proved_warning(options.k, rounds[-1]),), exact=False)
+                return None
+        lexical = self.stream.truths if self.stream is not None else None
+        return self.index._scored(
+            self.query, self.term_vectors, self.rows, options, exact=True, lexical=lexical
+        )
 
 
 def round_could_prove(
