@@ -50,18 +50,30 @@ def check_index_folder(path: Path, shown: str) -> None:
         raise IndexStateError(f"{shown} lies inside {above}, a file: give a folder path")
     if not path.is_dir() or store.exists(path):
         return
-    entries = sorted(path.iterdir())
-    foreign = [p.name for p in entries if not _INDEX_FILES.fullmatch(p.name) or p.is_dir()]
-    if not foreign:
-        # Only index file names: accept them only as a cut-short creation left them, so a
-        # user's own `index.db` or `vectors.f32` is never taken over.
-        foreign = [p.name for p in entries if not store.leftover_of_creation(p)]
+    foreign = _foreign_files(path)
+    if foreign and not any(p.is_dir() or not _INDEX_FILES.fullmatch(p.name) for p in foreign):
+        # Only an index's own files, some not empty: perhaps another process creating it now.
+        store.wait_for_creation(path)
+        if store.exists(path):
+            return
+        foreign = _foreign_files(path)
     if foreign:
         raise IndexStateError(
-            f"{shown} is a folder that is not an itlr index (it holds {foreign[0]!r}"
+            f"{shown} is a folder that is not an itlr index (it holds {foreign[0].name!r}"
             f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}): give a new "
             "or empty folder, or a bare name for an index under $ITLR_HOME/indexes"
         )
+
+
+def _foreign_files(path: Path) -> list[Path]:
+    """What in the folder `path` no itlr index nor its cut-short creation holds."""
+    entries = sorted(path.iterdir())
+    foreign = [p for p in entries if not _INDEX_FILES.fullmatch(p.name) or p.is_dir()]
+    if foreign:
+        return foreign
+    # Only index file names: accept them only as a cut-short creation left them, so a user's
+    # own `index.db` or `vectors.f32` is never taken over.
+    return [p for p in entries if not store.leftover_of_creation(p)]
 
 
 def writable_folder(path: str | Path) -> Path:

@@ -171,6 +171,36 @@ def leftover_of_creation(file: Path) -> bool:
     return False
 
 
+def writer_lock(path: Path) -> FileLock:
+    return FileLock(path / LOCK, thread_local=False)
+
+
+@contextlib.contextmanager
+def held(lock: FileLock, path: Path, timeout: float) -> Iterator[None]:
+    """Hold an index's writer lock, or say clearly who holds it."""
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        raise IndexStateError(
+            f"index at {path} is being written by another process (it holds "
+            f"{path / LOCK}): wait until it finishes, then run again"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def wait_for_creation(path: Path, timeout: float = LOCK_WAIT_SECONDS) -> None:
+    """Wait until no process holds the writer lock of the index folder `path`, which a
+    creation holds from its first file to its commit: what it leaves then is an index or
+    nothing half made. Only where the lock file exists already (never one more file in a
+    folder that is not an index)."""
+    if (path / LOCK).is_file():
+        with held(writer_lock(path), path, timeout):
+            pass
+
+
 def _empty_database(database: Path) -> bool:
     if database.stat().st_size == 0:
         return True
@@ -192,13 +222,15 @@ def _connect(database: Path) -> sqlite3.Connection:
 class VectorStore:
     """The committed rows of an index and their vectors, in a directory."""
 
-    def __init__(self, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> None:
+    def __init__(
+        self, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS, lock: FileLock | None = None
+    ) -> None:
         self.path = Path(path)
         self.lock_timeout = lock_timeout
+        self._lock = lock or writer_lock(self.path)
         self._db = _connect(self.path / DATABASE)
         self._db.executescript(_SCHEMA)
         self._db_guard = threading.RLock()
-        self._lock = FileLock(self.path / LOCK, thread_local=False)
         self.model = ""
         self.dims = 0
         self.prompts = Prompts()
@@ -217,33 +249,42 @@ class VectorStore:
         exist_ok: bool = False,
         prompts: Prompts | None = None,
     ) -> VectorStore:
-        """A new, empty index; with exist_ok, the one another process just created wins."""
+        """A new, empty index; with exist_ok, the one another process just created wins.
+
+        The writer lock is held from before the database file exists, so another process
+        never sees a creation half done (`wait_for_creation`) nor races it to set up the
+        database."""
         path.mkdir(parents=True, exist_ok=True)
-        store = cls(path, lock_timeout)
-        with store.writing():
-            if store._read_meta() is not None:
-                if exist_ok:
-                    store._add_postings()
-                    store._load_meta()
-                    return store
-                raise IndexStateError(f"an index already exists at {path}: open it instead")
-            vectors = path / vector_file(0)
-            if vectors.exists() and vectors.stat().st_size:
-                raise IndexStateError(
-                    f"{vectors} holds data that is not this index's: give an empty folder"
-                )
-            vectors.touch()
-            store._fsync_directory()
-            with store._transaction():
-                store._write_meta(
-                    model=model,
-                    dims=dims,
-                    committed=0,
-                    generation=0,
-                    **(prompts or Prompts()).to_meta(),
-                )
-            store._load_meta()
+        lock = writer_lock(path)
+        with held(lock, path, lock_timeout):
+            store = cls(path, lock_timeout, lock)
+            store._create(model, dims, exist_ok, prompts)
         return store
+
+    def _create(self, model: str, dims: int, exist_ok: bool, prompts: Prompts | None) -> None:
+        """Write the meta of a new index, under the writer lock `create` holds."""
+        if self._read_meta() is not None:
+            if exist_ok:
+                self._add_postings()
+                self._load_meta()
+                return
+            raise IndexStateError(f"an index already exists at {self.path}: open it instead")
+        vectors = self.path / vector_file(0)
+        if vectors.exists() and vectors.stat().st_size:
+            raise IndexStateError(
+                f"{vectors} holds data that is not this index's: give an empty folder"
+            )
+        vectors.touch()
+        self._fsync_directory()
+        with self._transaction():
+            self._write_meta(
+                model=model,
+                dims=dims,
+                committed=0,
+                generation=0,
+                **(prompts or Prompts()).to_meta(),
+            )
+        self._load_meta()
 
     @classmethod
     def open(cls, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> VectorStore:
@@ -358,20 +399,9 @@ class VectorStore:
 
     # -- writes ----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
+    def writing(self) -> contextlib.AbstractContextManager[None]:
         """Hold the writer lock (re-entrant within this store, across threads)."""
-        try:
-            self._lock.acquire(timeout=self.lock_timeout)
-        except Timeout:
-            raise IndexStateError(
-                f"index at {self.path} is being written by another process (it holds "
-                f"{self.path / LOCK}): wait until it finishes, then run again"
-            ) from None
-        try:
-            yield
-        finally:
-            self._lock.release()
+        return held(self._lock, self.path, self.lock_timeout)
 
     def append(self, rows: Sequence[StoredRow], vectors: np.ndarray) -> np.ndarray:
         """Commit rows with their vectors as one batch (see the module docstring); returns
