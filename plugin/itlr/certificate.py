@@ -198,8 +198,12 @@ def out_of_reach(
     same order) extrapolated to the cap, falling per factor of depth `OPTIMISM` times as fast as
     it just did, still leaves an unseen document room above `threshold` (the k-th score, which
     deeper rounds only raise). Unstructured data (random vectors, where nothing distinguishes
-    the top k) then costs two rounds instead of every round up to the cap."""
+    the top k) then costs two rounds instead of every round up to the cap. Searches that
+    changed between the rounds (a combined search past the engine's largest k becomes one per
+    term, itlr.candidates.plan_searches) have no fall to extrapolate: never out of reach."""
     if any(b.exhausted for b in after) or cap <= depths[1] or depths[1] <= depths[0]:
+        return False
+    if [b.terms for b in before] != [a.terms for a in after]:
         return False
     remaining = math.log(cap / depths[1]) / math.log(depths[1] / depths[0])
     projected = [

@@ -180,6 +180,45 @@ def test_rounds_stop_early_only_when_the_bound_cannot_fall_below_the_kth_score_b
     )
 
 
+def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
+    # Seven positive terms: one combined search of 400 x 7 neighbours, then 1,600 x 7 is past
+    # the engine's k of 10,000 and the plan falls back to one search per term.
+    query = itlr.parse(" AND ".join(f'"t{i}"' for i in range(7)))
+    terms = tuple(f"t{i}" for i in range(7))
+    before = [SearchBound(terms, 3.0)]
+    after = [SearchBound((t,), 0.45) for t in terms]
+    assert not out_of_reach(query, before, after, (400, 1600), 2000, 0.01, SEARCH_OPERATORS, CLAMP)
+
+
+@pytest.mark.opensearch
+def test_opensearch_rounds_go_on_when_the_plan_falls_back_to_per_term_searches(
+    opensearch_index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A largest k of 120 makes the second round (80 x 2 for one combined search) one search per
+    # term; no round proves, so the rounds ask whether the bounds are out of reach.
+    import itlr.engines.cluster_certified as cluster_certified
+    from itlr.engines.opensearch import OpenSearchDialect
+
+    rounds: list[list[dict[str, Any]]] = []
+
+    rng = np.random.default_rng(5)
+    vectors = unit_rows(rng.normal(size=(600, DIMS))).astype(np.float32)
+    backend = opensearch_index(DIMS)
+    ids = [f"d{i}" for i in range(600)]
+    assert backend.add(ids, [""] * len(ids), vectors) == {}
+    backend.refresh()
+    monkeypatch.setattr(OpenSearchDialect, "max_k", 120)
+    monkeypatch.setattr(cluster_certified, "unseen_cannot_beat", lambda *args: False)
+    search = backend._multi_search
+    monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
+    query = itlr.parse('"a" AND "b"')
+    terms = unit_rows(rng.normal(size=(2, DIMS))).astype(np.float32)
+    hits = backend.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=120))
+    assert len(hits) == 10 and hits.exact is False
+    # 20 and 80 neighbours in one combined search, then 120 per term: every round ran.
+    assert [len(bodies) for bodies in rounds] == [2, 3, 3]
+
+
 # -- the rounds, on an embedded index built so that the first round misses the best document ---
 
 DIMS = 32
