@@ -139,5 +139,5 @@ def test_the_load_benchmark_reports_why_requests_failed() -> None:
         phase = asyncio.run(_phase(url, "ordinary only", [{"query": "a"}] * 6, set(), 1))
     finally:
         server.shutdown()
-    assert phase.errors == 3 and phase.failures == {"503 '{\"error\": \"busy\"}'": 3}
-    assert "ordinary only: 3 failed with 503 '{\"error\": \"busy\"}'" in markdown([phase])
+    assert phase.errors == 3 and phase.failures == {'503 \'{"error": "busy"}\'': 3}
+    assert 'ordinary only: 3 failed with 503 \'{"error": "busy"}\'' in markdown([phase])
