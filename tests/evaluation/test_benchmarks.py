@@ -30,6 +30,7 @@ def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_belo
 ) -> None:
     index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(300)], [""] * 300, random_unit(300, 16, seed=1))
+    index.ann_min_rows = 0  # graph candidates: without the graph, every row is scored
     queries = [parse('"a" AND NOT "b"'), parse('"a" OR "c"')] * 5
     seeds = iter(range(100))
 
