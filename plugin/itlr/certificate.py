@@ -30,8 +30,9 @@ allow; unsearched terms at -1) composes above the threshold ends the proof at on
 document might score that much, so the searches must go deeper; so does a box smaller than
 `RESOLUTION`.
 
-The proof is as exact as the kNN searches are: exact scans (the embedded engine below its graph
-threshold) give a proof; HNSW searches give one up to the graph's own recall.
+The proof is as exact as the kNN searches are: exact scans give a proof; HNSW searches give one
+up to the graph's own recall. (The embedded engine without its graph scores every row instead:
+an exact scan reads every row's cosine anyway.)
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_belo
 ) -> None:
     index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(300)], [""] * 300, random_unit(300, 16, seed=1))
+    index.ann_min_rows = 0  # graph candidates: without the graph, every row is scored
     queries = [parse('"a" AND NOT "b"'), parse('"a" OR "c"')] * 5
     seeds = iter(range(100))
 
@@ -106,3 +107,38 @@ def test_latency_lines_search_with_vectors_drawn_before_the_timing(tmp_path) -> 
     distinct = {terms: len({id(v) for v in arrays}) for terms, arrays in given.items()}
     assert distinct[1] <= POOL and distinct[5] <= POOL
     assert distinct[3] > POOL
+
+
+def test_the_load_benchmark_reports_why_requests_failed() -> None:
+    # A stand-in service that refuses every second search: the report counts each failure and
+    # says what the service answered.
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from itlr.benchmarks.load import _phase, markdown
+
+    seen: list[int] = []
+
+    class Service(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(1)
+            status, body = (503, b'{"error": "busy"}') if len(seen) % 2 else (200, b"{}")
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        phase = asyncio.run(_phase(url, "ordinary only", [{"query": "a"}] * 6, set(), 1))
+    finally:
+        server.shutdown()
+    assert phase.errors == 3 and phase.failures == {'503 \'{"error": "busy"}\'': 3}
+    assert 'ordinary only: 3 failed with 503 \'{"error": "busy"}\'' in markdown([phase])

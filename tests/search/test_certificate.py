@@ -250,21 +250,34 @@ def crowded(tmp_path: Path) -> EmbeddedIndex:
     return index
 
 
-def test_a_second_round_finds_the_document_the_first_missed(crowded: EmbeddedIndex) -> None:
+@pytest.mark.parametrize("filtered", [False, True])
+def test_without_the_graph_a_certifiable_query_is_scored_over_every_row_at_once(
+    crowded: EmbeddedIndex, filtered: bool
+) -> None:
+    # Below the graph threshold, or with a filter, a kNN search reads every row's cosines
+    # anyway: one pass scores them all and the top k is exact, whatever the cap.
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
     assert exact[0].id == "best"
-    hits = crowded.search(query, terms, cosine_options(k=10, candidates=50))
-    assert [h.id for h in hits] == [h.id for h in exact]
-    assert hits.exact is True and not hits.warnings
+    if filtered:
+        crowded.ann_min_rows = 0
+    walks, scored = graph_walks(crowded, graph=False)
+    every = {"exists": {"field": "id"}} if filtered else None
+    for cap in (50, None):
+        options = cosine_options(k=10, candidates=50, max_candidates=cap, filter=every)
+        hits = crowded.search(query, terms, options)
+        assert [h.id for h in hits] == [h.id for h in exact]
+        assert hits.exact is True and not hits.warnings
+    assert walks == [] and scored == [crowded.count()] * 2
 
 
 def test_the_cap_stops_the_rounds_and_the_result_says_so(crowded: EmbeddedIndex) -> None:
+    walks, _ = graph_walks(crowded)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded.search(query, terms, cosine_options(k=10, candidates=50, max_candidates=50))
-    assert "best" not in {h.id for h in hits}
+    assert "best" not in {h.id for h in hits} and walks == [[100]]
     assert hits.exact is False
     assert any("not proved exact" in w for w in hits.warnings)
 
@@ -429,10 +442,12 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     assert "best" not in {h.id for h in capped} and capped.exact is False
 
 
-def graph_walks(index: EmbeddedIndex) -> tuple[list[list[int]], list[int]]:
+def graph_walks(index: EmbeddedIndex, graph: bool = True) -> tuple[list[list[int]], list[int]]:
     """From now on: the neighbour counts of every graph search the index makes, and how many
-    rows each scoring step scores (a probe, a round, or every row)."""
-    index.ann_min_rows = index.routing_min_rows = 0
+    rows each scoring step scores (a probe, a round, or every row). `graph`: the index
+    searches its HNSW graph, however small."""
+    if graph:
+        index.ann_min_rows = index.routing_min_rows = 0
     walks: list[list[int]] = []
     scored: list[int] = []
     graph_lists, score = index._ann_lists, index._scored
@@ -691,7 +706,8 @@ def test_fewer_than_k_above_zero_is_not_certified_exact(sparse: EmbeddedIndex) -
     terms = np.eye(DIMS)[:1].astype(np.float32)
     exact = sparse.search(query, terms, cosine_options(k=10, mode="exact"))
     assert sum(h.score > 0 for h in exact) == 3 and exact.exact is True
-    hits = sparse.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=40))
+    graph_walks(sparse)  # on the graph: without it, knn mode scores every row
+    hits = sparse.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=20))
     assert hits.exact is not True
     assert [h.id for h in hits][:3] == [h.id for h in exact][:3]
     # Every document seen (the cap reaches the index size): the top k is the exact one again.

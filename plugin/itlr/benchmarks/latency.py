@@ -320,7 +320,9 @@ def candidate_recall(
     plan: Plan = DEFAULT_PLAN,
 ) -> dict[int, CandidateRecall]:
     """knn mode with one candidate plan against exact mode, per candidate budget (per positive
-    term), averaged over the queries."""
+    term), averaged over the queries: one round of candidates (the cap at the budget, so no
+    certificate round goes deeper). The embedded engine without its graph scores every row of
+    an anchored query, so only its graph's candidates can miss."""
     exact = []
     for query in queries:
         vectors = term_vectors_for(query)
@@ -331,7 +333,9 @@ def candidate_recall(
     for budget in budgets:
         by_score, by_id = [], []
         for query, vectors, truth in exact:
-            options = SearchOptions(k=k, mode="knn", candidates=budget, plan=plan)
+            options = SearchOptions(
+                k=k, mode="knn", candidates=budget, max_candidates=budget, plan=plan
+            )
             found = index.search(query, vectors, options)
             found_scores = [h.score for h in found] + [-np.inf] * (len(truth) - len(found))
             by_score.append(

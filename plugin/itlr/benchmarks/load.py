@@ -15,13 +15,17 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from itlr.errors import ConfigurationError, EngineError
 from itlr.limits import LIMITS
+
+# How much of a failed request's answer or error the report keeps.
+FAILURE_TEXT = 160
 
 _WORDS = [
     "vitamin",
@@ -79,6 +83,8 @@ class Phase:
     ordinary_p50_ms: float
     ordinary_p99_ms: float
     large_p50_ms: float | None
+    # Why requests failed, and how often: a status and the start of the answer, or the error.
+    failures: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,22 +101,22 @@ async def _phase(
     import httpx
 
     latencies: dict[int, float] = {}
-    errors = 0
+    failures: Counter[str] = Counter()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for n in range(len(bodies)):
         queue.put_nowait(n)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
     async def worker(client: httpx.AsyncClient) -> None:
-        nonlocal errors
         while not queue.empty():
             n = queue.get_nowait()
             started = time.perf_counter()
             try:
                 answer = await client.post("/search", json=bodies[n])
-                errors += answer.status_code != 200
-            except httpx.TransportError:  # a reset connection is a failed request, not the end
-                errors += 1
+                if answer.status_code != 200:
+                    failures[f"{answer.status_code} {answer.text[:FAILURE_TEXT]!r}"] += 1
+            except httpx.TransportError as error:  # a failed request, not the end of the run
+                failures[f"{type(error).__name__}: {str(error)[:FAILURE_TEXT]}"] += 1
             latencies[n] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -124,10 +130,11 @@ async def _phase(
         len(ordinary),
         len(heavy),
         seconds,
-        errors,
+        failures.total(),
         _percentile(ordinary, 0.5),
         _percentile(ordinary, 0.99),
         _percentile(heavy, 0.5) if heavy else None,
+        dict(failures),
     )
 
 
@@ -204,6 +211,9 @@ def markdown(phases: Sequence[Phase]) -> str:
             f"| {p.name} | {p.ordinary} | {p.large} | {p.seconds:.1f} | {p.errors} "
             f"| {p.ordinary_p50_ms:.0f} | {p.ordinary_p99_ms:.0f} | {heavy} |"
         )
+    for p in phases:
+        for reason, count in sorted(p.failures.items()):
+            lines.append(f"\n{p.name}: {count} failed with {reason}")
     if len(phases) == 2 and phases[0].ordinary_p99_ms:
         ratio = phases[1].ordinary_p99_ms / phases[0].ordinary_p99_ms
         lines.append(f"\nordinary p99 with the maximal queries / without: {ratio:.2f}x")

@@ -83,8 +83,10 @@ def knn_rounds(
     options: SearchOptions,
 ) -> Ranking:
     """knn mode: score the candidates; for a query the certificate applies to, prove that no
-    other row can beat the k-th hit. On an exact scan, deeper rounds until the proof or the
-    cap. On the graph, when the cap allows more than one round: a probe of a
+    other row can beat the k-th hit. Without the graph (a small index, or a filter) such a
+    query is scored over every row: a search there already reads every row's cosines, so
+    the pass costs what one round does and proves the top k by construction. On the graph,
+    when the cap allows more than one round: a probe of a
     `PROBE_SHARE`-th of the budget, the whole round only where the probe's bounds,
     extrapolated, say it could prove the top k, and otherwise the query scored over every
     row: one pass over the vectors costs less than graph walks thousands deep, and does not
@@ -96,27 +98,28 @@ def knn_rounds(
         searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
         found = candidate_lists(index, rows, searches, options.filter)
         return index._scored(query, term_vectors, np.unique(np.concatenate(found)), options, None)
+    if options.filter is not None or not index._uses_ann():
+        return index._scored(query, term_vectors, rows, options, exact=True)
     rounds = options.candidate_rounds()
-    graph = options.filter is None and index._uses_ann()
-    if graph and len(rounds) > 1:
+    if len(rounds) > 1:
         probe = max(options.k, rounds[0] // PROBE_SHARE)
         rounds = [probe, rounds[0]] if probe < rounds[0] else rounds[:1]
     # With several positive terms no search ranks rows by the score itself, so the probe
     # seldom proves and most such queries end in the pass: the probe walks only as deep as
     # itself, to decide, and proves nothing; the round walks deep if it comes to one.
-    routing = graph and len(rounds) > 1 and len(query.positive_terms) > 1
+    routing = len(rounds) > 1 and len(query.positive_terms) > 1
     if routing and len(rows) < index.routing_min_rows:
         return index._scored(query, term_vectors, rows, options, exact=True)
-    source = EmbeddedRounds(index, query, term_vectors, rows, options, rounds, graph, routing)
+    source = EmbeddedRounds(index, query, term_vectors, rows, options, rounds, routing)
     return certify_rounds(source, query, options, rounds)
 
 
 class EmbeddedRounds:
-    """The embedded engine's rounds: graph walks (one as deep as the last round, each round
-    reading the nearest of its neighbours) or exact scans, the rows they found scored at
-    once; with hybrid truths each positive term's rows of highest lexical truth beside them.
-    An unproved round on the graph goes deeper only where its bounds, extrapolated, say the
-    next round could prove; otherwise every row is scored."""
+    """The embedded engine's rounds on the HNSW graph: one walk as deep as the last round,
+    each round reading the nearest of its neighbours and scoring the rows found; with hybrid
+    truths each positive term's rows of highest lexical truth beside them. An unproved round
+    goes deeper only where its bounds, extrapolated, say the next round could prove;
+    otherwise every row is scored."""
 
     def __init__(
         self,
@@ -126,12 +129,11 @@ class EmbeddedRounds:
         rows: np.ndarray,
         options: SearchOptions,
         rounds: Sequence[int],
-        graph: bool,
         routing: bool,
     ) -> None:
         self.index, self.query, self.term_vectors = index, query, term_vectors
         self.rows, self.options, self.rounds = rows, options, rounds
-        self.graph, self.routing = graph, routing
+        self.routing = routing
         self.unit = dict(zip(query.terms, term_vectors, strict=True))
         self.seen = np.zeros(0, dtype=np.int64)
         # Hybrid truths: beside the kNN searches, each positive term's rows of highest lexical
@@ -158,8 +160,8 @@ class EmbeddedRounds:
         # A routing walk's bounds decide where to go and prove nothing, now or later.
         trusted = not (self.routing and depth == 0)
         if not trusted:
-            found = candidate_lists(index, rows, searches, None)
-        elif self.graph:
+            found = graph_lists(index, searches)
+        else:
             # One graph search as deep as the last round serves every round, the probe
             # reading the nearest of its neighbours: as sure of them as the round is, and
             # the round needs no second walk.
@@ -169,10 +171,8 @@ class EmbeddedRounds:
                     if budget == self.rounds[-1]
                     else plan_candidates(query, term_vectors, self.rounds[-1], plan)
                 )
-                self.deepest = candidate_lists(index, rows, last, None)
+                self.deepest = graph_lists(index, last)
             found = [near[: s.budget] for near, s in zip(self.deepest, searches, strict=True)]
-        else:
-            found = candidate_lists(index, rows, searches, self.options.filter)
         seen = np.union1d(self.seen, np.concatenate(found))
         limits: dict[str, float] | None = None
         if self.stream is not None:
@@ -198,7 +198,7 @@ class EmbeddedRounds:
 
     def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> Ranking | None:
         options = self.options
-        if not self.graph or options.candidate_cap <= budget:
+        if options.candidate_cap <= budget:
             return None
         if depth + 1 < len(self.rounds):
             # A routing walk's bounds too: they prove nothing, but say where to go.
@@ -273,10 +273,13 @@ def candidate_lists(
     """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
     (nearest first), else by an exact scan."""
     if filter is None and index._uses_ann():
-        return index._ann_lists(
-            np.stack([s.vector for s in searches]), [s.budget for s in searches]
-        )
+        return graph_lists(index, searches)
     return knn_lists(index, rows, searches)
+
+
+def graph_lists(index: KnnIndex, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
+    """Each search's `budget` nearest rows on the HNSW graph, nearest first."""
+    return index._ann_lists(np.stack([s.vector for s in searches]), [s.budget for s in searches])
 
 
 def knn_lists(
