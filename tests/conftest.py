@@ -62,9 +62,9 @@ def vocabulary_vectors(embedder):
 @pytest.fixture(scope="session")
 def embedded(tmp_path_factory, corpus, corpus_vectors, embedder):
     """The embedded engine over the demo corpus: the reference the remote engines must match."""
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
-    index = EmbeddedIndex.create(
+    index = EmbeddedBackend.create(
         tmp_path_factory.mktemp("parity") / "idx", embedder.name, embedder.dims
     )
     index.add(

@@ -6,7 +6,7 @@ import numpy as np
 
 from itlr.benchmarks.latency import candidate_recall, random_unit
 from itlr.benchmarks.text_corpus import recall_corpus
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.query import parse
 
 
@@ -28,7 +28,7 @@ def test_a_grown_recall_corpus_keeps_its_passages_and_joins_pairs_of_them() -> N
 def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_below(
     tmp_path,
 ) -> None:
-    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index = EmbeddedBackend.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(300)], [""] * 300, random_unit(300, 16, seed=1))
     queries = [parse('"a" AND NOT "b"'), parse('"a" OR "c"')] * 5
     seeds = iter(range(100))
@@ -84,7 +84,7 @@ def test_latency_lines_search_with_vectors_drawn_before_the_timing(tmp_path) -> 
     drawn beforehand, as plain kNN does, but the one kept to show what drawing them costs."""
     from itlr.benchmarks.latency import POOL, measure_backend
 
-    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index = EmbeddedBackend.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(200)], [""] * 200, random_unit(200, 16, seed=1))
     # The arrays themselves, kept alive, so that no two of them share an id().
     given: dict[int, list[np.ndarray]] = {}

@@ -16,7 +16,7 @@ import itlr
 from itlr.composition import compose
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
@@ -170,7 +170,7 @@ def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_t
     tmp_path,
 ) -> None:
     rng = np.random.default_rng(0)
-    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     texts = ["aarhus is a city", "aarhus is a city in denmark", "copenhagen harbour"]
     vectors = unit(rng, 1).repeat(3, axis=0)  # one cosine for all: only the words differ
     index.add(["a", "b", "c"], texts, vectors)
@@ -188,7 +188,7 @@ def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_t
 
 def test_embedded_statistics_count_live_documents_only(tmp_path) -> None:
     rng = np.random.default_rng(1)
-    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     index.add(["a", "b"], ["bone bone", "sun"], unit(rng, 2))
     before = index.lexical_stats()
     assert (before.documents, before.total_length, before.df["bone"]) == (2, 3, 1)
@@ -390,7 +390,7 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         index=backend.index, body={"script": script}, params={"refresh": "true"}
     )
     assert changed["updated"] == len(texts)
-    embedded = EmbeddedIndex.create(tmp_path / "idx", "m", dims)
+    embedded = EmbeddedBackend.create(tmp_path / "idx", "m", dims)
     embedded.add(ids, texts, vectors)
     es = ElasticsearchBackend(None, backend.index, "m", dims, version="8.19.0")
     es_source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
@@ -462,7 +462,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
 ) -> None:
     # Each commit writes the postings of the rows it appends; the statistics and the lexical
     # truths must equal those counted from scratch over the live rows.
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     dims = 8
     rng = np.random.default_rng(0)
@@ -471,7 +471,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
         rows = rng.normal(size=(count, dims))
         return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", dims)
+    index = EmbeddedBackend.create(tmp_path / "idx", "test-model", dims)
     index.add(["a", "b", "c"], ["zebra lion", "lion lion tiger", "eagle"], vectors(3))
     terms = ("zebra", "lion tiger", "eagle")
     index.lexical_truths(index._live_rows(), terms)  # built here, caught up below

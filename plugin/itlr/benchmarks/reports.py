@@ -229,7 +229,7 @@ def recall_report(
     from itlr.benchmarks.plans import recall_by_plan_and_shape
     from itlr.benchmarks.text_corpus import random_queries, recall_corpus
     from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     embedder = get_embedder()
     documents, vocabulary = recall_corpus(passages)
@@ -264,7 +264,7 @@ def recall_report(
     rows: dict[str, dict[str, dict[int, CandidateRecall]]] = {}
     by_plan: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as folder:
-        index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
+        index = EmbeddedBackend.create(Path(folder) / "recall", embedder.name, embedder.dims)
         index.add(ids, texts, vectors)
         rows["embedded"] = measure(index)
         by_plan["embedded"] = recall_by_plan_and_shape(
@@ -333,7 +333,7 @@ def ingest_report(url: str | None = None, copies: int = 3) -> list[str]:
     from itlr.benchmarks.ingest import measure_ingest
     from itlr.documents import Document, read_jsonl
     from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
     from itlr.resources import data_file
 
     embedder = get_embedder()
@@ -341,7 +341,7 @@ def ingest_report(url: str | None = None, copies: int = 3) -> list[str]:
     documents = [Document(f"{d.id}-{c}", d.text, d.fields) for c in range(copies) for d in base]
     measurements = []
     with tempfile.TemporaryDirectory() as folder:
-        index = EmbeddedIndex.create(Path(folder) / "ingest", embedder.name, embedder.dims)
+        index = EmbeddedBackend.create(Path(folder) / "ingest", embedder.name, embedder.dims)
         measurements.append(measure_ingest("embedded", index, embedder, documents))
     if url:
         with throwaway_opensearch(url, "ingest", embedder.name, embedder.dims) as backend:

@@ -64,13 +64,15 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False) -> 
     the embedder's prompts. The backend's `prompts` are those the index records."""
     prompts = Prompts(embedder.query_prompt, embedder.passage_prompt)
     if spec.engine == "embedded":
-        from itlr.engines.embedded import EmbeddedIndex
+        from itlr.engines.embedded import EmbeddedBackend
         from itlr.engines.folders import index_path
 
         path = index_path(spec.index)
         if create:
-            return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims, prompts=prompts)
-        backend = EmbeddedIndex.open(path)
+            return EmbeddedBackend.open_or_create(
+                path, embedder.name, embedder.dims, prompts=prompts
+            )
+        backend = EmbeddedBackend.open(path)
         backend.check_compatible(embedder.name, embedder.dims)
         return backend
 
