@@ -91,7 +91,7 @@ def main() -> None:
                     knn = remote.search(query, matrix, full)
                     knn_same += [h.id for h in knn] == [h.id for h in theirs]
         finally:
-            remote.client.indices.delete(index=remote.index)
+            remote.client.indices.delete(index=remote.index_name)
     print(
         f"{remote.engine} at {args.url}, {len(corpus)} documents, {len(queries)} random queries:\n"
         f"  exact mode: identical top-10 ids {same_ids}/{len(queries)}, "

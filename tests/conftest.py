@@ -98,7 +98,7 @@ def opensearch_index(opensearch_url: str):
 
     yield make
     for backend in made:
-        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+        backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +122,7 @@ def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
     assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
     backend.refresh()
     yield backend
-    backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+    backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
 
 
 @pytest.fixture(scope="session")

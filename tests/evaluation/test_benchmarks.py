@@ -50,7 +50,7 @@ def test_a_throwaway_opensearch_index_takes_documents_and_is_deleted_after(
     with throwaway_opensearch(opensearch_url, "test", "random", 16) as backend:
         fill_with_random(backend, 50, 16)
         assert backend.count() == 50
-        name, client = backend.index, backend.client
+        name, client = backend.index_name, backend.client
     assert not client.indices.exists(index=name)
 
 

@@ -311,7 +311,7 @@ class EmbeddedAsCluster:
     def __init__(self, inner: EmbeddedBackend, refuse: set[str] | None = None) -> None:
         self.inner = inner
         self.model = inner.model
-        self.index = "eval-index"
+        self.index_name = "eval-index"
         self.refuse = refuse or set()
 
     def existing_ids(self, ids: list[str]) -> set[str]:

@@ -117,7 +117,7 @@ def max_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]]:
 def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
     backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture(params=["demo", "three shards"])

@@ -285,7 +285,7 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
     def send(bodies: list[dict]) -> Callable[[int], object]:
         def call(i: int) -> object:
             response = backend.client.search(
-                index=backend.index, body=bodies[i % POOL], allow_partial_search_results=False
+                index=backend.index_name, body=bodies[i % POOL], allow_partial_search_results=False
             )
             return backend.dialect.hits(dict(response)).hits
 

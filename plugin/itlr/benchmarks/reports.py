@@ -89,7 +89,9 @@ def fill_with_random(backend: Any, count: int, dims: int) -> None:
         ids = [f"r{start + i}" for i in range(len(vectors))]
         backend.add(ids, random_texts(len(ids), seed=start), vectors)
     # One segment, so that latency does not depend on how the merges happened to go.
-    backend.client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
+    backend.client.indices.forcemerge(
+        index=backend.index_name, max_num_segments=1, request_timeout=600
+    )
     backend.refresh()
 
 
@@ -189,7 +191,7 @@ def shards_report(
     for count in counts:
         with throwaway_opensearch(url, "shards", "random", dims, count, replicas) as backend:
             fill_with_random(backend, docs, dims)
-            backend.client.cluster.health(index=backend.index, wait_for_status="green")
+            backend.client.cluster.health(index=backend.index_name, wait_for_status="green")
             calls = {
                 "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % POOL], 10),
                 **{

@@ -312,7 +312,7 @@ def _build_spec(index: str, values: dict[str, Any]):
     name = engine_name(engine.value, warn) if engine else ("auto" if url else "embedded")
     return EngineSpec(
         engine=name,
-        index=index,
+        index_name=index,
         connection=_connection(values) if url and name != "embedded" else None,
         layout=IndexLayout(values["vector_field"], values["text_field"]),
         inline_script=values["inline_script"],

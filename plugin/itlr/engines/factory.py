@@ -42,7 +42,7 @@ def engine_name(name: str, note: Callable[[str], None] | None = None) -> str:
 @dataclass(frozen=True)
 class EngineSpec:
     engine: str = "embedded"
-    index: str = "default"
+    index_name: str = "default"
     connection: Connection | None = None
     layout: IndexLayout = field(default_factory=IndexLayout)
     inline_script: bool = False
@@ -67,7 +67,7 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False) -> 
         from itlr.engines.embedded import EmbeddedBackend
         from itlr.engines.folders import index_path
 
-        path = index_path(spec.index)
+        path = index_path(spec.index_name)
         if create:
             return EmbeddedBackend.open_or_create(
                 path, embedder.name, embedder.dims, prompts=prompts
@@ -105,7 +105,7 @@ def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
         conn = spec.connection
         return OpenSearchBackend(
             conn.opensearch(),
-            spec.index,
+            spec.index_name,
             model,
             dims,
             layout=spec.layout,
@@ -120,7 +120,7 @@ def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
         # Without auto detection the version is learned on the first request (knn features).
         return es.ElasticsearchBackend(
             client,
-            spec.index,
+            spec.index_name,
             model,
             dims,
             layout=spec.layout,

@@ -79,7 +79,7 @@ def cluster_runner(
     from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 
     name = index or default_index_name(dataset, embedder.name)
-    backend = remote_backend(replace(spec, index=name), embedder.name, embedder.dims)
+    backend = remote_backend(replace(spec, index_name=name), embedder.name, embedder.dims)
     created = backend.ensure_index(spec.knn_engine)
     runner = EngineRunner(
         backend,
