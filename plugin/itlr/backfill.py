@@ -86,7 +86,7 @@ def _text_fields(properties: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def _check_vector_field(
-    backend: ClusterBackend, index: str, properties: dict[str, Any], dims: int, model: str
+    backend: ClusterBackend, index_name: str, properties: dict[str, Any], dims: int, model: str
 ) -> None:
     """A vector field already mapped must be of the engine's vector type and the model's
     dimension: anything else is refused before a mapping changes."""
@@ -97,14 +97,14 @@ def _check_vector_field(
     kind = vector.get("type", "object")
     if kind != backend.vector_type:
         raise IndexStateError(
-            f"index {index!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
+            f"index {index_name!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
             "back-fill into another field with --vector-field NEW_FIELD"
         )
     mapped = backend.mapped_dims(vector)
     if mapped is not None and int(mapped) != dims:
         raise IndexStateError(
-            f"index {index!r} field {field_name!r} holds {mapped}-dim vectors but model {model!r} "
-            f"makes {dims}-dim ones: choose the matching --model or another --vector-field"
+            f"index {index_name!r} field {field_name!r} holds {mapped}-dim vectors but model "
+            f"{model!r} makes {dims}-dim ones: choose the matching --model or another --vector-field"
         )
 
 

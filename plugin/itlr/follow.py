@@ -60,9 +60,9 @@ class FollowCycle:
     def busy(self) -> bool:
         return bool(self.embedded or self.restored or self.changed_meanwhile or self.failed)
 
-    def line(self, index: str) -> str:
+    def line(self, index_name: str) -> str:
         return (
-            f"{time.strftime('%H:%M:%S')} {index}: {self.embedded} embedded, {self.restored} "
+            f"{time.strftime('%H:%M:%S')} {index_name}: {self.embedded} embedded, {self.restored} "
             f"hash restored (text unchanged), {self.changed_meanwhile} changed meanwhile "
             f"(next cycle), {self.failed} failed in {self.seconds:.1f}s"
         )

@@ -131,15 +131,15 @@ class EmbeddedBackend:
     ) -> EmbeddedBackend:
         path = writable_folder(path)
         if exists(path):
-            index = cls.open(path, lock_timeout)
-            index.check_compatible(model, dims)
-            return index
+            backend = cls.open(path, lock_timeout)
+            backend.check_compatible(model, dims)
+            return backend
         # Two processes may both find no index and create it: the second opens the first's.
-        index = cls(
+        backend = cls(
             VectorStore.create(path, model, dims, lock_timeout, exist_ok=True, prompts=prompts)
         )
-        index.check_compatible(model, dims)
-        return index
+        backend.check_compatible(model, dims)
+        return backend
 
     def close(self) -> None:
         self.store.close()
