@@ -23,7 +23,7 @@ from itlr import Operators, TruthMap
 from itlr.benchmarks.text_corpus import DEMO_PHRASES, random_queries
 from itlr.documents import read_jsonl
 from itlr.embed import get_embedder
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.factory import Connection, EngineSpec, open_backend
 from itlr.options import SearchOptions
 from itlr.query import parse
@@ -49,7 +49,7 @@ def main() -> None:
     spec = EngineSpec(args.engine, f"itlr-parity-{uuid.uuid4().hex[:8]}", Connection(args.url))
     remote = open_backend(spec, embedder, create=True)
     with tempfile.TemporaryDirectory() as folder:
-        local = EmbeddedIndex.create(Path(folder) / "parity", embedder.name, embedder.dims)
+        local = EmbeddedBackend.create(Path(folder) / "parity", embedder.name, embedder.dims)
         local.add(ids, texts, vectors, [d.fields for d in corpus])
         try:
             failed = remote.add(ids, texts, vectors, [d.fields for d in corpus])
@@ -91,7 +91,7 @@ def main() -> None:
                     knn = remote.search(query, matrix, full)
                     knn_same += [h.id for h in knn] == [h.id for h in theirs]
         finally:
-            remote.client.indices.delete(index=remote.index)
+            remote.client.indices.delete(index=remote.index_name)
     print(
         f"{remote.engine} at {args.url}, {len(corpus)} documents, {len(queries)} random queries:\n"
         f"  exact mode: identical top-10 ids {same_ids}/{len(queries)}, "

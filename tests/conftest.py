@@ -62,9 +62,9 @@ def vocabulary_vectors(embedder):
 @pytest.fixture(scope="session")
 def embedded(tmp_path_factory, corpus, corpus_vectors, embedder):
     """The embedded engine over the demo corpus: the reference the remote engines must match."""
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
-    index = EmbeddedIndex.create(
+    index = EmbeddedBackend.create(
         tmp_path_factory.mktemp("parity") / "idx", embedder.name, embedder.dims
     )
     index.add(
@@ -98,7 +98,7 @@ def opensearch_index(opensearch_url: str):
 
     yield make
     for backend in made:
-        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+        backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +122,7 @@ def opensearch_demo(opensearch_url, corpus, corpus_vectors, embedder):
     assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
     backend.refresh()
     yield backend
-    backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+    backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
 
 
 @pytest.fixture(scope="session")

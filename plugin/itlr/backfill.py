@@ -62,7 +62,7 @@ def prepare_into(backend: ClusterBackend, target: str, dims: int, model: str) ->
     operations = backend.operations
     if operations.exists(target):
         return  # a resumed run: the documents already copied are compared by hash
-    properties = dict(operations.mapping(backend.index).get("properties", {}))
+    properties = dict(operations.mapping(backend.index_name).get("properties", {}))
     properties[backend.layout.vector_field] = _vector_mapping(backend, dims, model)
     properties.update(_itlr_fields())
     settings = backend.dialect.mapping(dims, model)["settings"]
@@ -86,7 +86,7 @@ def _text_fields(properties: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def _check_vector_field(
-    backend: ClusterBackend, index: str, properties: dict[str, Any], dims: int, model: str
+    backend: ClusterBackend, index_name: str, properties: dict[str, Any], dims: int, model: str
 ) -> None:
     """A vector field already mapped must be of the engine's vector type and the model's
     dimension: anything else is refused before a mapping changes."""
@@ -97,14 +97,14 @@ def _check_vector_field(
     kind = vector.get("type", "object")
     if kind != backend.vector_type:
         raise IndexStateError(
-            f"index {index!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
+            f"index {index_name!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
             "back-fill into another field with --vector-field NEW_FIELD"
         )
     mapped = backend.mapped_dims(vector)
     if mapped is not None and int(mapped) != dims:
         raise IndexStateError(
-            f"index {index!r} field {field_name!r} holds {mapped}-dim vectors but model {model!r} "
-            f"makes {dims}-dim ones: choose the matching --model or another --vector-field"
+            f"index {index_name!r} field {field_name!r} holds {mapped}-dim vectors but model "
+            f"{model!r} makes {dims}-dim ones: choose the matching --model or another --vector-field"
         )
 
 
@@ -115,21 +115,21 @@ def check_before_backfill(
     is asked: a text field no document has, a vector field of another type or dimension (in
     the source or in an existing `into`). Returns how many documents the source holds."""
     operations = backend.operations
-    properties = operations.mapping(backend.index).get("properties", {})
-    total = operations.count(backend.index)
+    properties = operations.mapping(backend.index_name).get("properties", {})
+    total = operations.count(backend.index_name)
     known = _text_fields(properties)
     hint = f" (its text fields: {', '.join(known[:10])})" if known else ""
     if text_field not in mapped_fields(properties):
         raise IndexStateError(
-            f"index {backend.index!r} maps no field {text_field!r}: name the field that holds "
+            f"index {backend.index_name!r} maps no field {text_field!r}: name the field that holds "
             f"the text with --text-field{hint}"
         )
-    if total and not operations.count(backend.index, {"exists": {"field": text_field}}):
+    if total and not operations.count(backend.index_name, {"exists": {"field": text_field}}):
         raise IndexStateError(
-            f"none of the {total} documents of {backend.index!r} has a value in "
+            f"none of the {total} documents of {backend.index_name!r} has a value in "
             f"{text_field!r}: name the field that holds the text with --text-field{hint}"
         )
-    _check_vector_field(backend, backend.index, properties, dims, model)
+    _check_vector_field(backend, backend.index_name, properties, dims, model)
     if into is not None and operations.exists(into):
         target = operations.mapping(into).get("properties", {})
         _check_vector_field(backend, into, target, dims, model)
@@ -163,7 +163,7 @@ def backfill(
     total = check_before_backfill(backend, text_field, embedder.dims, embedder.name, into)
     if on_total is not None:
         on_total(total)
-    target = into or backend.index
+    target = into or backend.index_name
     if into:
         prepare_into(backend, into, embedder.dims, embedder.name)
     else:
@@ -182,7 +182,7 @@ def backfill(
         return {"_op_type": "index", "_index": into, "_id": hit["_id"], **source}
 
     def actions() -> Iterator[dict[str, Any]]:
-        scanned = operations.scan(backend.index, fields, size=batch_size * 4)
+        scanned = operations.scan(backend.index_name, fields, size=batch_size * 4)
         for batch in batched(scanned, batch_size):
             report.seen += len(batch)
             ids = [h["_id"] for h in batch]
@@ -274,7 +274,7 @@ def _delete_gone(backend: ClusterBackend, into: str, batch: int, report: WriteRe
         nonlocal sent
         for hits in batched(operations.scan(into, False, size=batch), batch):
             ids = [hit["_id"] for hit in hits]
-            present = operations.mget(backend.index, ids, False)
+            present = operations.mget(backend.index_name, ids, False)
             for doc_id in ids:
                 if doc_id not in present:
                     sent += 1

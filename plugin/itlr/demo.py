@@ -12,7 +12,7 @@ from rich.table import Table
 
 from itlr.documents import read_jsonl
 from itlr.embed import get_embedder
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.folders import index_path
 from itlr.ingest import ingest
 from itlr.options import SearchOptions
@@ -45,14 +45,14 @@ def showcases() -> list[Showcase]:
     ]
 
 
-def demo_index(rebuild: bool = False) -> EmbeddedIndex:
+def demo_index(rebuild: bool = False) -> EmbeddedBackend:
     """The embedded demo index, built on first use and reused afterwards."""
     path = index_path(DEMO_INDEX)
     embedder = get_embedder()
     corpus = list(read_jsonl(data_file("demo", "corpus.jsonl")))
     if rebuild and path.exists():
         shutil.rmtree(path)
-    index = EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims)
+    index = EmbeddedBackend.open_or_create(path, embedder.name, embedder.dims)
     if index.count() != len(corpus):
         ingest(corpus, index, embedder)
     return index

@@ -60,9 +60,9 @@ class FollowCycle:
     def busy(self) -> bool:
         return bool(self.embedded or self.restored or self.changed_meanwhile or self.failed)
 
-    def line(self, index: str) -> str:
+    def line(self, index_name: str) -> str:
         return (
-            f"{time.strftime('%H:%M:%S')} {index}: {self.embedded} embedded, {self.restored} "
+            f"{time.strftime('%H:%M:%S')} {index_name}: {self.embedded} embedded, {self.restored} "
             f"hash restored (text unchanged), {self.changed_meanwhile} changed meanwhile "
             f"(next cycle), {self.failed} failed in {self.seconds:.1f}s"
         )
@@ -108,7 +108,7 @@ class Follower:
         self.on_cycle = on_cycle
         self.on_batch = on_batch
         self.on_error = on_error
-        self.report = WriteReport("follow", backend.index)
+        self.report = WriteReport("follow", backend.index_name)
         self.empty: set[str] = set()
 
     def prepare(self, install_pipeline: bool) -> None:
@@ -154,8 +154,8 @@ class Follower:
         backend = self.backend
         skip = [*self.report.failed, *self.empty][:MAX_SKIPPED_IDS]
         body = pending_body(backend.layout.vector_field, self.text_field, self.batch_size, skip)
-        backend.operations.refresh(backend.index)
-        hits = backend.operations.search(backend.index, body)["hits"]["hits"]
+        backend.operations.refresh(backend.index_name)
+        hits = backend.operations.search(backend.index_name, body)["hits"]["hits"]
         if not hits:
             return 0
         actions: list[dict[str, Any]] = []
@@ -207,7 +207,7 @@ class Follower:
     def _update(self, hit: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
         return {
             "_op_type": "update",
-            "_index": hit.get("_index", self.backend.index),
+            "_index": hit.get("_index", self.backend.index_name),
             "_id": hit["_id"],
             "if_seq_no": hit["_seq_no"],
             "if_primary_term": hit["_primary_term"],

@@ -35,15 +35,15 @@ def install_hash_guard(backend: ClusterBackend) -> None:
     request cannot skip); refuse in one line an index that already has another one."""
     check_hash_guard(backend)
     operations = backend.operations
-    operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index)
-    operations.put_settings(backend.index, {"index": {"final_pipeline": PIPELINE_ID}})
+    operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index_name)
+    operations.put_settings(backend.index_name, {"index": {"final_pipeline": PIPELINE_ID}})
 
 
 def check_hash_guard(backend: ClusterBackend) -> None:
     """Refuse, before anything changes, an index whose final pipeline is another one."""
-    current = backend.operations.settings(backend.index).get("final_pipeline")
+    current = backend.operations.settings(backend.index_name).get("final_pipeline")
     if current not in (None, "_none", PIPELINE_ID):
         raise IndexStateError(
-            f"index {backend.index!r} already has the final pipeline {current!r}: add itlr's "
+            f"index {backend.index_name!r} already has the final pipeline {current!r}: add itlr's "
             "hash-guard processor (docs/follow.md) to it instead of --install-pipeline"
         )

@@ -114,7 +114,7 @@ class Index:
             raise ConfigurationError(f"`engine={engine!r}` needs a cluster: give `url`")
         spec = EngineSpec(
             engine=engine,
-            index=str(name),
+            index_name=str(name),
             connection=connection,
             layout=IndexLayout(vector_field, text_field),
             inline_script=inline_script,
@@ -148,7 +148,9 @@ class Index:
         embedder = get_embedder(model, encoder, encoder_url)
         given = embedder.with_prompts(query_prompt or "", passage_prompt or "")
         backend = open_backend(spec, given, create=create)
-        prompts = settle(query_prompt, passage_prompt, backend.prompts, f"index {spec.index!r}")
+        prompts = settle(
+            query_prompt, passage_prompt, backend.prompts, f"index {spec.index_name!r}"
+        )
         return cls(spec, backend, embedder.with_prompts(prompts.query, prompts.passage))
 
     @classmethod
@@ -188,7 +190,7 @@ class Index:
 
         spec = EngineSpec(
             engine=engine or "auto",
-            index=str(name),
+            index_name=str(name),
             connection=Connection.from_env(url, **connection),
             layout=IndexLayout(vector_field, text_field),
         )
@@ -226,7 +228,7 @@ class Index:
 
     @property
     def name(self) -> str:
-        return self.spec.index
+        return self.spec.index_name
 
     @property
     def engine(self) -> str:

@@ -59,7 +59,7 @@ def without_statistics(options: SearchOptions, truth_given: bool) -> tuple[Searc
 def truths_to_build(
     options: SearchOptions,
     truth_given: bool,
-    index: str,
+    index_name: str,
     count: Callable[[], CorpusStats] | None,
 ) -> tuple[SearchOptions, CorpusStats | None, tuple[str, ...]]:
     """The options a translated request is built with, the token statistics it carries and
@@ -72,7 +72,7 @@ def truths_to_build(
         options, note = without_statistics(options, truth_given)
         return options, None, (note,)
     statistics = count()
-    options, notes = counted_truths(options, statistics, index)
+    options, notes = counted_truths(options, statistics, index_name)
     return options, statistics, notes
 
 
@@ -133,7 +133,7 @@ class Translation:
 def translate_requests(
     query_text: str | Query,
     engine: str,
-    index: str,
+    index_name: str,
     options: SearchOptions,
     embedder: Any,
     with_install: bool = False,
@@ -169,7 +169,7 @@ def translate_requests(
     requests = []
     if with_install and not inline_script:
         requests += [Request("PUT", path, script) for path, script in dialect.script_installs()]
-    requests.append(Request("GET", f"{index}/_search", body))
+    requests.append(Request("GET", f"{index_name}/_search", body))
     return requests
 
 

@@ -313,7 +313,7 @@ def run_es_script_on_opensearch(backend, body: dict) -> list:
             return [inline(v) for v in node]
         return node
 
-    response = backend.client.search(index=backend.index, body=inline(json.loads(text)))
+    response = backend.client.search(index=backend.index_name, body=inline(json.loads(text)))
     return hits_from_response(response, None, None, None, backend.layout).hits
 
 
@@ -401,8 +401,8 @@ def test_the_backend_learns_the_server_version_even_where_get_root_is_refused(
 
 @pytest.mark.elasticsearch
 def test_index_is_created_from_the_elasticsearch_mapping(elasticsearch_demo, embedder) -> None:
-    mapping = elasticsearch_demo.client.indices.get_mapping(index=elasticsearch_demo.index)[
-        elasticsearch_demo.index
+    mapping = elasticsearch_demo.client.indices.get_mapping(index=elasticsearch_demo.index_name)[
+        elasticsearch_demo.index_name
     ]["mappings"]
     vector = mapping["properties"]["embedding"]
     assert (vector["type"], vector["dims"], vector["similarity"]) == (
@@ -427,7 +427,7 @@ def test_knn_candidates_are_the_union_of_each_terms_nearest_neighbours(
     )
     candidate_query = body["query"]["script_score"]["query"]
     response = elasticsearch_demo.client.search(
-        index=elasticsearch_demo.index, query=candidate_query, size=500, source=False
+        index=elasticsearch_demo.index_name, query=candidate_query, size=500, source=False
     )
     found = {h["_id"] for h in response["hits"]["hits"]}
     units = corpus_vectors / np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
@@ -450,7 +450,7 @@ def test_user_filter_applies_inside_knn_so_candidates_all_match_it(
         query, vectors, cosine_options(candidates=30, filter=topic)
     )
     response = elasticsearch_demo.client.search(
-        index=elasticsearch_demo.index, query=body["query"]["script_score"]["query"], size=100
+        index=elasticsearch_demo.index_name, query=body["query"]["script_score"]["query"], size=100
     )
     hits = response["hits"]["hits"]
     assert hits and all(h["_source"]["metadata"]["topic"] == "coffee" for h in hits)
@@ -528,7 +528,7 @@ def test_two_terms_get_two_different_similarities_on_the_same_document(
     hits = []
     for i in (0, 1):
         response = painless_demo.client.search(
-            index=painless_demo.index, body=single_term_body(query, vectors, i)
+            index=painless_demo.index_name, body=single_term_body(query, vectors, i)
         )
         hits.append(hits_from_response(dict(response), None, None, None, painless_demo.layout).hits)
     assert_two_terms_get_two_similarities(*hits, corpus_vectors, corpus, vectors)
@@ -572,7 +572,11 @@ def test_inline_and_stored_scripts_rank_alike_and_install_is_idempotent(
     painless_demo, embedder
 ) -> None:
     inline = ElasticsearchBackend(
-        painless_demo.client, painless_demo.index, embedder.name, embedder.dims, inline_script=True
+        painless_demo.client,
+        painless_demo.index_name,
+        embedder.name,
+        embedder.dims,
+        inline_script=True,
     )
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = embedder.encode(list(query.terms))

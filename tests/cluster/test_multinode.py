@@ -80,13 +80,13 @@ def sharded_backend(url: str, embedder, corpus, corpus_vectors) -> OpenSearchBac
     )
     body = backend.dialect.mapping(embedder.dims, embedder.name)
     body["settings"]["index"].update(number_of_shards=SHARDS, number_of_replicas=REPLICAS)
-    client.indices.create(index=backend.index, body=body)
+    client.indices.create(index=backend.index_name, body=body)
     failures = backend.add(
         [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
     )
     assert failures == {}
     backend.refresh()
-    client.cluster.health(index=backend.index, wait_for_status="green")
+    client.cluster.health(index=backend.index_name, wait_for_status="green")
     return backend
 
 
@@ -96,7 +96,7 @@ def sharded(cluster, embedder, corpus, corpus_vectors) -> OpenSearchBackend:
 
 
 def test_the_sharded_index_spreads_its_primaries_and_replicas_over_the_nodes(sharded) -> None:
-    shards = sharded.client.cat.shards(index=sharded.index, format="json")
+    shards = sharded.client.cat.shards(index=sharded.index_name, format="json")
     assert len(shards) == SHARDS * (1 + REPLICAS)
     assert {s["state"] for s in shards} == {"STARTED"}
     assert len({s["node"] for s in shards}) == NODES
@@ -144,7 +144,7 @@ def test_a_knn_clause_gathers_its_k_neighbours_on_every_shard(sharded, embedder)
     vectors = encoded(query, embedder)
     (search,) = sharded.dialect.search_request(query, vectors, options, lexical).searches
     body = {"size": 1000, "query": sharded.dialect.knn_clause(search, None), "_source": False}
-    found = sharded.client.search(index=sharded.index, body=body)["hits"]["hits"]
+    found = sharded.client.search(index=sharded.index_name, body=body)["hits"]["hits"]
     assert len(found) == SHARDS * budget
 
 

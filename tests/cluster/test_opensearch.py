@@ -118,7 +118,7 @@ def test_term_vectors_travel_packed_as_the_exact_float32_values(opensearch_demo,
 def test_inline_mode_sends_the_fixed_source(opensearch_demo, embedder) -> None:
     inline = OpenSearchBackend(
         opensearch_demo.client,
-        opensearch_demo.index,
+        opensearch_demo.index_name,
         embedder.name,
         embedder.dims,
         inline_script=True,

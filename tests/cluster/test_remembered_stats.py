@@ -151,12 +151,12 @@ def test_a_search_from_remembered_statistics_sends_no_count_first_and_notices_a_
 
     # A write by another client changes the statistics: the check sent along notices, the
     # search is built again.
-    other = OpenSearchBackend(backend.client, backend.index, backend.model, backend.dims)
+    other = OpenSearchBackend(backend.client, backend.index_name, backend.model, backend.dims)
     other.add(["new"], [corpus[0].text], corpus_vectors[:1])
     other.refresh()
     after = ranking(backend.search(query, vectors, options))
     assert backend.remembered.lookup(["vitamin"])[0] is None  # not steady until two counts agree
-    fresh = OpenSearchBackend(backend.client, backend.index, backend.model, backend.dims)
+    fresh = OpenSearchBackend(backend.client, backend.index_name, backend.model, backend.dims)
     assert after == ranking(fresh.search(query, vectors, options))
     assert after != first  # the write shows in the scores
 
@@ -178,6 +178,6 @@ def test_a_write_through_the_backend_is_counted_by_the_next_search_at_once(
     backend.delete([first[0][0]])
     backend.refresh()
     after = [(h.id, h.score) for h in backend.search(query, vectors, options)]
-    fresh = OpenSearchBackend(backend.client, backend.index, backend.model, backend.dims)
+    fresh = OpenSearchBackend(backend.client, backend.index_name, backend.model, backend.dims)
     assert after == [(h.id, h.score) for h in fresh.search(query, vectors, options)]
     assert after[0][0] != first[0][0]

@@ -48,8 +48,8 @@ def index_name(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str
     assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:60]) == {}
     backend.refresh()
     backend.install_scripts()
-    yield backend.index
-    backend.client.indices.delete(index=backend.index)
+    yield backend.index_name
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def test_a_knn_clause_gathers_its_depth_on_every_shard(
     )
     body = backend.dialect.mapping(embedder.dims, embedder.name)
     body["settings"]["index"].update(number_of_shards=SHARDS, number_of_replicas=0)
-    client.indices.create(index=backend.index, **body)
+    client.indices.create(index=backend.index_name, **body)
     try:
         assert (
             backend.add(
@@ -49,11 +49,11 @@ def test_a_knn_clause_gathers_its_depth_on_every_shard(
         lexical = backend.lexical_stats(query)
         (search,) = backend.dialect.search_request(query, vectors, options, lexical).searches
         found = client.search(
-            index=backend.index,
+            index=backend.index_name,
             query=backend.dialect.knn_clause(search, None),
             size=1000,
             source=False,
         )["hits"]["hits"]
         assert len(found) == SHARDS * budget
     finally:
-        client.indices.delete(index=backend.index)
+        client.indices.delete(index=backend.index_name)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import itlr
 from itlr.cli import app
 from itlr.documents import read_documents
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.errors import EngineError, QuerySyntaxError
 
 runner = CliRunner()
@@ -114,7 +114,7 @@ def test_ingest_keeps_the_good_documents_lists_bad_lines_and_exits_1(tmp_path) -
         "added 2, updated 0, unchanged 0, deleted 0, 1 repeated ids (last copy kept), 2 bad lines"
         in (result.stdout)
     )
-    stored = EmbeddedIndex.open(index)
+    stored = EmbeddedBackend.open(index)
     assert stored.ids() == ["a", "c"] and stored.get("a")["text"] == "Vitamin D supports immunity"
 
 

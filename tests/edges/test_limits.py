@@ -192,9 +192,9 @@ def proxied(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[tuple[
     backend.refresh()
     try:
         with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-            yield url, backend.index
+            yield url, backend.index_name
     finally:
-        backend.client.indices.delete(index=backend.index)
+        backend.client.indices.delete(index=backend.index_name)
 
 
 def cluster_error(answer: httpx.Response, status: int) -> str:

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import itlr
 from itlr.cli import app as cli
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.service import create_app
 from itlr.service.server import serving
 from itlr.strict_json import MAX_OUTPUT_DEPTH, TOO_DEEP, plain
@@ -42,7 +42,7 @@ def nested(levels: int) -> Any:
 def odd_index(tmp_path_factory, embedder) -> str:
     """Documents written beneath ingestion's checks, as an index from before them holds."""
     path = tmp_path_factory.mktemp("strict") / "odd"
-    index = EmbeddedIndex.create(path, embedder.name, embedder.dims)
+    index = EmbeddedBackend.create(path, embedder.name, embedder.dims)
     texts = ["Vitamin D is made in the skin under sunlight.", "Sunlight and vitamin D in winter."]
     fields = [{"score": math.nan, "low": -math.inf}, {"deep": nested(900)}]
     index.add(["nan-doc", "deep-doc"], texts, embedder.encode(texts), fields)

@@ -10,7 +10,7 @@ import pytest
 
 import itlr
 from itlr.engines.ann import graph_path
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 
 DIMS = 32
@@ -29,9 +29,9 @@ def clustered(rows: int, seed: int) -> np.ndarray:
 
 
 @pytest.fixture
-def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EmbeddedIndex:
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EmbeddedBackend:
     monkeypatch.setenv("ITLR_ANN_MIN_ROWS", "500")
-    built = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    built = EmbeddedBackend.create(tmp_path / "idx", "test-model", DIMS)
     vectors = clustered(3000, seed=1)
     built.add([f"d{i}" for i in range(3000)], [f"text {i}" for i in range(3000)], vectors)
     return built
@@ -48,7 +48,7 @@ def queries() -> list[tuple[itlr.Query, np.ndarray]]:
     return found
 
 
-def assert_knn_matches_exact(index: EmbeddedIndex) -> None:
+def assert_knn_matches_exact(index: EmbeddedBackend) -> None:
     """Graph candidates give the hits that exact candidates (a full scan) give, with the same
     exact scores, and exact mode's top hit."""
     for query, vectors in queries():
@@ -65,7 +65,7 @@ def assert_knn_matches_exact(index: EmbeddedIndex) -> None:
         assert through_graph[0].id == exact[0].id
 
 
-def graph_files(index: EmbeddedIndex) -> list[str]:
+def graph_files(index: EmbeddedBackend) -> list[str]:
     return sorted(p.name for p in index.path.glob("ann.*"))
 
 
@@ -84,7 +84,7 @@ def test_plain_knn_through_the_graph_ranks_like_an_exact_scan(index) -> None:
 def test_rows_added_after_the_graph_was_saved_are_caught_up(index, tmp_path) -> None:
     more = clustered(200, seed=2)
     index.add([f"n{i}" for i in range(200)], ["new"] * 200, more)
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     hits = reopened.search_vector(more[5], 1)
     assert hits[0].id == "n5"
     assert_knn_matches_exact(reopened)
@@ -105,28 +105,28 @@ def test_compaction_rebuilds_the_graph_for_the_new_rows(index) -> None:
     index.delete([f"d{i}" for i in range(0, 3000, 2)])
     index.compact()
     assert graph_files(index) == ["ann.1.usearch"]
-    assert_knn_matches_exact(EmbeddedIndex.open(index.path))
+    assert_knn_matches_exact(EmbeddedBackend.open(index.path))
 
 
 def test_a_torn_graph_file_is_rebuilt_not_an_error(index) -> None:
     path = graph_path(index.path, 0)
     path.write_bytes(path.read_bytes()[:1000])
-    assert_knn_matches_exact(EmbeddedIndex.open(index.path))
+    assert_knn_matches_exact(EmbeddedBackend.open(index.path))
 
 
 def test_a_graph_covering_rows_that_are_not_committed_is_rebuilt(index, tmp_path) -> None:
     """A graph file from a longer index of the same generation (here copied in) claims rows the
     store never committed: it is thrown away, never searched."""
-    other = EmbeddedIndex.create(tmp_path / "other", "test-model", DIMS)
+    other = EmbeddedBackend.create(tmp_path / "other", "test-model", DIMS)
     other.add([f"x{i}" for i in range(4000)], ["x"] * 4000, clustered(4000, seed=5))
     graph_path(index.path, 0).write_bytes(graph_path(other.path, 0).read_bytes())
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     assert all(h.id.startswith("d") for h in reopened.search_vector(clustered(1, 6)[0], 20))
     assert_knn_matches_exact(reopened)
 
 
 def test_below_the_threshold_no_graph_is_built(tmp_path) -> None:
-    small = EmbeddedIndex.create(tmp_path / "small", "test-model", DIMS)
+    small = EmbeddedBackend.create(tmp_path / "small", "test-model", DIMS)
     small.add([f"d{i}" for i in range(100)], ["t"] * 100, clustered(100, seed=4))
     assert graph_files(small) == []
 

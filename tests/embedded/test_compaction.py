@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import itlr
 from itlr.cli import app as cli
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 
 DIMS = 8
 PLUGIN = str(Path(__file__).resolve().parents[2] / "plugin")
@@ -34,7 +34,7 @@ def vector(doc_id: str, version: int) -> np.ndarray:
     return (raw / np.linalg.norm(raw)).astype(np.float32)
 
 
-def write_version(index: EmbeddedIndex, ids: list[str], version: int) -> None:
+def write_version(index: EmbeddedBackend, ids: list[str], version: int) -> None:
     index.add(
         ids,
         [f"{i} version {version}" for i in ids],
@@ -43,9 +43,9 @@ def write_version(index: EmbeddedIndex, ids: list[str], version: int) -> None:
     )
 
 
-def assert_whole(path: Path, ids: list[str], versions: set[int]) -> EmbeddedIndex:
+def assert_whole(path: Path, ids: list[str], versions: set[int]) -> EmbeddedBackend:
     """Every document present once, with the text, field and vector of one version."""
-    index = EmbeddedIndex.open(path)
+    index = EmbeddedBackend.open(path)
     assert sorted(index.ids()) == sorted(ids)
     for doc_id in ids:
         row = index.get(doc_id)
@@ -60,7 +60,7 @@ IDS = [f"doc{i:03d}" for i in range(400)]
 
 
 def test_updates_in_place_keep_the_committed_rows_near_the_live_ones(tmp_path: Path) -> None:
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "test-model", DIMS)
     largest = 0
     for version in range(14):  # the probe's 5,522 rows for 400 documents
         for start in range(0, len(IDS), 64):
@@ -75,7 +75,7 @@ def test_updates_in_place_keep_the_committed_rows_near_the_live_ones(tmp_path: P
 
 
 def test_a_write_session_compacts_once_at_its_end(tmp_path: Path) -> None:
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "test-model", DIMS)
     with index.writing():
         for version in range(5):
             write_version(index, IDS, version)
@@ -86,7 +86,7 @@ def test_a_write_session_compacts_once_at_its_end(tmp_path: Path) -> None:
 
 def test_the_dead_ratio_comes_from_its_environment_variable(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("ITLR_COMPACT_DEAD_RATIO", "2")  # above 1: never by itself
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "test-model", DIMS)
     for version in range(4):
         write_version(index, IDS, version)
     assert index.committed_rows == 1_600
@@ -94,7 +94,7 @@ def test_the_dead_ratio_comes_from_its_environment_variable(tmp_path: Path, monk
     index.close()
     monkeypatch.setenv("ITLR_COMPACT_DEAD_RATIO", "-1")
     with pytest.raises(itlr.ConfigurationError, match="ITLR_COMPACT_DEAD_RATIO"):
-        EmbeddedIndex.open(tmp_path / "idx")
+        EmbeddedBackend.open(tmp_path / "idx")
 
 
 def test_itlr_compact_drops_the_dead_rows_and_keeps_every_answer(
@@ -132,7 +132,7 @@ KILL_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 from itlr.engines import store
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 
 original_rewrite = store.VectorStore.rewrite
 original_transaction = store.VectorStore._transaction
@@ -158,7 +158,7 @@ class transaction:
 
 store.VectorStore.rewrite = rewrite
 store.VectorStore._transaction = lambda self: transaction(self)
-index = EmbeddedIndex.open({path!r})
+index = EmbeddedBackend.open({path!r})
 index.compact()
 """
 
@@ -169,7 +169,7 @@ def test_kill_9_inside_a_compaction_leaves_the_index_whole(
 ) -> None:
     monkeypatch.setenv("ITLR_COMPACT_MIN_ROWS", "1000000")
     path = tmp_path / "idx"
-    index = EmbeddedIndex.create(path, "test-model", DIMS)
+    index = EmbeddedBackend.create(path, "test-model", DIMS)
     for version in range(3):
         write_version(index, IDS[:100], version)
     index.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.store import DATABASE
 from itlr.lexical import LexicalCorpus
 
@@ -57,7 +57,7 @@ def committed_rows(index: Path) -> int:
 
 
 def assert_every_document_has_its_own_vector(index_dir: Path, texts: dict[str, str], embedder):
-    index = EmbeddedIndex.open(index_dir)
+    index = EmbeddedBackend.open(index_dir)
     ids = index.ids()
     assert len(ids) == len(set(ids)) == index.committed_rows
     if ids:
@@ -121,7 +121,7 @@ def test_kill_9_between_the_vectors_and_the_commit_loses_only_that_batch(
         from itlr.documents import read_documents
         from itlr.embed import get_embedder
         from itlr.engines import store
-        from itlr.engines.embedded import EmbeddedIndex
+        from itlr.engines.embedded import EmbeddedBackend
         from itlr.ingest import ingest
 
         commits = 0
@@ -136,7 +136,7 @@ def test_kill_9_between_the_vectors_and_the_commit_loses_only_that_batch(
 
         store.VectorStore._transaction = transaction
         embedder = get_embedder()
-        index = EmbeddedIndex.open_or_create({str(index_dir)!r}, embedder.name, embedder.dims)
+        index = EmbeddedBackend.open_or_create({str(index_dir)!r}, embedder.name, embedder.dims)
         ingest(read_documents({str(tmp_path / "docs.jsonl")!r}).documents, index, embedder,
                batch_size=16)
         """
@@ -168,8 +168,8 @@ def test_two_ingestions_into_one_index_at_once_one_refused_no_duplicates(
         assert "Traceback" not in stderr
         if code == 2:
             assert "being written by another process" in stderr
-    assert EmbeddedIndex.open(index_dir).committed_rows == len(texts)
-    holder = EmbeddedIndex.open(index_dir)
+    assert EmbeddedBackend.open(index_dir).committed_rows == len(texts)
+    holder = EmbeddedBackend.open(index_dir)
     with holder.writing():
         # While this test holds the writer lock, a real ingestion waits, then gives up clearly.
         refused = itlr(*command)
@@ -178,7 +178,7 @@ def test_two_ingestions_into_one_index_at_once_one_refused_no_duplicates(
     assert "being written by another process" in stderr and "Traceback" not in stderr
     assert len(stderr.strip().splitlines()) == 1
     assert assert_every_document_has_its_own_vector(index_dir, texts, embedder) == len(texts)
-    assert EmbeddedIndex.open(index_dir).committed_rows == len(texts)
+    assert EmbeddedBackend.open(index_dir).committed_rows == len(texts)
 
 
 def test_kill_9_during_an_ingestion_that_builds_the_ann_graph_leaves_it_usable(
@@ -197,7 +197,7 @@ def test_kill_9_during_an_ingestion_that_builds_the_ann_graph_leaves_it_usable(
     chance = random.Random(17)
 
     def assert_graph_agrees_with_a_scan() -> None:
-        index = EmbeddedIndex.open(index_dir)
+        index = EmbeddedBackend.open(index_dir)
         index.ann_min_rows = 32
         through_graph = index.search(query, vectors, SearchOptions(k=10))
         index.ann_min_rows = 10**9

@@ -7,7 +7,7 @@ import pytest
 
 import itlr
 from itlr import IndexStateError
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 from itlr.scoring import DEFAULT_NOT_STRENGTH, TruthMap
 
@@ -20,8 +20,8 @@ def unit(rows: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.fixture
-def index(tmp_path) -> EmbeddedIndex:
-    created = EmbeddedIndex.create(tmp_path / "idx", "test-model", DIMS)
+def index(tmp_path) -> EmbeddedBackend:
+    created = EmbeddedBackend.create(tmp_path / "idx", "test-model", DIMS)
     vectors = unit(200)
     created.add(
         [f"d{i}" for i in range(200)],
@@ -32,50 +32,50 @@ def index(tmp_path) -> EmbeddedIndex:
     return created
 
 
-def test_documents_survive_reopening(index: EmbeddedIndex) -> None:
-    reopened = EmbeddedIndex.open(index.path)
+def test_documents_survive_reopening(index: EmbeddedBackend) -> None:
+    reopened = EmbeddedBackend.open(index.path)
     assert reopened.count() == 200
     assert reopened.get("d7") == {"id": "d7", "text": "text 7", "fields": {"parity": 1}}
     np.testing.assert_allclose(reopened.vector("d7"), index.vector("d7"))
 
 
-def test_same_id_replaces_and_delete_removes(index: EmbeddedIndex) -> None:
+def test_same_id_replaces_and_delete_removes(index: EmbeddedBackend) -> None:
     index.add(["d1"], ["new text"], unit(1, seed=9))
     assert index.delete(["d2", "missing"]) == 1
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     assert reopened.count() == 199
     assert reopened.get("d1")["text"] == "new text"
     assert "d2" not in reopened
     np.testing.assert_allclose(reopened.vector("d1"), unit(1, seed=9)[0], rtol=1e-6)
 
 
-def test_compact_drops_dead_rows_and_keeps_live_ones(index: EmbeddedIndex) -> None:
+def test_compact_drops_dead_rows_and_keeps_live_ones(index: EmbeddedBackend) -> None:
     index.add(["d1"], ["new text"], unit(1, seed=9))
     index.delete(["d3"])
     index.compact()
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     assert reopened.count() == 199
     assert reopened.vectors.shape == (199, DIMS)
     assert reopened.get("d1")["text"] == "new text"
 
 
 def test_vector_bytes_past_the_commit_point_are_ignored_and_cut_by_the_next_writer(
-    index: EmbeddedIndex,
+    index: EmbeddedBackend,
 ) -> None:
     # What a writer killed after writing its vectors but before committing leaves behind.
     with open(index.path / "vectors.f32", "ab") as handle:
         handle.write(b"\0" * (3 * DIMS * 4 + 10))
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     assert reopened.count() == 200 and reopened.vectors.shape == (200, DIMS)
     reopened.add(["new"], ["new text"], unit(1, seed=11))
-    again = EmbeddedIndex.open(index.path)
+    again = EmbeddedBackend.open(index.path)
     assert (index.path / "vectors.f32").stat().st_size == 201 * DIMS * 4
     np.testing.assert_allclose(again.vector("new"), unit(1, seed=11)[0], rtol=1e-6)
     np.testing.assert_allclose(again.vector("d199"), index.vector("d199"))
 
 
-def test_manifest_records_model_dims_similarity_count(index: EmbeddedIndex) -> None:
-    assert EmbeddedIndex.open(index.path).manifest() == {
+def test_manifest_records_model_dims_similarity_count(index: EmbeddedBackend) -> None:
+    assert EmbeddedBackend.open(index.path).manifest() == {
         "format": 3,
         "model": "test-model",
         "dims": DIMS,
@@ -98,52 +98,52 @@ def test_an_index_of_the_previous_format_is_migrated_on_open(tmp_path) -> None:
         '{"id": "c", "te',  # a torn last line
     ]
     (old / "docs.jsonl").write_text("\n".join(lines))
-    migrated = EmbeddedIndex.open(old)
+    migrated = EmbeddedBackend.open(old)
     assert migrated.ids() == ["a", "b"]
     assert migrated.get("a") == {"id": "a", "text": "A", "fields": {"x": 1}}
     np.testing.assert_allclose(migrated.vector("b"), unit(3)[1], rtol=1e-6)
     assert not (old / "docs.jsonl").exists() and not (old / "manifest.json").exists()
-    assert EmbeddedIndex.open(old).count() == 2
+    assert EmbeddedBackend.open(old).count() == 2
 
 
-def test_a_second_writer_is_refused_with_a_message_naming_the_lock(index: EmbeddedIndex) -> None:
-    other = EmbeddedIndex.open(index.path, lock_timeout=0.2)
+def test_a_second_writer_is_refused_with_a_message_naming_the_lock(index: EmbeddedBackend) -> None:
+    other = EmbeddedBackend.open(index.path, lock_timeout=0.2)
     refused = pytest.raises(IndexStateError, match=r"being written by another process.*write\.lock")
     with index.writing(), refused:
         other.add(["x"], ["x"], unit(1))
     other.add(["x"], ["x"], unit(1))
-    assert EmbeddedIndex.open(index.path).count() == 201
+    assert EmbeddedBackend.open(index.path).count() == 201
 
 
 def test_a_writer_first_catches_up_with_rows_another_writer_committed(
-    index: EmbeddedIndex,
+    index: EmbeddedBackend,
 ) -> None:
-    other = EmbeddedIndex.open(index.path)
+    other = EmbeddedBackend.open(index.path)
     index.add(["late"], ["from the first writer"], unit(1, seed=3))
     other.add(["later"], ["from the second writer"], unit(1, seed=4))
-    reopened = EmbeddedIndex.open(index.path)
+    reopened = EmbeddedBackend.open(index.path)
     assert reopened.count() == 202 and other.count() == 202
     np.testing.assert_allclose(reopened.vector("late"), unit(1, seed=3)[0], rtol=1e-6)
     np.testing.assert_allclose(reopened.vector("later"), unit(1, seed=4)[0], rtol=1e-6)
 
 
-def test_a_reader_opened_before_a_commit_keeps_its_snapshot(index: EmbeddedIndex) -> None:
-    reader = EmbeddedIndex.open(index.path)
+def test_a_reader_opened_before_a_commit_keeps_its_snapshot(index: EmbeddedBackend) -> None:
+    reader = EmbeddedBackend.open(index.path)
     index.add(["new"], ["new"], unit(1))
     assert reader.count() == 200 and reader.vectors.shape == (200, DIMS)
 
 
-def test_compaction_leaves_no_file_of_the_previous_generation(index: EmbeddedIndex) -> None:
+def test_compaction_leaves_no_file_of_the_previous_generation(index: EmbeddedBackend) -> None:
     index.delete(["d0"])
     index.compact()
     index.delete(["d1"])
     index.compact()
     assert sorted(p.name for p in index.path.glob("vectors*")) == ["vectors.2.f32"]
     assert index.compact() == (198, 198)  # nothing dead: nothing rewritten
-    assert EmbeddedIndex.open(index.path).count() == 198
+    assert EmbeddedBackend.open(index.path).count() == 198
 
 
-def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex) -> None:
+def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedBackend) -> None:
     query = itlr.parse("a AND NOT b OR c")
     terms = unit(3, seed=1)
     hits = index.search(query, terms, SearchOptions(k=200, mode="exact", truth=TruthMap("clamp")))
@@ -157,7 +157,7 @@ def test_exact_scores_are_the_program_over_clamped_cosines(index: EmbeddedIndex)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-def test_knn_plan_matches_exact_when_the_budget_covers_the_corpus(index: EmbeddedIndex) -> None:
+def test_knn_plan_matches_exact_when_the_budget_covers_the_corpus(index: EmbeddedBackend) -> None:
     query = itlr.parse("(a OR b) AND NOT c")
     terms = unit(3, seed=2)
     exact = index.search(query, terms, SearchOptions(k=10, mode="exact"))
@@ -165,7 +165,7 @@ def test_knn_plan_matches_exact_when_the_budget_covers_the_corpus(index: Embedde
     assert [h.id for h in knn] == [h.id for h in exact]
 
 
-def test_knn_plan_only_rescores_candidates_of_positive_terms(index: EmbeddedIndex) -> None:
+def test_knn_plan_only_rescores_candidates_of_positive_terms(index: EmbeddedBackend) -> None:
     # On the graph: without it, knn mode scores every row of a query it can certify.
     index.ann_min_rows = 0
     query = itlr.parse("a AND NOT b")
@@ -179,7 +179,7 @@ def test_knn_plan_only_rescores_candidates_of_positive_terms(index: EmbeddedInde
     assert hits.exact is False and hits.warnings
 
 
-def test_hard_filter_drops_documents_matching_a_root_not(index: EmbeddedIndex) -> None:
+def test_hard_filter_drops_documents_matching_a_root_not(index: EmbeddedBackend) -> None:
     query = itlr.parse("a AND NOT b")
     terms = unit(2, seed=4)
     hits = index.search(query, terms, SearchOptions(k=200, mode="exact", hard_filter=0.2))
@@ -187,13 +187,13 @@ def test_hard_filter_drops_documents_matching_a_root_not(index: EmbeddedIndex) -
     assert len(hits) < 200
 
 
-def test_hard_filter_leaves_not_under_or_fuzzy(index: EmbeddedIndex) -> None:
+def test_hard_filter_leaves_not_under_or_fuzzy(index: EmbeddedBackend) -> None:
     query = itlr.parse("a OR NOT b")
     hits = index.search(query, unit(2, seed=5), SearchOptions(k=200, mode="exact", hard_filter=0.0))
     assert len(hits) == 200
 
 
-def test_filters_restrict_hits(index: EmbeddedIndex) -> None:
+def test_filters_restrict_hits(index: EmbeddedBackend) -> None:
     query = itlr.parse("a")
     options = SearchOptions(k=200, mode="exact", filter={"term": {"parity": 0}})
     hits = index.search(query, unit(1, seed=6), options)
@@ -202,21 +202,21 @@ def test_filters_restrict_hits(index: EmbeddedIndex) -> None:
     assert {"d0", "d2"}.isdisjoint(h.id for h in index.search(query, unit(1, seed=6), options))
 
 
-def test_wrong_query_dimensions_are_refused_with_the_model_name(index: EmbeddedIndex) -> None:
+def test_wrong_query_dimensions_are_refused_with_the_model_name(index: EmbeddedBackend) -> None:
     with pytest.raises(IndexStateError, match=r"\(1, 16\).*test-model"):
         index.search(itlr.parse("a"), np.ones((1, 8)), SearchOptions())
 
 
 def test_missing_index_says_how_to_create_one(tmp_path) -> None:
     with pytest.raises(IndexStateError, match="itlr ingest"):
-        EmbeddedIndex.open(tmp_path / "nothing")
+        EmbeddedBackend.open(tmp_path / "nothing")
 
 
-def test_other_model_is_refused(index: EmbeddedIndex) -> None:
+def test_other_model_is_refused(index: EmbeddedBackend) -> None:
     with pytest.raises(IndexStateError, match=r"other-model|test-model"):
-        EmbeddedIndex.open_or_create(index.path, "other-model", DIMS)
+        EmbeddedBackend.open_or_create(index.path, "other-model", DIMS)
     with pytest.raises(IndexStateError, match="16-dim"):
-        EmbeddedIndex.open_or_create(index.path, "test-model", 32)
+        EmbeddedBackend.open_or_create(index.path, "test-model", 32)
 
 
 @pytest.mark.parametrize("queries", [1, 3])
@@ -236,7 +236,7 @@ def test_candidate_sized_and_whole_index_products_give_the_same_cosines(queries:
 def test_rows_tied_at_the_kth_score_are_taken_in_id_order_after_the_higher_ones(
     tmp_path,
 ) -> None:
-    created = EmbeddedIndex.create(tmp_path / "ties", "test-model", DIMS)
+    created = EmbeddedBackend.create(tmp_path / "ties", "test-model", DIMS)
     axis = np.eye(DIMS, dtype=np.float32)
     # Three rows close to the term, three tied just below them, the rest orthogonal (score 0
     # under clamp truths); ids written out of order so that row order is not id order.

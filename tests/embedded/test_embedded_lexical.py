@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import itlr
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.store import DATABASE, FORMAT_VERSION
 from itlr.lexical import LexicalCorpus, query_tokens
 from itlr.options import SearchOptions
@@ -53,7 +53,7 @@ def unit(rng: np.random.Generator, count: int) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
-def assert_equals_a_recount(index: EmbeddedIndex) -> None:
+def assert_equals_a_recount(index: EmbeddedBackend) -> None:
     """Statistics (every token, and the query's tokens) and lexical truths of every live row as
     counted from scratch over the live rows' texts."""
     live = index._live_rows()
@@ -74,7 +74,7 @@ def assert_equals_a_recount(index: EmbeddedIndex) -> None:
 
 def test_statistics_follow_inserts_updates_deletes_and_compaction_as_a_recount(tmp_path) -> None:
     rng = np.random.default_rng(3)
-    index = EmbeddedIndex.create(tmp_path / "idx", "m", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
     index.compact_min_rows = 10**9  # compaction only when the test asks
     index.add([f"d{i}" for i in range(60)], texts(rng, 60), unit(rng, 60))
     assert_equals_a_recount(index)  # keeps the query tokens' postings: extended below
@@ -84,21 +84,21 @@ def test_statistics_follow_inserts_updates_deletes_and_compaction_as_a_recount(t
     index.delete([f"d{i}" for i in range(1, 40, 4)])
     assert index.dead_rows() > 0
     assert_equals_a_recount(index)
-    assert_equals_a_recount(EmbeddedIndex.open(index.path))
+    assert_equals_a_recount(EmbeddedBackend.open(index.path))
     index.compact()
     assert index.dead_rows() == 0
     assert_equals_a_recount(index)
     index.add(["late"], ["zebra lion lion"], unit(rng, 1))
     assert_equals_a_recount(index)
-    assert_equals_a_recount(EmbeddedIndex.open(index.path))
+    assert_equals_a_recount(EmbeddedBackend.open(index.path))
 
 
 def test_a_reader_keeps_its_snapshot_while_another_process_writes_and_compacts(tmp_path) -> None:
     rng = np.random.default_rng(4)
-    writer = EmbeddedIndex.create(tmp_path / "idx", "m", DIMS)
+    writer = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
     writer.compact_min_rows = 10**9
     writer.add([f"d{i}" for i in range(40)], texts(rng, 40), unit(rng, 40))
-    reader = EmbeddedIndex.open(writer.path)
+    reader = EmbeddedBackend.open(writer.path)
     before = reader.lexical_truths(reader._live_rows(), TERMS)
     writer.add([f"d{i}" for i in range(40, 50)], texts(rng, 10), unit(rng, 10))
     # Postings of rows past the reader's commit point are not the reader's.
@@ -117,9 +117,9 @@ FRESH_SCORES = textwrap.dedent(
     import json, sys
     import numpy as np
     import itlr
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
     from itlr.options import SearchOptions
-    index = EmbeddedIndex.open(sys.argv[1])
+    index = EmbeddedBackend.open(sys.argv[1])
     vectors = np.array(json.loads(sys.argv[2]), dtype=np.float32)
     out = []
     for mode in ("exact", "knn"):
@@ -132,7 +132,7 @@ FRESH_SCORES = textwrap.dedent(
 
 def test_a_fresh_process_scores_as_a_count_from_the_texts(tmp_path) -> None:
     rng = np.random.default_rng(5)
-    index = EmbeddedIndex.create(tmp_path / "idx", "m", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
     index.add([f"d{i}" for i in range(300)], texts(rng, 300), unit(rng, 300))
     index.add([f"d{i}" for i in range(0, 300, 7)], texts(rng, 43), unit(rng, 43))
     index.delete([f"d{i}" for i in range(1, 300, 11)])
@@ -171,16 +171,16 @@ def as_format_2(path: Path) -> None:
 
 def test_an_index_of_format_2_gets_its_postings_on_open(tmp_path) -> None:
     rng = np.random.default_rng(6)
-    index = EmbeddedIndex.create(tmp_path / "idx", "m", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
     index.add([f"d{i}" for i in range(50)], texts(rng, 50), unit(rng, 50))
     index.add(["d3"], ["zebra zebra"], unit(rng, 1))
     index.delete(["d4"])
     index.close()
     as_format_2(tmp_path / "idx")
-    upgraded = EmbeddedIndex.open(tmp_path / "idx")
+    upgraded = EmbeddedBackend.open(tmp_path / "idx")
     assert upgraded.manifest()["format"] == FORMAT_VERSION == 3
     assert_equals_a_recount(upgraded)
-    assert_equals_a_recount(EmbeddedIndex.open(tmp_path / "idx"))
+    assert_equals_a_recount(EmbeddedBackend.open(tmp_path / "idx"))
 
 
 KILLED_WRITE = textwrap.dedent(
@@ -188,7 +188,7 @@ KILLED_WRITE = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     from itlr.engines import store
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     path, when = sys.argv[1], sys.argv[2]
     original = store.VectorStore._insert_postings
@@ -203,7 +203,7 @@ KILLED_WRITE = textwrap.dedent(
         return original(self, start, counts)
 
     store.VectorStore._insert_postings = insert_postings
-    index = EmbeddedIndex.open(path)
+    index = EmbeddedBackend.open(path)
     rng = np.random.default_rng(9)
     words = "zebra lion tiger eagle whale otter".split()
     vectors = rng.normal(size=(10, 8)).astype(np.float32)
@@ -223,7 +223,7 @@ def test_kill_9_inside_a_commit_leaves_statistics_equal_to_a_recount(tmp_path, w
     before their postings are (an append, a compaction's swap, a format 2 index's upgrade):
     the index opens with statistics that equal a recount of the rows that survived."""
     rng = np.random.default_rng(7)
-    index = EmbeddedIndex.create(tmp_path / "idx", "m", DIMS)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
     index.compact_min_rows = 10**9
     for batch in range(3):  # the upgrade tokenises 4,096 rows a transaction step
         ids = [f"d{i}" for i in range(batch * 2000, batch * 2000 + 2000)]
@@ -245,7 +245,7 @@ def test_kill_9_inside_a_commit_leaves_statistics_equal_to_a_recount(tmp_path, w
         timeout=300,
     )
     assert died.returncode == -signal.SIGKILL, died.stderr
-    survived = EmbeddedIndex.open(tmp_path / "idx")
+    survived = EmbeddedBackend.open(tmp_path / "idx")
     # The killed commit left nothing; an upgrade is one transaction, redone by this open.
     expected = {
         "write": (before[0] + 10, before[1] + 4),  # d0 .. d9: d0, d3, d6, d9 were deleted
@@ -261,7 +261,7 @@ def test_the_first_search_benchmark_times_fresh_processes_on_a_kept_index(tmp_pa
 
     lines = first_search_report(1500, 1, tmp_path)
     assert lines[-1].startswith("| 1,500 |") and len(lines[-1].split("|")) == 7
-    kept = EmbeddedIndex.open(tmp_path / "first-search-1500")
+    kept = EmbeddedBackend.open(tmp_path / "first-search-1500")
     assert kept.count() == 1500 and kept.lexical_stats(["vitamin"]).df["vitamin"] > 0
     kept.close()
     assert first_search_report(1500, 1, tmp_path)[-1].startswith("| 1,500 |")  # reused

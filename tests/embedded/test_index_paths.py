@@ -201,11 +201,11 @@ def test_an_index_reached_by_another_spelling_opens_as_itself(tmp_path: Path, mo
 
 
 def test_the_engine_itself_refuses_a_users_folder(users_project: Path) -> None:
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     for spelling in ("x/../proj", "link/", str(users_project)):
         with pytest.raises(IndexStateError, match="not an itlr index"):
-            EmbeddedIndex.create(spelling, "test-model", 8)
+            EmbeddedBackend.create(spelling, "test-model", 8)
         with pytest.raises(IndexStateError, match="not an itlr index"):
-            EmbeddedIndex.open_or_create(spelling, "test-model", 8)
+            EmbeddedBackend.open_or_create(spelling, "test-model", 8)
     _untouched(users_project)

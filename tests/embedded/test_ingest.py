@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from itlr.documents import Document
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.errors import IndexStateError
 from itlr.ingest import ingest
 
@@ -19,8 +19,8 @@ TEXTS = [
 
 
 @pytest.fixture()
-def index(tmp_path, embedder) -> EmbeddedIndex:
-    return EmbeddedIndex.create(tmp_path / "idx", embedder.name, embedder.dims)
+def index(tmp_path, embedder) -> EmbeddedBackend:
+    return EmbeddedBackend.create(tmp_path / "idx", embedder.name, embedder.dims)
 
 
 def documents(count: int, prefix: str = "d") -> list[Document]:
@@ -52,6 +52,6 @@ def test_an_id_repeated_in_the_next_batch_counts_once_while_its_first_copy_is_wr
 
 def test_an_engine_error_while_writing_reaches_the_caller(tmp_path, embedder) -> None:
     # An index for another model's dimensions refuses every batch the real model makes.
-    narrow = EmbeddedIndex.create(tmp_path / "narrow", "tiny-model", 8)
+    narrow = EmbeddedBackend.create(tmp_path / "narrow", "tiny-model", 8)
     with pytest.raises(IndexStateError, match="wants"):
         ingest(documents(5), narrow, embedder, batch_size=2)

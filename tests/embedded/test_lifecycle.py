@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.index import Index
 from test_crash import committed_rows, itlr
 
@@ -128,7 +128,7 @@ def test_kill_9_during_an_update_leaves_each_document_old_or_new_never_a_mix(
         time.sleep(chance.uniform(0.0, 0.3))
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-        state = EmbeddedIndex.open(index_dir)
+        state = EmbeddedBackend.open(index_dir)
         ids = state.ids()
         assert sorted(ids) == sorted(old)  # none lost, none duplicated
         texts = [state.get(i)["text"] for i in ids]
@@ -140,7 +140,7 @@ def test_kill_9_during_an_update_leaves_each_document_old_or_new_never_a_mix(
     stdout, stderr = finished.communicate(timeout=300)
     assert finished.returncode == 0, stderr
     assert "index now holds 240 documents" in stdout
-    state = EmbeddedIndex.open(index_dir)
+    state = EmbeddedBackend.open(index_dir)
     assert all(state.get(i)["text"] == new[i] for i in new)
     state.close()
 

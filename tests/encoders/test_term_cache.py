@@ -193,13 +193,13 @@ def test_proxy_repeated_query_bar_search_hits_the_cache(
         with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
             headers = {"X-Itlr-Token": "s3cret"}
             answers = [
-                client.post(f"/{backend.index}/_search", json=body, headers=headers)
+                client.post(f"/{backend.index_name}/_search", json=body, headers=headers)
                 for _ in range(3)
             ]
             metrics = client.get("/_itlr/metrics", headers=headers)
             refused = client.get("/_itlr/metrics")
     finally:
-        backend.client.indices.delete(index=backend.index)
+        backend.client.indices.delete(index=backend.index_name)
     assert [a.status_code for a in answers] == [200, 200, 200]
     hits = [[h["_id"] for h in a.json()["hits"]["hits"]] for a in answers]
     assert hits[0] and hits[0] == hits[1] == hits[2]

@@ -6,7 +6,7 @@ import numpy as np
 
 from itlr.benchmarks.latency import candidate_recall, random_unit
 from itlr.benchmarks.text_corpus import recall_corpus
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.query import parse
 
 
@@ -28,7 +28,7 @@ def test_a_grown_recall_corpus_keeps_its_passages_and_joins_pairs_of_them() -> N
 def test_candidate_recall_is_one_when_the_budget_covers_the_index_and_drops_below(
     tmp_path,
 ) -> None:
-    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index = EmbeddedBackend.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(300)], [""] * 300, random_unit(300, 16, seed=1))
     index.ann_min_rows = 0  # graph candidates: without the graph, every row is scored
     queries = [parse('"a" AND NOT "b"'), parse('"a" OR "c"')] * 5
@@ -51,7 +51,7 @@ def test_a_throwaway_opensearch_index_takes_documents_and_is_deleted_after(
     with throwaway_opensearch(opensearch_url, "test", "random", 16) as backend:
         fill_with_random(backend, 50, 16)
         assert backend.count() == 50
-        name, client = backend.index, backend.client
+        name, client = backend.index_name, backend.client
     assert not client.indices.exists(index=name)
 
 
@@ -85,7 +85,7 @@ def test_latency_lines_search_with_vectors_drawn_before_the_timing(tmp_path) -> 
     drawn beforehand, as plain kNN does, but the one kept to show what drawing them costs."""
     from itlr.benchmarks.latency import POOL, measure_backend
 
-    index = EmbeddedIndex.create(tmp_path / "i", "random", 16)
+    index = EmbeddedBackend.create(tmp_path / "i", "random", 16)
     index.add([f"r{i}" for i in range(200)], [""] * 200, random_unit(200, 16, seed=1))
     # The arrays themselves, kept alive, so that no two of them share an id().
     given: dict[int, list[np.ndarray]] = {}

@@ -15,7 +15,7 @@ from itlr.calibrations import BUNDLED_HARD_FILTER, default_hard_filter, load_cal
 from itlr.cli import app
 from itlr.documents import Document
 from itlr.embed import get_embedder
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.evaluation.cache import EmbeddingCache
 from itlr.evaluation.calibration import HARD_FILTER_KEEP, fit_sigmoid, hard_filter_threshold
 from itlr.evaluation.datasets import load_beir, read_qrels
@@ -284,7 +284,7 @@ def test_logical_method_ranks_as_the_embedded_engine_exact_mode(tmp_path: Path) 
     terms = rng.normal(size=(3, 8)).astype(np.float32)
     terms /= np.linalg.norm(terms, axis=1, keepdims=True)
     ids = [f"d{i:02d}" for i in range(60)]
-    index = EmbeddedIndex.create(tmp_path / "idx", "m", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", 8)
     index.add(ids, ids, vectors)
     query = parse('("x" OR "y") AND NOT "z"')
     ops, truth = Operators("product", "max", "complement"), TruthMap("shift")
@@ -308,10 +308,10 @@ class EmbeddedAsCluster:
     engine = "test-engine"
     url = "http://user:secret@example.test:9200/"
 
-    def __init__(self, inner: EmbeddedIndex, refuse: set[str] | None = None) -> None:
+    def __init__(self, inner: EmbeddedBackend, refuse: set[str] | None = None) -> None:
         self.inner = inner
         self.model = inner.model
-        self.index = "eval-index"
+        self.index_name = "eval-index"
         self.refuse = refuse or set()
 
     def existing_ids(self, ids: list[str]) -> set[str]:
@@ -375,7 +375,7 @@ def random_eval_setup(tmp_path: Path):
     cases = [Case(f"q{n}", f"question {n}", parse(q)) for n, q in enumerate(queries)]
     texts = [c.text for c in cases] + ["x", "y", "z"]
     text_vectors = dict(zip(texts, unit(len(texts)), strict=True))
-    backend = EmbeddedAsCluster(EmbeddedIndex.create(tmp_path / "idx", "m", 8))
+    backend = EmbeddedAsCluster(EmbeddedBackend.create(tmp_path / "idx", "m", 8))
     return documents, corpus, cases, text_vectors, backend
 
 

@@ -136,7 +136,7 @@ def test_the_total_is_counted_before_the_mapping_changes(opensearch_url, corpus)
 
         spec = EngineSpec(
             engine="opensearch",
-            index=name,
+            index_name=name,
             connection=Connection(opensearch_url),
             layout=IndexLayout("vec", "body"),
         )

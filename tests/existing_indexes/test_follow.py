@@ -282,7 +282,7 @@ def test_a_refused_request_is_retried_after_a_back_off_and_following_carries_on(
     name = create_index(opensearch_url, "opensearch", docs[:6])
     spec = EngineSpec(
         engine="opensearch",
-        index=name,
+        index_name=name,
         connection=Connection(opensearch_url),
         layout=IndexLayout("vec", "body"),
     )

@@ -264,7 +264,14 @@ def test_curl_output_runs_against_opensearch_and_returns_the_embedded_ranking(
     assert backend.add([d.id for d in corpus], [d.text for d in corpus], vectors) == {}
     backend.refresh()
     text = translate(
-        QUERY, "-i", backend.index, "--url", opensearch_url, "--with-install", "--format", "curl"
+        QUERY,
+        "-i",
+        backend.index_name,
+        "--url",
+        opensearch_url,
+        "--with-install",
+        "--format",
+        "curl",
     )
     ran = subprocess.run(["bash"], input=text, text=True, capture_output=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
@@ -295,7 +302,7 @@ def test_translate_with_url_counts_the_statistics_and_its_body_scores_like_itlr_
     opensearch_url, opensearch_demo
 ) -> None:
     opensearch_demo.install_scripts()  # the body names the stored script, as Dev Tools would
-    index = opensearch_demo.index
+    index = opensearch_demo.index_name
     for query in (QUERY, '("vitamin D" OR "sleep quality") AND NOT "caffeine"'):
         text = translate(query, "-i", index, "--url", opensearch_url, "--format", "json", *HYBRID)
         body = json.loads(text)

@@ -61,7 +61,7 @@ def test_a_repeated_query_is_answered_from_the_term_cache_without_a_thread_hand_
     recorder = app.state.proxy.stages = StageTimes()
     # Terms no other test asks for: the first request must miss.
     query = '"magnesium and restless legs" AND NOT "iron deficiency anaemia"'
-    path = f"/{opensearch_demo.index}/_search"
+    path = f"/{opensearch_demo.index_name}/_search"
     cache = cache_for(embedder.name)
     with serving(app) as url:
         first = httpx.post(url + path, json=logical(query), timeout=60)
@@ -80,7 +80,7 @@ def test_the_stage_recorder_times_every_stage_of_a_logical_search(
     recorder = app.state.proxy.stages = StageTimes()
     with serving(app) as url:
         answer = httpx.post(
-            f"{url}/{opensearch_demo.index}/_search",
+            f"{url}/{opensearch_demo.index_name}/_search",
             json=logical('"a stage for every step" AND NOT "nothing left out"'),
             timeout=60,
         )
@@ -93,7 +93,7 @@ def test_the_stage_recorder_times_every_stage_of_a_logical_search(
 def test_a_large_answer_streams_through_byte_for_byte(opensearch_url, opensearch_demo) -> None:
     # Every passage with its vector: far past the size that is relayed in one piece.
     body = {"size": 400, "sort": ["_doc"], "query": {"match_all": {}}}
-    path = f"/{opensearch_demo.index}/_search"
+    path = f"/{opensearch_demo.index_name}/_search"
     direct = httpx.post(opensearch_url + path, json=body, timeout=60)
     with serving(create_proxy_app(Connection(opensearch_url))) as url:
         proxied = httpx.post(url + path, json=body, timeout=60)
@@ -105,7 +105,7 @@ def test_a_large_answer_streams_through_byte_for_byte(opensearch_url, opensearch
 def test_a_small_answer_keeps_the_upstream_headers_and_bytes(
     opensearch_url, opensearch_demo
 ) -> None:
-    path = f"/{opensearch_demo.index}/_mapping"
+    path = f"/{opensearch_demo.index_name}/_mapping"
     direct = httpx.get(opensearch_url + path, timeout=60)
     with serving(create_proxy_app(Connection(opensearch_url))) as url:
         proxied = httpx.get(url + path, timeout=60)
@@ -120,7 +120,7 @@ def test_a_head_request_gets_the_upstream_status_and_headers_without_a_body(
     opensearch_url, opensearch_demo
 ) -> None:
     with serving(create_proxy_app(Connection(opensearch_url))) as url:
-        for index in (opensearch_demo.index, "itlr-no-such-index"):
+        for index in (opensearch_demo.index_name, "itlr-no-such-index"):
             direct = httpx.head(f"{opensearch_url}/{index}", timeout=60)
             proxied = httpx.head(f"{url}/{index}", timeout=60)
             assert proxied.status_code == direct.status_code

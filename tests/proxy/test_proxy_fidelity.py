@@ -63,7 +63,7 @@ def mentions_a_positive_word(text: str) -> bool:
 def test_discover_highlights_come_back_for_hits_that_mention_a_positive_term(
     proxy_url, opensearch_demo, highlight
 ) -> None:
-    hits = search(proxy_url, opensearch_demo.index, size=10, highlight=highlight)
+    hits = search(proxy_url, opensearch_demo.index_name, size=10, highlight=highlight)
     mentioning = [hit for hit in hits if mentions_a_positive_word(hit["_source"]["text"])]
     assert len(mentioning) >= 5
     for hit in mentioning:
@@ -78,12 +78,15 @@ def test_hits_carry_no_itlr_field_in_source_unless_the_request_names_it(
     proxy_url, opensearch_demo
 ) -> None:
     for source in ({}, {"_source": True}, {"_source": {"excludes": []}}, {"_source": ["*"]}):
-        for hit in search(proxy_url, opensearch_demo.index, size=5, **source):
+        for hit in search(proxy_url, opensearch_demo.index_name, size=5, **source):
             assert "text" in hit["_source"]
             assert not ITLR_FIELDS & set(hit["_source"]), source
-    named = search(proxy_url, opensearch_demo.index, size=3, _source=["doc_id", "itlr_hash"])
+    named = search(proxy_url, opensearch_demo.index_name, size=3, _source=["doc_id", "itlr_hash"])
     assert all(set(hit["_source"]) == {"doc_id", "itlr_hash"} for hit in named)
-    assert search(proxy_url, opensearch_demo.index, size=3, _source=False)[0].get("_source") is None
+    assert (
+        search(proxy_url, opensearch_demo.index_name, size=3, _source=False)[0].get("_source")
+        is None
+    )
 
 
 def test_a_null_model_in_an_index_config_is_the_default_model(

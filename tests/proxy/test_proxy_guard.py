@@ -53,7 +53,7 @@ def demo_index(
     )
     backend.refresh()
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture(scope="module")
@@ -97,45 +97,47 @@ def test_a_clause_under_must_not_is_refused_instead_of_returning_no_hits(
     proxy_url, demo_index
 ) -> None:
     query = {"bool": {"must_not": [CLAUSE]}}
-    reason = assert_refused(search(proxy_url, demo_index.index, query), "must_not", "bool.must")
+    reason = assert_refused(
+        search(proxy_url, demo_index.index_name, query), "must_not", "bool.must"
+    )
     assert "inside the brackets" in reason
 
 
 def test_a_clause_nested_under_must_not_is_refused_too(proxy_url, demo_index) -> None:
     query = {"bool": {"must_not": [{"bool": {"must": [CLAUSE]}}]}}
-    assert_refused(search(proxy_url, demo_index.index, query), "must_not")
+    assert_refused(search(proxy_url, demo_index.index_name, query), "must_not")
 
 
 def test_a_clause_beside_another_should_clause_is_refused_instead_of_dropping_it(
     proxy_url, demo_index
 ) -> None:
     query = {"bool": {"should": [CLAUSE, {"match": {"text": "sleep"}}]}}
-    assert_refused(search(proxy_url, demo_index.index, query), "should", "only bool.should")
+    assert_refused(search(proxy_url, demo_index.index_name, query), "should", "only bool.should")
 
 
 def test_a_clause_as_the_only_should_clause_ranks_like_a_must_clause(proxy_url, demo_index) -> None:
-    as_should = ids(search(proxy_url, demo_index.index, {"bool": {"should": [CLAUSE]}}))
-    as_must = ids(search(proxy_url, demo_index.index, {"bool": {"must": [CLAUSE]}}))
+    as_should = ids(search(proxy_url, demo_index.index_name, {"bool": {"should": [CLAUSE]}}))
+    as_must = ids(search(proxy_url, demo_index.index_name, {"bool": {"must": [CLAUSE]}}))
     assert as_should == as_must
     assert len(as_must) == 10
 
 
 def test_a_clause_inside_another_compound_query_is_refused(proxy_url, demo_index) -> None:
     query = {"boosting": {"positive": {"match_all": {}}, "negative": CLAUSE, "negative_boost": 0.5}}
-    assert_refused(search(proxy_url, demo_index.index, query), "boosting.negative")
+    assert_refused(search(proxy_url, demo_index.index_name, query), "boosting.negative")
 
 
 def test_count_with_a_clause_is_refused_instead_of_counting_zero(proxy_url, demo_index) -> None:
     response = httpx.post(
-        f"{proxy_url}/{demo_index.index}/_count", json={"query": {"bool": {"must": [CLAUSE]}}}
+        f"{proxy_url}/{demo_index.index_name}/_count", json={"query": {"bool": {"must": [CLAUSE]}}}
     )
     assert_refused(response, "_count", "_search")
 
 
 def test_count_without_a_clause_still_passes_through(proxy_url, opensearch_url, demo_index) -> None:
     body = {"query": {"match": {"text": "vitamin"}}}
-    through = httpx.post(f"{proxy_url}/{demo_index.index}/_count", json=body)
-    direct = httpx.post(f"{opensearch_url}/{demo_index.index}/_count", json=body)
+    through = httpx.post(f"{proxy_url}/{demo_index.index_name}/_count", json=body)
+    direct = httpx.post(f"{opensearch_url}/{demo_index.index_name}/_count", json=body)
     assert through.status_code == direct.status_code == 200
     assert through.json()["count"] == direct.json()["count"] > 0
 
@@ -145,11 +147,11 @@ def test_a_search_template_with_a_clause_is_refused(proxy_url, demo_index) -> No
         "source": '{"query": {"query_string": {"query": "{{q}}"}}}',
         "params": {"q": f"itlr:({LOGICAL})"},
     }
-    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search/template", json=inline)
+    response = httpx.post(f"{proxy_url}/{demo_index.index_name}/_search/template", json=inline)
     assert_refused(response, "_search/template")
     # A template whose source names the virtual field, its text in params.
     keyed = {"source": '{"query": {"match": {"itlr": "{{q}}"}}}', "params": {"q": "sleep"}}
-    response = httpx.post(f"{proxy_url}/{demo_index.index}/_search/template", json=keyed)
+    response = httpx.post(f"{proxy_url}/{demo_index.index_name}/_search/template", json=keyed)
     assert_refused(response, "_search/template")
 
 
@@ -164,14 +166,14 @@ def test_a_wildcard_matching_plain_indexes_too_is_refused_naming_them(
     proxy_url, demo_index, plain_index, prefix
 ) -> None:
     reason = assert_refused(search(proxy_url, f"{prefix}-*", CLAUSE), "without itlr vectors")
-    assert plain_index in reason and demo_index.index not in reason
+    assert plain_index in reason and demo_index.index_name not in reason
 
 
 def test_a_wildcard_matching_only_itlr_indexes_is_resolved(
     proxy_url, demo_index, plain_index, prefix
 ) -> None:
     through_pattern = ids(search(proxy_url, f"{prefix}-doc*", CLAUSE))
-    assert through_pattern == ids(search(proxy_url, demo_index.index, CLAUSE))
+    assert through_pattern == ids(search(proxy_url, demo_index.index_name, CLAUSE))
 
 
 # -- where a clause may sit (pure: no server) -----------------------------------------------

@@ -62,7 +62,7 @@ def assert_cluster_error(response: httpx.Response, status: int = 400) -> dict[st
     ids=["in-the-clause", "in-the-rest", "in-source", "in-search-after", "in-a-filter-field"],
 )
 def test_a_lone_surrogate_is_a_400_in_the_cluster_shape(client, opensearch_demo, body) -> None:
-    response = send(client, f"/{opensearch_demo.index}/_search", json.dumps(body))
+    response = send(client, f"/{opensearch_demo.index_name}/_search", json.dumps(body))
     error = assert_cluster_error(response)
     assert "surrogate" in error["reason"]
 
@@ -70,7 +70,10 @@ def test_a_lone_surrogate_is_a_400_in_the_cluster_shape(client, opensearch_demo,
 def test_a_lone_surrogate_in_an_msearch_line_is_a_400_in_the_cluster_shape(
     client, opensearch_demo
 ) -> None:
-    lines = [{"index": opensearch_demo.index}, {"query": {"query_string": {"query": "\ud800"}}}]
+    lines = [
+        {"index": opensearch_demo.index_name},
+        {"query": {"query_string": {"query": "\ud800"}}},
+    ]
     response = client.post(
         "/_msearch",
         content="".join(json.dumps(line) + "\n" for line in lines).encode(),
@@ -91,7 +94,7 @@ def test_a_400_digit_integer_in_a_filter_of_a_logical_search_is_a_400(
     )
     clause = json.dumps({"query_string": {"query": f"itlr:({LOGICAL})"}})
     text = f'{{"query": {{"bool": {{"must": [{clause}], "filter": [{condition}]}}}}}}'
-    response = send(client, f"/{opensearch_demo.index}/_search", text)
+    response = send(client, f"/{opensearch_demo.index_name}/_search", text)
     assert response.status_code == 400, response.text[:400]
     assert "error" in response.json()
 
@@ -177,7 +180,7 @@ BODIES = PLANTED | st.dictionaries(KEYS, JSON, max_size=5) | JSON
 )
 @given(body=BODIES)
 def test_no_json_body_makes_the_proxy_answer_a_5xx(client, opensearch_demo, body) -> None:
-    response = send(client, f"/{opensearch_demo.index}/_search", json.dumps(body))
+    response = send(client, f"/{opensearch_demo.index_name}/_search", json.dumps(body))
     assert response.status_code < 500, (body, response.text[:400])
     if response.status_code >= 400:
         answer = response.json()

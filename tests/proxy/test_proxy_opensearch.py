@@ -81,7 +81,9 @@ def test_a_lucene_query_bar_search_returns_the_hits_of_itlr_search(
             }
         },
     }
-    response = httpx.post(f"{proxy_url}/{opensearch_demo.index}/_search", json=body, timeout=60)
+    response = httpx.post(
+        f"{proxy_url}/{opensearch_demo.index_name}/_search", json=body, timeout=60
+    )
     assert response.status_code == 200, response.text
     expected = reference_ids(opensearch_demo, embedder, SearchOptions(k=10, filter=None))
     assert ids_scores(response.json()) == expected
@@ -91,7 +93,8 @@ def test_a_dql_query_bar_search_from_dashboards_returns_the_hits_of_itlr_search(
     proxy_url, opensearch_demo, embedder
 ) -> None:
     fixture = with_index(
-        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), opensearch_demo.index
+        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()),
+        opensearch_demo.index_name,
     )
     response = httpx.post(
         f"{proxy_url}{fixture['path']}", params=fixture["params"], json=fixture["body"], timeout=60
@@ -109,14 +112,14 @@ def test_a_search_without_the_virtual_field_returns_exactly_what_the_upstream_re
     proxy_url, opensearch_url, opensearch_demo
 ) -> None:
     body = {"size": 5, "query": {"match": {"text": "vitamin D"}}, "_source": ["doc_id"]}
-    path = f"/{opensearch_demo.index}/_search"
+    path = f"/{opensearch_demo.index_name}/_search"
     through = httpx.post(proxy_url + path, json=body, params={"track_total_hits": "true"})
     direct = httpx.post(opensearch_url + path, json=body, params={"track_total_hits": "true"})
     assert through.status_code == direct.status_code == 200
     assert without_took(through.json()) == without_took(direct.json())
     # Any other API passes through too: a mapping, a cat table, an upstream error.
     for path in (
-        f"/{opensearch_demo.index}/_mapping",
+        f"/{opensearch_demo.index_name}/_mapping",
         "/_cat/indices/itlr-proxy-*?h=index",
         "/nope-index/_doc/1",
     ):
@@ -135,7 +138,8 @@ def test_msearch_with_one_logical_and_one_plain_search(
     proxy_url, opensearch_url, opensearch_demo, embedder
 ) -> None:
     fixture = with_index(
-        json.loads((FIXTURES / "dashboards_lucene_msearch.json").read_text()), opensearch_demo.index
+        json.loads((FIXTURES / "dashboards_lucene_msearch.json").read_text()),
+        opensearch_demo.index_name,
     )
     ndjson = "".join(json.dumps(line) + "\n" for line in fixture["lines"])
     headers = {"content-type": "application/x-ndjson"}
@@ -174,7 +178,7 @@ def test_bad_logical_syntax_in_the_query_bar_is_an_error_the_ui_can_show(
 ) -> None:
     text = 'itlr:("vitamin D" AND OR "bone")'
     body = {"query": {"query_string": {"query": text}}}
-    response = httpx.post(f"{proxy_url}/{opensearch_demo.index}/_search", json=body)
+    response = httpx.post(f"{proxy_url}/{opensearch_demo.index_name}/_search", json=body)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "itlr_query_error"
@@ -259,7 +263,7 @@ def test_hybrid_truths_in_the_query_bar_rank_and_score_as_the_library_does(
 ) -> None:
     for query in (LOGICAL, SECOND):
         response = httpx.post(
-            f"{hybrid_proxy_url}/{opensearch_demo.index}/_search",
+            f"{hybrid_proxy_url}/{opensearch_demo.index_name}/_search",
             json=lucene_body(query),
             timeout=60,
         )
@@ -274,7 +278,8 @@ def test_hybrid_truths_with_a_query_bar_filter_score_as_the_library_does(
     hybrid_proxy_url, opensearch_demo, embedder
 ) -> None:
     fixture = with_index(
-        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()), opensearch_demo.index
+        json.loads((FIXTURES / "dashboards_dql_search.json").read_text()),
+        opensearch_demo.index_name,
     )
     response = httpx.post(
         f"{hybrid_proxy_url}{fixture['path']}",
@@ -293,7 +298,7 @@ def test_hybrid_truths_with_a_query_bar_filter_score_as_the_library_does(
 def test_an_msearch_of_several_hybrid_searches_scores_each_as_the_library_does(
     hybrid_proxy_url, opensearch_demo, embedder
 ) -> None:
-    header = {"index": opensearch_demo.index}
+    header = {"index": opensearch_demo.index_name}
     plain = {"size": 3, "query": {"match": {"text": "coffee"}}}
     pairs = [lucene_body(LOGICAL), lucene_body(SECOND), plain, lucene_body(LOGICAL, size=5)]
     ndjson = "".join(json.dumps(line) + "\n" for body in pairs for line in (header, body))
@@ -352,13 +357,13 @@ def test_hybrid_statistics_written_by_another_client_show_within_the_max_age(
                 # Written past the proxy: its remembered counts are used for at most max_age.
                 time.sleep(max_age)
                 for _ in range(2):  # the second from remembered statistics
-                    response = proxy_search(url, backend.index, LOGICAL)
+                    response = proxy_search(url, backend.index_name, LOGICAL)
                     assert response.status_code == 200, response.text
                     expected = library_hits(backend, embedder, LOGICAL, options)
                     assert ids_scores(response.json()) == expected
                 rounds.append(dict(expected))
     finally:
-        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+        backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
     # The corpus grew: a passage ranked both times scores otherwise (new statistics).
     common = rounds[0].keys() & rounds[1].keys()
     assert common and any(rounds[0][i] != rounds[1][i] for i in common)
@@ -371,12 +376,12 @@ def test_statistics_the_upstream_refuses_are_a_one_line_error(
     app = create_proxy_app(Connection(opensearch_url), embedder=embedder, defaults=hybrid_options())
     try:
         assert backend.add([corpus[0].id], [corpus[0].text], corpus_vectors[:1]) == {}
-        backend.client.indices.close(index=backend.index)
+        backend.client.indices.close(index=backend.index_name)
         with serving(app) as url:
-            response = proxy_search(url, backend.index, LOGICAL)
+            response = proxy_search(url, backend.index_name, LOGICAL)
         assert response.status_code == 502, response.text
         reason = response.json()["error"]["reason"]
         assert reason.startswith("itlr: cannot count the token statistics of")
         assert "closed" in reason and "\n" not in reason
     finally:
-        backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+        backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)

@@ -225,14 +225,14 @@ def body_search(url: str, index: str, body: dict[str, Any]) -> httpx.Response:
 @pytest.fixture(scope="module")
 def ranked(proxy_url, opensearch_demo) -> list[str]:
     """The hits of the logical query sent the ordinary way, as the body's query."""
-    ids = hit_ids(body_search(proxy_url, opensearch_demo.index, {"size": 10, "query": CLAUSE}))
+    ids = hit_ids(body_search(proxy_url, opensearch_demo.index_name, {"size": 10, "query": CLAUSE}))
     assert len(ids) == 10
     return ids
 
 
 def test_count_with_q_is_refused_instead_of_counting_zero(proxy_url, opensearch_demo) -> None:
     response = httpx.get(
-        f"{proxy_url}/{opensearch_demo.index}/_count", params={"q": f"itlr:({LOGICAL})"}
+        f"{proxy_url}/{opensearch_demo.index_name}/_count", params={"q": f"itlr:({LOGICAL})"}
     )
     assert_refused(response, "_count", "_search")
 
@@ -241,7 +241,7 @@ def test_a_search_with_q_not_clause_is_refused_instead_of_returning_every_docume
     proxy_url, opensearch_demo
 ) -> None:
     response = httpx.get(
-        f"{proxy_url}/{opensearch_demo.index}/_search", params={"q": f"NOT itlr:({LOGICAL})"}
+        f"{proxy_url}/{opensearch_demo.index_name}/_search", params={"q": f"NOT itlr:({LOGICAL})"}
     )
     assert_refused(response, "AND")
 
@@ -250,7 +250,7 @@ def test_a_search_with_q_clause_ranks_as_the_body_query_does(
     proxy_url, opensearch_demo, ranked
 ) -> None:
     response = httpx.get(
-        f"{proxy_url}/{opensearch_demo.index}/_search",
+        f"{proxy_url}/{opensearch_demo.index_name}/_search",
         params={"q": f"itlr:({LOGICAL})", "size": "10"},
         timeout=60,
     )
@@ -261,7 +261,7 @@ def test_q_with_a_filter_and_default_operator_and_filters_the_ranking(
     proxy_url, opensearch_demo
 ) -> None:
     response = httpx.get(
-        f"{proxy_url}/{opensearch_demo.index}/_search",
+        f"{proxy_url}/{opensearch_demo.index_name}/_search",
         params={"q": f"itlr:({LOGICAL}) metadata.topic:vitamin_d", "default_operator": "AND"},
         timeout=60,
     )
@@ -275,7 +275,7 @@ def test_a_source_parameter_body_ranks_as_the_request_body_does(
 ) -> None:
     source = json.dumps({"size": 10, "query": CLAUSE})
     response = httpx.get(
-        f"{proxy_url}/{opensearch_demo.index}/_search",
+        f"{proxy_url}/{opensearch_demo.index_name}/_search",
         params={"source": source, "source_content_type": "application/json"},
         timeout=60,
     )
@@ -293,21 +293,21 @@ def test_a_source_parameter_body_ranks_as_the_request_body_does(
 def test_a_negated_clause_alone_is_refused_instead_of_scoring_every_document_alike(
     proxy_url, opensearch_demo, query
 ) -> None:
-    assert_refused(body_search(proxy_url, opensearch_demo.index, {"query": query}), "NOT")
+    assert_refused(body_search(proxy_url, opensearch_demo.index_name, {"query": query}), "NOT")
 
 
 def test_a_default_or_query_string_is_refused_instead_of_dropping_its_other_clause(
     proxy_url, opensearch_demo
 ) -> None:
     query = {"query_string": {"query": f"itlr:({LOGICAL}) text:train"}}
-    assert_refused(body_search(proxy_url, opensearch_demo.index, {"query": query}), "AND")
+    assert_refused(body_search(proxy_url, opensearch_demo.index_name, {"query": query}), "AND")
 
 
 def test_simple_query_string_with_a_clause_is_refused_instead_of_matching_words(
     proxy_url, opensearch_demo
 ) -> None:
     query = {"simple_query_string": {"query": f"itlr:({LOGICAL})"}}
-    response = body_search(proxy_url, opensearch_demo.index, {"query": query})
+    response = body_search(proxy_url, opensearch_demo.index_name, {"query": query})
     assert_refused(response, "simple_query_string", "query_string")
 
 
@@ -328,7 +328,7 @@ def test_a_clause_outside_the_query_is_refused_instead_of_passing_through(
     proxy_url, opensearch_demo, extra, place
 ) -> None:
     body = {"query": {"match": {"text": "vitamin"}}, **extra}
-    assert_refused(body_search(proxy_url, opensearch_demo.index, body), place)
+    assert_refused(body_search(proxy_url, opensearch_demo.index_name, body), place)
 
 
 @pytest.mark.parametrize("header", [[], "x", None, 1])
@@ -378,7 +378,7 @@ def test_a_stored_template_whose_source_holds_a_clause_is_refused(
     proxy_url, opensearch_demo, stored_templates
 ) -> None:
     logical, plain = stored_templates
-    path = f"{proxy_url}/{opensearch_demo.index}/_search/template"
+    path = f"{proxy_url}/{opensearch_demo.index_name}/_search/template"
     refused = httpx.post(path, json={"id": logical, "params": {"q": "vitamin"}}, timeout=60)
     assert_refused(refused, "_search/template")
     passed = httpx.post(path, json={"id": plain, "params": {"q": "vitamin"}}, timeout=60)
@@ -389,7 +389,7 @@ def test_a_body_clause_with_a_q_parameter_that_would_replace_it_is_refused(
     proxy_url, opensearch_demo
 ) -> None:
     response = httpx.post(
-        f"{proxy_url}/{opensearch_demo.index}/_search",
+        f"{proxy_url}/{opensearch_demo.index_name}/_search",
         params={"q": "text:vitamin"},
         json={"query": CLAUSE},
         timeout=60,

@@ -45,7 +45,7 @@ def backend(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[OpenSe
     backend.refresh()
     backend.install_scripts()
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture
@@ -114,18 +114,18 @@ def test_a_script_overwritten_on_the_engine_is_noticed_within_the_check_interval
 ) -> None:
     app = create_proxy_app(Connection(opensearch_url), embedder=embedder, script_check_seconds=1)
     with serving(app) as url:
-        before = logical_search(url, backend.index)
+        before = logical_search(url, backend.index_name)
         assert before.status_code == 200, before.text[:300]
         scores = [hit["_score"] for hit in before.json()["hits"]["hits"]]
         assert len(set(scores)) > 1
         httpx.put(f"{opensearch_url}/_scripts/{score_id}", json=FOREIGN).raise_for_status()
         time.sleep(1.2)
-        assert_mismatch(logical_search(url, backend.index), score_id)
+        assert_mismatch(logical_search(url, backend.index_name), score_id)
         # Refused, not repaired behind the operator's back, until the packaged script is back.
-        assert_mismatch(logical_search(url, backend.index), score_id)
+        assert_mismatch(logical_search(url, backend.index_name), score_id)
         assert stored_source(opensearch_url, score_id) == FOREIGN["script"]["source"]
         backend.install_scripts()
-        again = logical_search(url, backend.index)
+        again = logical_search(url, backend.index_name)
         assert again.status_code == 200, again.text[:300]
         assert [hit["_score"] for hit in again.json()["hits"]["hits"]] == scores
 
@@ -140,10 +140,10 @@ def test_a_script_write_relayed_by_the_proxy_is_checked_at_the_next_search(
         script_check_seconds=3600,
     )
     with serving(app) as url:
-        assert logical_search(url, backend.index).status_code == 200
+        assert logical_search(url, backend.index_name).status_code == 200
         written = httpx.put(f"{url}/_scripts/{score_id}", json=FOREIGN)
         assert written.status_code == 200, written.text
-        assert_mismatch(logical_search(url, backend.index), score_id)
+        assert_mismatch(logical_search(url, backend.index_name), score_id)
 
 
 def test_a_script_deleted_on_the_engine_is_stored_again_after_the_interval(
@@ -151,10 +151,10 @@ def test_a_script_deleted_on_the_engine_is_stored_again_after_the_interval(
 ) -> None:
     app = create_proxy_app(Connection(opensearch_url), embedder=embedder, script_check_seconds=1)
     with serving(app) as url:
-        assert logical_search(url, backend.index).status_code == 200
+        assert logical_search(url, backend.index_name).status_code == 200
         httpx.delete(f"{opensearch_url}/_scripts/{score_id}").raise_for_status()
         time.sleep(1.2)
-        answer = logical_search(url, backend.index)
+        answer = logical_search(url, backend.index_name)
         assert answer.status_code == 200, answer.text[:300]
     assert httpx.get(f"{opensearch_url}/_scripts/{score_id}").status_code == 200
 

@@ -184,8 +184,8 @@ def documents_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterato
     kept = corpus[:-10]
     assert backend.add([d.id for d in kept], [d.text for d in kept], corpus_vectors[:-10]) == {}
     backend.refresh()
-    yield backend.index
-    backend.client.indices.delete(index=backend.index, ignore_unavailable=True)
+    yield backend.index_name
+    backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
 
 
 class CountingProxy:

@@ -8,7 +8,7 @@ import pytest
 
 from itlr.engines import Backend
 from itlr.engines.elasticsearch import ElasticsearchBackend
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
@@ -24,13 +24,13 @@ def unit(rows: int, dims: int, seed: int) -> np.ndarray:
 
 
 @pytest.fixture()
-def embedded(tmp_path) -> EmbeddedIndex:
-    index = EmbeddedIndex.create(tmp_path / "idx", "random", 8)
+def embedded(tmp_path) -> EmbeddedBackend:
+    index = EmbeddedBackend.create(tmp_path / "idx", "random", 8)
     index.add([f"d{i}" for i in range(20)], [f"text {i}" for i in range(20)], unit(20, 8, 1))
     return index
 
 
-def engines(embedded: EmbeddedIndex) -> list[object]:
+def engines(embedded: EmbeddedBackend) -> list[object]:
     # Cluster backends without a client: the contract is what the classes offer.
     return [
         embedded,
@@ -45,13 +45,13 @@ def test_the_contract_names_what_callers_use() -> None:
     )
 
 
-def test_every_engine_offers_every_member_of_the_contract(embedded: EmbeddedIndex) -> None:
+def test_every_engine_offers_every_member_of_the_contract(embedded: EmbeddedBackend) -> None:
     for engine in engines(embedded):
         assert [name for name in CONTRACT if not hasattr(engine, name)] == [], type(engine)
 
 
 def test_an_embedded_search_returns_one_result_with_hits_exact_and_no_coverage(
-    embedded: EmbeddedIndex,
+    embedded: EmbeddedBackend,
 ) -> None:
     query = parse('"a" AND NOT "b"')
     result = embedded.search(query, unit(2, 8, 2), SearchOptions(k=5, mode="exact"))
@@ -62,7 +62,7 @@ def test_an_embedded_search_returns_one_result_with_hits_exact_and_no_coverage(
 
 
 def test_a_filter_on_a_field_no_document_has_is_a_warning_of_that_search(
-    embedded: EmbeddedIndex,
+    embedded: EmbeddedBackend,
 ) -> None:
     options = SearchOptions(k=3, filter={"term": {"metadata.lang": "en"}})
     result = embedded.search(parse('"a"'), unit(1, 8, 3), options)
@@ -71,7 +71,7 @@ def test_a_filter_on_a_field_no_document_has_is_a_warning_of_that_search(
 
 
 def test_the_embedded_engine_answers_the_cluster_members_honestly(
-    embedded: EmbeddedIndex,
+    embedded: EmbeddedBackend,
 ) -> None:
     assert embedded.engine == "embedded" and embedded.coverage() is None
     assert embedded.foreign is False and embedded.top_fields == frozenset()

@@ -184,7 +184,7 @@ def test_opensearch_explanation_that_disagrees_with_the_score_is_a_warning(
     options = _options({})
     lexical = opensearch_backend.lexical_stats(parsed)  # what hybrid truths read
     body = opensearch_backend.dialect.search_body(parsed, vectors, options, lexical)
-    response = opensearch_backend.client.search(index=opensearch_backend.index, body=body)
+    response = opensearch_backend.client.search(index=opensearch_backend.index_name, body=body)
     # The engine scored these vectors; explaining its hits with other ones cannot add up.
     others = embedder.encode(["football", "opera"])
     hits = opensearch_backend.dialect.hits(dict(response), parsed, others, options, lexical)
@@ -202,7 +202,7 @@ def test_pasted_request_with_engine_explain_shows_truths_not_vectors(
     (request,) = translate_requests(
         query,
         "opensearch",
-        opensearch_backend.index,
+        opensearch_backend.index_name,
         options,
         embedder,
         lexical=opensearch_backend.lexical_stats(query),  # what hybrid truths read
@@ -234,7 +234,7 @@ def test_query_bar_explain_through_the_proxy_is_short_and_per_term(
         "query": {"query_string": {"query": 'itlr:("vitamin D" AND NOT "bone health")'}},
     }
     with serve_proxy(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        answer = httpx.post(f"{url}/{opensearch_backend.index}/_search", json=body, timeout=60)
+        answer = httpx.post(f"{url}/{opensearch_backend.index_name}/_search", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
     hits = answer.json()["hits"]["hits"]
     assert len(hits) == 3

@@ -16,7 +16,7 @@ import itlr
 from itlr.composition import compose
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
@@ -170,7 +170,7 @@ def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_t
     tmp_path,
 ) -> None:
     rng = np.random.default_rng(0)
-    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     texts = ["aarhus is a city", "aarhus is a city in denmark", "copenhagen harbour"]
     vectors = unit(rng, 1).repeat(3, axis=0)  # one cosine for all: only the words differ
     index.add(["a", "b", "c"], texts, vectors)
@@ -188,7 +188,7 @@ def test_embedded_hybrid_search_demotes_the_passage_that_mentions_the_excluded_t
 
 def test_embedded_statistics_count_live_documents_only(tmp_path) -> None:
     rng = np.random.default_rng(1)
-    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     index.add(["a", "b"], ["bone bone", "sun"], unit(rng, 2))
     before = index.lexical_stats()
     assert (before.documents, before.total_length, before.df["bone"]) == (2, 3, 1)
@@ -229,14 +229,14 @@ def hybrid_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]
 def one_shard(opensearch_url, corpus, corpus_vectors, embedder):
     backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 1)
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture(scope="module")
 def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
     backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.mark.opensearch
@@ -247,7 +247,7 @@ def test_cluster_statistics_are_the_embedded_index_statistics(
     backend = one_shard if shards == 1 else three_shards
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "zzyzx"')
     remote = lexical_stats(
-        dict(backend.client.search(index=backend.index, body=lexical_stats_body(query)))
+        dict(backend.client.search(index=backend.index_name, body=lexical_stats_body(query)))
     )
     local = embedded.lexical_stats()
     assert (remote.documents, remote.total_length) == (local.documents, local.total_length)
@@ -311,7 +311,7 @@ def test_a_document_without_lexical_fields_keeps_its_cosine_share(
     doc_id = f"bare-{uuid.uuid4().hex[:6]}"
     vector = vocabulary_vectors["vitamin D"]
     one_shard.client.index(
-        index=one_shard.index,
+        index=one_shard.index_name,
         id=doc_id,
         body={"doc_id": doc_id, "text": "vitamin D", "embedding": vector.tolist()},
         refresh=True,
@@ -329,14 +329,14 @@ def test_a_document_without_lexical_fields_keeps_its_cosine_share(
         assert hit.id == doc_id
         assert hit.score == pytest.approx(0.5, abs=1e-4)  # cosine 1, lexical 0
     finally:
-        one_shard.client.delete(index=one_shard.index, id=doc_id, refresh=True)
+        one_shard.client.delete(index=one_shard.index_name, id=doc_id, refresh=True)
 
 
 @pytest.mark.opensearch
 def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
     three_shards, embedded, vocabulary_vectors
 ) -> None:
-    es = ElasticsearchBackend(None, three_shards.index, "m", 384, version="8.19.0")
+    es = ElasticsearchBackend(None, three_shards.index_name, "m", 384, version="8.19.0")
     # The ES script for OpenSearch's k-NN doc values: `.vectorValue` is `.value`.
     source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
     for query, options in hybrid_cases(20, seed=5):
@@ -350,7 +350,7 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
             "params": script["params"],
         }
         response = three_shards.client.search(
-            index=three_shards.index, body=json.loads(json.dumps(body))
+            index=three_shards.index_name, body=json.loads(json.dumps(body))
         )
         remote = three_shards.dialect.hits(dict(response)).hits
         assert_same_ranking(remote, embedded.search(query, vectors, options))
@@ -387,12 +387,12 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         script = {"source": "ctx._source.remove(params.f)", "params": {"f": TOKEN_KEYS_FIELD}}
     backend.refresh()
     changed = backend.client.update_by_query(
-        index=backend.index, body={"script": script}, params={"refresh": "true"}
+        index=backend.index_name, body={"script": script}, params={"refresh": "true"}
     )
     assert changed["updated"] == len(texts)
-    embedded = EmbeddedIndex.create(tmp_path / "idx", "m", dims)
+    embedded = EmbeddedBackend.create(tmp_path / "idx", "m", dims)
     embedded.add(ids, texts, vectors)
-    es = ElasticsearchBackend(None, backend.index, "m", dims, version="8.19.0")
+    es = ElasticsearchBackend(None, backend.index_name, "m", dims, version="8.19.0")
     es_source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
     only_words = TruthMap("hybrid", lexical=1.0, not_evidence="lexical")
     options = SearchOptions(k=len(texts), mode="exact", ops=Operators(), truth=only_words)
@@ -413,7 +413,7 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         script = body["query"]["script_score"]["script"]
         script.pop("id")
         script.update(source=es_source, lang="painless")
-        found = backend.client.search(index=backend.index, body=body)
+        found = backend.client.search(index=backend.index_name, body=body)
         by_es = {h.id: h.score for h in backend.dialect.hits(dict(found)).hits}
         for scores in (remote, by_es):
             assert max(abs(scores.get(i, 0.0) - local[i]) for i in local) < 1e-4, word
@@ -462,7 +462,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
 ) -> None:
     # Each commit writes the postings of the rows it appends; the statistics and the lexical
     # truths must equal those counted from scratch over the live rows.
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     dims = 8
     rng = np.random.default_rng(0)
@@ -471,7 +471,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
         rows = rng.normal(size=(count, dims))
         return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
-    index = EmbeddedIndex.create(tmp_path / "idx", "test-model", dims)
+    index = EmbeddedBackend.create(tmp_path / "idx", "test-model", dims)
     index.add(["a", "b", "c"], ["zebra lion", "lion lion tiger", "eagle"], vectors(3))
     terms = ("zebra", "lion tiger", "eagle")
     index.lexical_truths(index._live_rows(), terms)  # built here, caught up below

@@ -13,7 +13,7 @@ import pytest
 
 import itlr
 from itlr.composition import compose, explain
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.explain import recompute
 from itlr.options import OPTIONS, SearchOptions, search_options
@@ -73,7 +73,7 @@ def test_embedded_max_not_demotes_both_the_mention_and_the_semantically_close_pa
     tmp_path,
 ) -> None:
     rng = np.random.default_rng(3)
-    index = EmbeddedIndex.create(tmp_path / "idx", "toy", 8)
+    index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     topic, excluded = unit(rng, 2)
     close = excluded + 0.3 * topic
     close /= np.linalg.norm(close)
@@ -117,7 +117,7 @@ def max_cases(count: int, seed: int) -> list[tuple[itlr.Query, SearchOptions]]:
 def three_shards(opensearch_url, corpus, corpus_vectors, embedder):
     backend = sharded_backend(opensearch_url, corpus, corpus_vectors, embedder, 3)
     yield backend
-    backend.client.indices.delete(index=backend.index)
+    backend.client.indices.delete(index=backend.index_name)
 
 
 @pytest.fixture(params=["demo", "three shards"])

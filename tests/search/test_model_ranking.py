@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 from itlr.retriever import Retriever
 from itlr.scoring import TruthMap
@@ -15,7 +15,7 @@ BONES = "Vitamin D helps the body absorb calcium, which keeps bones strong and h
 
 @pytest.fixture
 def retriever(tmp_path, embedder) -> Retriever:
-    index = EmbeddedIndex.create(tmp_path / "vit", embedder.name, embedder.dims)
+    index = EmbeddedBackend.create(tmp_path / "vit", embedder.name, embedder.dims)
     texts = [IMMUNITY, BONES, "The Roman army built roads across its empire."]
     index.add(["immunity", "bones", "rome"], texts, embedder.encode(texts))
     return Retriever(index, embedder)

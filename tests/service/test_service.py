@@ -65,7 +65,7 @@ def service(demo_index):
 def test_search_gives_the_hits_itlr_search_json_gives(service, demo_index, body, flags) -> None:
     answer = service.post("/search", json=body)
     assert answer.status_code == 200, answer.text
-    expected = cli_search(body["query"], str(demo_index.spec.index), *flags)
+    expected = cli_search(body["query"], str(demo_index.spec.index_name), *flags)
     assert answer.json() == expected
     assert len(expected["hits"]) > 0
 
@@ -133,7 +133,7 @@ def test_translate_parse_rewrite_and_healthz_answer_as_the_cli_does(service, dem
     translated = service.post("/translate", json={"query": QUERY, "k": 7, "hard_filter": 0.5})
     assert translated.status_code == 200
     (search,) = translated.json()["requests"]
-    name = demo_index.spec.index
+    name = demo_index.spec.index_name
     printed = runner.invoke(
         cli, ["translate", QUERY, "-i", name, "-k", "7", "--hard-filter", "0.5", "--format", "json"]
     )
@@ -272,7 +272,7 @@ def test_translate_on_an_embedded_index_builds_cosine_truths_for_a_hybrid_defaul
 def test_an_engine_that_is_down_is_a_502_that_shows_no_credentials(embedder) -> None:
     password = "s3cret-password-never-shown"
     connection = Connection(f"http://127.0.0.1:{free_port()}", user="admin", password=password)
-    spec = EngineSpec(engine="opensearch", index="gone", connection=connection)
+    spec = EngineSpec(engine="opensearch", index_name="gone", connection=connection)
     down = itlr.Index(spec, remote_backend(spec, embedder.name, embedder.dims), embedder)
     with serving(create_app(down)) as url:
         answer = httpx.post(f"{url}/search", json={"query": QUERY}, timeout=60)
@@ -303,7 +303,7 @@ def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
     command = [sys.executable, "-c", "from itlr.cli import app; app()", "serve"]
     command += [
         "--index",
-        str(demo_index.spec.index),
+        str(demo_index.spec.index_name),
         "--port",
         str(port),
         "--log-level",

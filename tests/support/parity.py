@@ -148,7 +148,7 @@ def sharded_backend(url: str, corpus, corpus_vectors, embedder, shards: int) -> 
     )
     mapping = backend.dialect.mapping(embedder.dims, embedder.name)
     mapping["settings"]["index"]["number_of_shards"] = shards
-    backend.client.indices.create(index=backend.index, body=mapping)
+    backend.client.indices.create(index=backend.index_name, body=mapping)
     failures = backend.add(
         [d.id for d in corpus], [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]
     )

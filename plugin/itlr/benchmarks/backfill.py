@@ -56,7 +56,7 @@ def backfill_report(url: str, copies: int = 3) -> list[str]:
         report = backfill(backend, embedder, "body")
         seconds = time.perf_counter() - started
     finally:
-        backend.client.indices.delete(index=backend.index)
+        backend.client.indices.delete(index=backend.index_name)
     with throwaway_opensearch(url, "ingest", embedder.name, embedder.dims) as target:
         ingested = measure_ingest("opensearch", target, embedder, documents)
     rows = [

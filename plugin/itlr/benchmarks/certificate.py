@@ -18,7 +18,7 @@ from itlr.benchmarks.plans import SHAPES, query_shape
 from itlr.benchmarks.reports import machine, throwaway_opensearch
 from itlr.benchmarks.text_corpus import grown_pairs, random_queries, recall_corpus
 from itlr.embed import get_embedder
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 from itlr.query import Query
 from itlr.scoring import TruthMap
@@ -52,16 +52,16 @@ def agreement(found, truth) -> float:
 
 def _index(
     path: Path, ids: list[str], texts: list[str], vectors: np.ndarray, embedder
-) -> EmbeddedIndex:
+) -> EmbeddedBackend:
     """The benchmark's index at `path`, reused when an earlier run (`--keep`) left it complete:
     building a 100k-row graph takes minutes."""
     if path.exists():
-        index = EmbeddedIndex.open(path)
+        index = EmbeddedBackend.open(path)
         if index.count() == len(ids) and (index.get(ids[-1]) or {}).get("text") == texts[-1]:
             return index
         index.close()
         shutil.rmtree(path)
-    index = EmbeddedIndex.create(path, embedder.name, embedder.dims)
+    index = EmbeddedBackend.create(path, embedder.name, embedder.dims)
     index.add(ids, texts, vectors)
     return index
 

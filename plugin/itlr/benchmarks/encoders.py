@@ -86,11 +86,11 @@ def measure_speed(
 
 def top_hits(embedder: Embedder, corpus: Corpus, folder: Path) -> list[list[tuple[str, float]]]:
     """Each query's top 10 (id, score) on an embedded index of the corpus, exact mode."""
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
     from itlr.options import SearchOptions
     from itlr.retriever import Retriever
 
-    index = EmbeddedIndex.create(
+    index = EmbeddedBackend.create(
         folder / f"{corpus.name}-{embedder.encoder}", embedder.name, embedder.dims
     )
     index.add(list(corpus.ids), list(corpus.texts), embedder.encode(list(corpus.texts)))

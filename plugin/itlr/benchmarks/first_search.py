@@ -31,12 +31,12 @@ _FRESH_PROCESS = """
 import json, os, sys, time
 import numpy as np
 import itlr
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 from itlr.scoring import TruthMap
 
 started = time.perf_counter()
-index = EmbeddedIndex.open(sys.argv[1])
+index = EmbeddedBackend.open(sys.argv[1])
 times = {"open": time.perf_counter() - started}
 rng = np.random.default_rng(1)
 warm = itlr.parse('"guitar" AND "dog training"')
@@ -56,10 +56,10 @@ print(json.dumps(times))
 def build(path: Path, passages: int) -> None:
     """The recall corpus grown to `passages`, random vectors, unless `path` holds it already."""
     from itlr.benchmarks.text_corpus import recall_corpus
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     if exists(path):
-        index = EmbeddedIndex.open(path)
+        index = EmbeddedBackend.open(path)
         complete = index.count() == passages
         index.close()
         if complete:
@@ -67,7 +67,7 @@ def build(path: Path, passages: int) -> None:
         raise ConfigurationError(f"{path} holds an index of another size: give an empty folder")
     documents, _ = recall_corpus(passages)
     rng = np.random.default_rng(0)
-    index = EmbeddedIndex.create(path, "random", DIMS)
+    index = EmbeddedBackend.create(path, "random", DIMS)
     with index.writing():
         for start in range(0, len(documents), BATCH):
             chunk = documents[start : start + BATCH]

@@ -285,7 +285,7 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
     def send(bodies: list[dict]) -> Callable[[int], object]:
         def call(i: int) -> object:
             response = backend.client.search(
-                index=backend.index, body=bodies[i % POOL], allow_partial_search_results=False
+                index=backend.index_name, body=bodies[i % POOL], allow_partial_search_results=False
             )
             return backend.dialect.hits(dict(response)).hits
 
@@ -380,14 +380,14 @@ def measure_embedded(count: int, dims: int, repeats: int, folder: Path) -> Embed
     the build times it recorded: at a million rows the graph takes tens of minutes to build."""
     import json
 
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     path = folder / f"bench-{count}-{dims}"
     record = path / BUILD_RECORD
     vectors = random_unit(count, dims, seed=1)
     record_existed = record.exists()
     if record_existed:
-        index = EmbeddedIndex.open(path)
+        index = EmbeddedBackend.open(path)
         built = json.loads(record.read_text())
         store_seconds, graph_seconds = built["store_seconds"], built["graph_seconds"]
     else:
@@ -395,7 +395,7 @@ def measure_embedded(count: int, dims: int, repeats: int, folder: Path) -> Embed
             import shutil
 
             shutil.rmtree(path)  # a build that did not finish
-        index = EmbeddedIndex.create(path, "random", dims)
+        index = EmbeddedBackend.create(path, "random", dims)
         threshold, index.ann_min_rows = index.ann_min_rows, 2**62
         started = time.perf_counter()
         index.add([f"r{i}" for i in range(count)], [""] * count, vectors)

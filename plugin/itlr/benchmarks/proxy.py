@@ -151,7 +151,7 @@ def measure_proxy_overhead(
 ) -> ProxyOverhead:
     queries = [parse(text) for text in QUERIES]
     options = SearchOptions(k=10)
-    path = f"/{backend.index}/_search"
+    path = f"/{backend.index_name}/_search"
     ui_bodies = [
         {
             "size": 10,

@@ -89,7 +89,9 @@ def fill_with_random(backend: Any, count: int, dims: int) -> None:
         ids = [f"r{start + i}" for i in range(len(vectors))]
         backend.add(ids, random_texts(len(ids), seed=start), vectors)
     # One segment, so that latency does not depend on how the merges happened to go.
-    backend.client.indices.forcemerge(index=backend.index, max_num_segments=1, request_timeout=600)
+    backend.client.indices.forcemerge(
+        index=backend.index_name, max_num_segments=1, request_timeout=600
+    )
     backend.refresh()
 
 
@@ -189,7 +191,7 @@ def shards_report(
     for count in counts:
         with throwaway_opensearch(url, "shards", "random", dims, count, replicas) as backend:
             fill_with_random(backend, docs, dims)
-            backend.client.cluster.health(index=backend.index, wait_for_status="green")
+            backend.client.cluster.health(index=backend.index_name, wait_for_status="green")
             calls = {
                 "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % POOL], 10),
                 **{
@@ -229,7 +231,7 @@ def recall_report(
     from itlr.benchmarks.plans import recall_by_plan_and_shape
     from itlr.benchmarks.text_corpus import random_queries, recall_corpus
     from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
 
     embedder = get_embedder()
     documents, vocabulary = recall_corpus(passages)
@@ -264,7 +266,7 @@ def recall_report(
     rows: dict[str, dict[str, dict[int, CandidateRecall]]] = {}
     by_plan: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as folder:
-        index = EmbeddedIndex.create(Path(folder) / "recall", embedder.name, embedder.dims)
+        index = EmbeddedBackend.create(Path(folder) / "recall", embedder.name, embedder.dims)
         index.add(ids, texts, vectors)
         rows["embedded"] = measure(index)
         by_plan["embedded"] = recall_by_plan_and_shape(
@@ -333,7 +335,7 @@ def ingest_report(url: str | None = None, copies: int = 3) -> list[str]:
     from itlr.benchmarks.ingest import measure_ingest
     from itlr.documents import Document, read_jsonl
     from itlr.embed import get_embedder
-    from itlr.engines.embedded import EmbeddedIndex
+    from itlr.engines.embedded import EmbeddedBackend
     from itlr.resources import data_file
 
     embedder = get_embedder()
@@ -341,7 +343,7 @@ def ingest_report(url: str | None = None, copies: int = 3) -> list[str]:
     documents = [Document(f"{d.id}-{c}", d.text, d.fields) for c in range(copies) for d in base]
     measurements = []
     with tempfile.TemporaryDirectory() as folder:
-        index = EmbeddedIndex.create(Path(folder) / "ingest", embedder.name, embedder.dims)
+        index = EmbeddedBackend.create(Path(folder) / "ingest", embedder.name, embedder.dims)
         measurements.append(measure_ingest("embedded", index, embedder, documents))
     if url:
         with throwaway_opensearch(url, "ingest", embedder.name, embedder.dims) as backend:

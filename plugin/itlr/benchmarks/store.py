@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from itlr.engines.embedded import EmbeddedIndex
+from itlr.engines.embedded import EmbeddedBackend
 
 TEXT = "a passage of about the length of a demo corpus entry, " * 4
 
@@ -41,7 +41,7 @@ def measure_store(
     writes, opens = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as folder:
-            index = EmbeddedIndex.create(Path(folder) / "store", "random", dims)
+            index = EmbeddedBackend.create(Path(folder) / "store", "random", dims)
             started = time.perf_counter()
             for start in range(0, rows, batch_size):
                 stop = min(rows, start + batch_size)
@@ -50,7 +50,7 @@ def measure_store(
             writes.append(time.perf_counter() - started)
             index.close()
             started = time.perf_counter()
-            EmbeddedIndex.open(Path(folder) / "store").close()
+            EmbeddedBackend.open(Path(folder) / "store").close()
             opens.append(time.perf_counter() - started)
     return StoreMeasurement(
         rows, batch_size, dims, statistics.median(writes), statistics.median(opens)

@@ -303,7 +303,7 @@ def _connection(values: dict[str, Any]):
     return Connection.from_env(values["url"], **given)
 
 
-def _build_spec(index: str, values: dict[str, Any]):
+def _build_spec(index_name: str, values: dict[str, Any]):
     from itlr.engines.factory import EngineSpec, engine_name
     from itlr.engines.layout import IndexLayout
 
@@ -312,7 +312,7 @@ def _build_spec(index: str, values: dict[str, Any]):
     name = engine_name(engine.value, warn) if engine else ("auto" if url else "embedded")
     return EngineSpec(
         engine=name,
-        index=index,
+        index_name=index_name,
         connection=_connection(values) if url and name != "embedded" else None,
         layout=IndexLayout(values["vector_field"], values["text_field"]),
         inline_script=values["inline_script"],

@@ -128,7 +128,7 @@ def follow_index(
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with follow_progress(err) as progress:
-            task = progress.add_task(f"following {spec.index}", total=None)
+            task = progress.add_task(f"following {spec.index_name}", total=None)
             report = follow_spec(
                 spec,
                 model=model,
@@ -136,7 +136,9 @@ def follow_index(
                 batch_size=batch_size,
                 interval=interval,
                 stop=stop,
-                on_cycle=lambda c: out.print(c.line(spec.index), highlight=False, soft_wrap=True),
+                on_cycle=lambda c: out.print(
+                    c.line(spec.index_name), highlight=False, soft_wrap=True
+                ),
                 on_batch=lambda n: progress.advance(task, n),
                 on_error=lambda line: say(err, "retrying", "yellow", line),
                 **encoders,

@@ -33,14 +33,14 @@ UNSET_OPTIONS = ("truth",)
 
 
 def count_statistics(
-    connection: Connection, engine: str, index: str, query: Query, layout: Any
+    connection: Connection, engine: str, index_name: str, query: Query, layout: Any
 ) -> CorpusStats:
     """The index's token statistics for the query's tokens, counted on the cluster: the one
     request hybrid truths cost (the search itself is what translate prints)."""
     from itlr.engines.cluster import ClusterBackend
     from itlr.engines.factory import EngineSpec, remote_backend
 
-    spec = EngineSpec(engine, index, connection, layout)
+    spec = EngineSpec(engine, index_name, connection, layout)
     # The model does not matter to the statistics: no index check, no model load.
     backend: ClusterBackend = remote_backend(spec, model="", dims=0)
     return backend.lexical_stats(query)

@@ -139,7 +139,7 @@ class Backend(Protocol):
 class ClusterIndex(Backend, Protocol):
     """An index on a cluster (engines.cluster.ClusterBackend): named and reachable."""
 
-    index: str
+    index_name: str
     url: str
 
 

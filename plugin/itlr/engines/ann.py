@@ -41,7 +41,7 @@ EXPANSION_SEARCH = 256
 BREADTH_PER_NEIGHBOUR = 4
 MAX_EXPANSION = 8192
 # Save the graph when first built, then once this share of its rows is new since the last save,
-# and at the end of every `EmbeddedIndex.writing()` block (a whole ingestion).
+# and at the end of every `EmbeddedBackend.writing()` block (a whole ingestion).
 SAVE_FRACTION = 0.1
 SAVE_MIN_ROWS = 10_000
 ADD_CHUNK = 50_000

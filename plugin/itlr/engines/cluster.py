@@ -44,7 +44,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
     def __init__(
         self,
         client: Any,
-        index: str,
+        index_name: str,
         model: str,
         dims: int,
         layout: IndexLayout | None = None,
@@ -52,7 +52,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         url: str = "",
     ) -> None:
         self.client = client
-        self.index = index
+        self.index_name = index_name
         self.model = model
         self.dims = dims
         self.layout = layout or IndexLayout()
@@ -81,11 +81,11 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         """Client exceptions become one actionable line."""
-        return self.operations.errors(self.index)
+        return self.operations.errors(self.index_name)
 
     def _create_index(self, knn_engine: str | None) -> None:
         body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
-        self.operations.create_index(self.index, body["settings"], body["mappings"])
+        self.operations.create_index(self.index_name, body["settings"], body["mappings"])
 
     def mapped_dims(self, vector: dict[str, Any]) -> Any:
         """The dimension count the mapping records, or None when it records none yet."""
@@ -126,7 +126,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
     def ensure_index(self, knn_engine: str | None = None) -> bool:
         """Create the index from mappings/<engine>.json if missing; True if created."""
         with self._errors():
-            if self.client.indices.exists(index=self.index):
+            if self.client.indices.exists(index=self.index_name):
                 mappings = self._mappings()
                 self._learn_shape(mappings)
                 if self.foreign and self.layout.vector_field not in self.top_fields:
@@ -140,7 +140,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
             return True
 
     def _mappings(self) -> dict[str, Any]:
-        return self.operations.mapping(self.index)
+        return self.operations.mapping(self.index_name)
 
     def _learn_shape(self, mappings: dict[str, Any]) -> None:
         self.foreign = "itlr" not in (mappings.get("_meta") or {})
@@ -153,14 +153,15 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         vector = mappings.get("properties", {}).get(self.layout.vector_field)
         if vector is None or vector.get("type") != self.vector_type:
             raise IndexStateError(
-                f"index {self.index!r} has no {self.vector_type} field "
+                f"index {self.index_name!r} has no {self.vector_type} field "
                 f"{self.layout.vector_field!r}: name the right one with `vector_field`"
             )
         dims = self.mapped_dims(vector)
         if dims is not None and int(dims) != self.dims:
             raise IndexStateError(
-                f"index {self.index!r} field {self.layout.vector_field!r} holds {dims}-dim vectors "
-                f"but model {self.model!r} makes {self.dims}-dim ones: choose the matching `model`"
+                f"index {self.index_name!r} field {self.layout.vector_field!r} holds {dims}-dim "
+                f"vectors but model {self.model!r} makes {self.dims}-dim ones: choose the matching "
+                "`model`"
             )
         self._adopt_mapping(mappings.get("properties", {}))
         meta = mappings.get("_meta", {}).get("itlr")
@@ -168,8 +169,8 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         meta_model = mappings.get("_meta", {}).get("itlr", {}).get("model")
         if meta_model and meta_model != self.model:
             self._warn(
-                f"index {self.index!r} records model {meta_model!r} in _meta, but searching with "
-                f"{self.model!r}: scores will be meaningless unless they share a vector space"
+                f"index {self.index_name!r} records model {meta_model!r} in _meta, but searching "
+                f"with {self.model!r}: scores will be meaningless unless they share a vector space"
             )
         self._check_vector(vector)
 
@@ -188,7 +189,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         if not options.filter or self.mapped is None:
             return []
         return [
-            f"the filter names field {name!r}, which index {self.index!r} does not map: "
+            f"the filter names field {name!r}, which index {self.index_name!r} does not map: "
             "it matches no document"
             for name in sorted(filter_fields(options.filter) - self.mapped)
         ]
@@ -200,14 +201,14 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
 
     def count(self) -> int:
         with self._errors():
-            self.client.indices.refresh(index=self.index)
-            return int(self.client.count(index=self.index)["count"])
+            self.client.indices.refresh(index=self.index_name)
+            return int(self.client.count(index=self.index_name)["count"])
 
     def refresh(self) -> None:
         self.remembered.written()  # what was written shows now: count again
         self.coverage_cache.forget()
         with self._errors():
-            self.client.indices.refresh(index=self.index)
+            self.client.indices.refresh(index=self.index_name)
 
     # -- scripts -------------------------------------------------------------------------
 
@@ -244,7 +245,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         def count() -> Coverage:
             body = coverage_body(self.layout.vector_field, self.layout.text_field)
             with self._errors():
-                response = self.client.search(index=self.index, body=body)
-            return parse_coverage(self.index, dict(response))
+                response = self.client.search(index=self.index_name, body=body)
+            return parse_coverage(self.index_name, dict(response))
 
-        return self.coverage_cache.get(self.index, count)
+        return self.coverage_cache.get(self.index_name, count)

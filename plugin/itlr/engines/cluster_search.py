@@ -32,7 +32,7 @@ class ClusterSearch:
     not imported: the backend imports this module)."""
 
     client: Any
-    index: str
+    index_name: str
     url: str
     layout: IndexLayout
     inline_script: bool
@@ -59,7 +59,7 @@ class ClusterSearch:
         truths need the index's statistics: given, or counted here (one request)."""
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_stats(query)
-        options, _ = counted_truths(options, lexical, self.index)
+        options, _ = counted_truths(options, lexical, self.index_name)
         return self.dialect.search_body(query, term_vectors, options, lexical)
 
     def lexical_stats(self, query: Query) -> CorpusStats:
@@ -68,7 +68,9 @@ class ClusterSearch:
         with self._errors():
             # Statistics from some shards only would score unlike the embedded engine: refuse.
             response = self.client.search(
-                index=self.index, body=lexical_stats_body(query), allow_partial_search_results=False
+                index=self.index_name,
+                body=lexical_stats_body(query),
+                allow_partial_search_results=False,
             )
         counted = lexical_stats(dict(response))
         self.remembered.record(counted, asked)
@@ -118,7 +120,7 @@ class ClusterSearch:
         lexical: CorpusStats | None,
         guessed: CorpusStats | None,
     ) -> Ranking:
-        options, noted = counted_truths(options, lexical, self.index)
+        options, noted = counted_truths(options, lexical, self.index_name)
         try:
             return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
         except EngineError as failed:
@@ -145,7 +147,7 @@ class ClusterSearch:
                     # mid-search) looks like any other: refuse it, so the client's retry asks
                     # the re-routed cluster.
                     response = self.client.search(
-                        index=self.index, body=bodies[0], allow_partial_search_results=False
+                        index=self.index_name, body=bodies[0], allow_partial_search_results=False
                     )
                 return [dict(response)]
             return self._multi_search(bodies)
@@ -192,14 +194,14 @@ class ClusterSearch:
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a
         ranking from the shards that answered is refused too)."""
-        header = {"index": self.index, "allow_partial_search_results": False}
+        header = {"index": self.index_name, "allow_partial_search_results": False}
         lines = [line for body in bodies for line in (header, body)]
         with self._errors():
             responses = self._msearch(lines)["responses"]
         for response in responses:
             if "error" in response:
                 raise EngineError(
-                    f"{self.url} refused a search of {self.index!r}: "
+                    f"{self.url} refused a search of {self.index_name!r}: "
                     f"{error_reason(response, response)}"
                 )
         return [dict(r) for r in responses]

@@ -27,7 +27,7 @@ class ClusterWrites:
     not imported: the backend imports this module)."""
 
     engine: ClassVar[str]
-    index: str
+    index_name: str
     model: str
     dims: int
     layout: IndexLayout
@@ -84,8 +84,8 @@ class ClusterWrites:
                 names = ", ".join(repr(name) for name in lost[:5])
                 more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
                 raise IndexStateError(
-                    f"document {doc_id!r} of index {self.index!r} has fields {names}{more} that "
-                    "the new copy lacks, and replacing it would drop them: give the whole "
+                    f"document {doc_id!r} of index {self.index_name!r} has fields {names}{more} "
+                    "that the new copy lacks, and replacing it would drop them: give the whole "
                     "document (every field it holds); refused before writing it"
                 )
 
@@ -100,21 +100,24 @@ class ClusterWrites:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.dims:
             raise IndexStateError(
-                f"vectors have shape {vectors.shape}, index {self.index!r} wants (n, {self.dims})"
+                f"vectors have shape {vectors.shape}, index {self.index_name!r} wants "
+                f"(n, {self.dims})"
             )
         self.prepare_writes()
         hashes = [content_hash(t, self.model) for t in texts]
         if self.foreign:
             actions = shaped_bulk_actions(
-                self.index, self.layout, ids, texts, vectors, fields, hashes
+                self.index_name, self.layout, ids, texts, vectors, fields, hashes
             )
         else:
-            actions = bulk_actions(self.index, self.layout, ids, texts, vectors, fields, hashes)
+            actions = bulk_actions(
+                self.index_name, self.layout, ids, texts, vectors, fields, hashes
+            )
         return self.bulk(actions)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
-        actions = [{"_op_type": "delete", "_index": self.index, "_id": str(i)} for i in ids]
+        actions = [{"_op_type": "delete", "_index": self.index_name, "_id": str(i)} for i in ids]
         failures = self.bulk(actions)
         return len(actions) - len(failures)
 
@@ -127,26 +130,26 @@ class ClusterWrites:
 
     def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
         """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
-        failures = self.operations.bulk(actions, self.index, chunk_size)
+        failures = self.operations.bulk(actions, self.index_name, chunk_size)
         # A count made while the actions went in may have missed some: count again after.
         self.remembered.written()
         self.coverage_cache.forget()
         return failures
 
     def existing_ids(self, ids: list[str]) -> set[str]:
-        return set(self.operations.mget(self.index, ids, False))
+        return set(self.operations.mget(self.index_name, ids, False))
 
     def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (content hash, fields)} of the stored ids; a document written without a hash
         (by an older itlr or another tool) has hash "" and is embedded again."""
         if self.foreign:
             # The document's own fields are the top of its _source (all but the vector).
-            found = self.operations.mget(self.index, ids, excludes=[self.layout.vector_field])
+            found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
             return {
                 i: (str(source.get(HASH_FIELD, "")), own_fields(source, self.layout))
                 for i, source in found.items()
             }
-        found = self.operations.mget(self.index, ids, [HASH_FIELD, self.layout.metadata_field])
+        found = self.operations.mget(self.index_name, ids, [HASH_FIELD, self.layout.metadata_field])
         return {
             i: (
                 str(source.get(HASH_FIELD, "")),
@@ -158,5 +161,7 @@ class ClusterWrites:
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         field = self.layout.vector_field
-        by_id = {i: s[field] for i, s in self.operations.mget(self.index, ids, [field]).items()}
+        by_id = {
+            i: s[field] for i, s in self.operations.mget(self.index_name, ids, [field]).items()
+        }
         return np.asarray([by_id[i] for i in ids], dtype=np.float32)

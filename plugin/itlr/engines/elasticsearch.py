@@ -151,7 +151,7 @@ class ElasticsearchBackend(ClusterBackend):
     def __init__(
         self,
         client: Any,
-        index: str,
+        index_name: str,
         model: str,
         dims: int,
         layout: IndexLayout | None = None,
@@ -161,7 +161,7 @@ class ElasticsearchBackend(ClusterBackend):
     ) -> None:
         """`version` shapes the requests (knn query, its `k`); None asks the server when it is
         first needed, or assumes the newest Elasticsearch when there is no client (translate)."""
-        super().__init__(client, index, model, dims, layout, inline_script, url)
+        super().__init__(client, index_name, model, dims, layout, inline_script, url)
         self._version = version
         self._version_unknown = False
 
@@ -197,8 +197,8 @@ class ElasticsearchBackend(ClusterBackend):
     def _check_vector(self, vector: dict[str, Any]) -> None:
         if vector.get("index") is False:
             self._warn(
-                f"field {self.layout.vector_field!r} of index {self.index!r} is not indexed for "
-                'kNN (index: false): only `mode="exact"` can search it'
+                f"field {self.layout.vector_field!r} of index {self.index_name!r} is not indexed "
+                'for kNN (index: false): only `mode="exact"` can search it'
             )
 
     # -- scripts and writes --------------------------------------------------------------

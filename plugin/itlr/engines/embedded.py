@@ -47,9 +47,10 @@ COMPACT_DEAD_RATIO = 0.5
 COMPACT_MIN_ROWS = 1_000
 
 
-class EmbeddedIndex:
-    """knn mode gathers candidates from an HNSW graph (itlr.engines.ann) once the index holds
-    `ann_min_rows` documents, and by an exact scan below that or when a filter is given."""
+class EmbeddedBackend:
+    """The embedded engine's Backend (itlr.engines): an index in a local folder. knn mode
+    gathers candidates from an HNSW graph (itlr.engines.ann) once the index holds `ann_min_rows`
+    documents, and by an exact scan below that or when a filter is given."""
 
     engine = "embedded"
     # Its documents have itlr's shape (id, text, fields): nothing of their own to keep, no
@@ -110,13 +111,13 @@ class EmbeddedIndex:
         dims: int,
         lock_timeout: float = LOCK_WAIT_SECONDS,
         prompts: Prompts | None = None,
-    ) -> EmbeddedIndex:
+    ) -> EmbeddedBackend:
         return cls(
             VectorStore.create(writable_folder(path), model, dims, lock_timeout, prompts=prompts)
         )
 
     @classmethod
-    def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedIndex:
+    def open(cls, path: str | Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> EmbeddedBackend:
         return cls(VectorStore.open(Path(path), lock_timeout))
 
     @classmethod
@@ -127,18 +128,18 @@ class EmbeddedIndex:
         dims: int,
         lock_timeout: float = LOCK_WAIT_SECONDS,
         prompts: Prompts | None = None,
-    ) -> EmbeddedIndex:
+    ) -> EmbeddedBackend:
         path = writable_folder(path)
         if exists(path):
-            index = cls.open(path, lock_timeout)
-            index.check_compatible(model, dims)
-            return index
+            backend = cls.open(path, lock_timeout)
+            backend.check_compatible(model, dims)
+            return backend
         # Two processes may both find no index and create it: the second opens the first's.
-        index = cls(
+        backend = cls(
             VectorStore.create(path, model, dims, lock_timeout, exist_ok=True, prompts=prompts)
         )
-        index.check_compatible(model, dims)
-        return index
+        backend.check_compatible(model, dims)
+        return backend
 
     def close(self) -> None:
         self.store.close()

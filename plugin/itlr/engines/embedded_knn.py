@@ -2,8 +2,8 @@
 the k-th hit (itlr.certificate), and, on the HNSW graph, the probe that routes a query to a
 deeper round or to a pass over every row.
 
-The rounds read the index only through `KnnIndex`; itlr.engines.embedded.EmbeddedIndex is the
-one index that has it.
+The rounds read the engine only through `KnnBackend`; itlr.engines.embedded.EmbeddedBackend is
+the one backend that has it.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ PROBE_SHARE = 5
 ROUTING_MIN_ROWS = 1_000_000
 
 
-class KnnIndex(Protocol):
-    """What the rounds read from the index: its own helpers, which tests also wrap to count
+class KnnBackend(Protocol):
+    """What the rounds read from the backend: its own helpers, which tests also wrap to count
     graph walks and scored rows."""
 
     routing_min_rows: int
@@ -76,7 +76,7 @@ class KnnIndex(Protocol):
 
 
 def knn_rounds(
-    index: KnnIndex,
+    backend: KnnBackend,
     query: Query,
     term_vectors: np.ndarray,
     rows: np.ndarray,
@@ -96,10 +96,10 @@ def knn_rounds(
     `routing_min_rows` rows there is no probe: every row is scored."""
     if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
         searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
-        found = candidate_lists(index, rows, searches, options.filter)
-        return index._scored(query, term_vectors, np.unique(np.concatenate(found)), options, None)
-    if options.filter is not None or not index._uses_ann():
-        return index._scored(query, term_vectors, rows, options, exact=True)
+        found = candidate_lists(backend, rows, searches, options.filter)
+        return backend._scored(query, term_vectors, np.unique(np.concatenate(found)), options, None)
+    if options.filter is not None or not backend._uses_ann():
+        return backend._scored(query, term_vectors, rows, options, exact=True)
     rounds = options.candidate_rounds()
     if len(rounds) > 1:
         probe = max(options.k, rounds[0] // PROBE_SHARE)
@@ -108,9 +108,9 @@ def knn_rounds(
     # seldom proves and most such queries end in the pass: the probe walks only as deep as
     # itself, to decide, and proves nothing; the round walks deep if it comes to one.
     routing = len(rounds) > 1 and len(query.positive_terms) > 1
-    if routing and len(rows) < index.routing_min_rows:
-        return index._scored(query, term_vectors, rows, options, exact=True)
-    source = EmbeddedRounds(index, query, term_vectors, rows, options, rounds, routing)
+    if routing and len(rows) < backend.routing_min_rows:
+        return backend._scored(query, term_vectors, rows, options, exact=True)
+    source = EmbeddedRounds(backend, query, term_vectors, rows, options, rounds, routing)
     return certify_rounds(source, query, options, rounds)
 
 
@@ -123,7 +123,7 @@ class EmbeddedRounds:
 
     def __init__(
         self,
-        index: KnnIndex,
+        backend: KnnBackend,
         query: Query,
         term_vectors: np.ndarray,
         rows: np.ndarray,
@@ -131,7 +131,7 @@ class EmbeddedRounds:
         rounds: Sequence[int],
         routing: bool,
     ) -> None:
-        self.index, self.query, self.term_vectors = index, query, term_vectors
+        self.backend, self.query, self.term_vectors = backend, query, term_vectors
         self.rows, self.options, self.rounds = rows, options, rounds
         self.routing = routing
         self.unit = dict(zip(query.terms, term_vectors, strict=True))
@@ -141,7 +141,7 @@ class EmbeddedRounds:
         # the term's postings), so an unseen row's lexical truth is bounded too.
         self.stream = (
             LexicalStream(
-                index.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
+                backend.lexical_truths(rows, query.terms), rows, query.terms, query.positive_terms
             )
             if options.truth.uses_lexical
             else None
@@ -154,13 +154,13 @@ class EmbeddedRounds:
         self.bounds: tuple[SearchBound, ...] = ()
 
     def gather(self, depth: int, budget: int) -> Round:
-        index, query, term_vectors, rows = self.index, self.query, self.term_vectors, self.rows
+        backend, query, term_vectors, rows = self.backend, self.query, self.term_vectors, self.rows
         plan = round_plan(self.options.plan)
         searches = plan_candidates(query, term_vectors, budget, plan)
         # A routing walk's bounds decide where to go and prove nothing, now or later.
         trusted = not (self.routing and depth == 0)
         if not trusted:
-            found = graph_lists(index, searches)
+            found = graph_lists(backend, searches)
         else:
             # One graph search as deep as the last round serves every round, the probe
             # reading the nearest of its neighbours: as sure of them as the round is, and
@@ -171,7 +171,7 @@ class EmbeddedRounds:
                     if budget == self.rounds[-1]
                     else plan_candidates(query, term_vectors, self.rounds[-1], plan)
                 )
-                self.deepest = graph_lists(index, last)
+                self.deepest = graph_lists(backend, last)
             found = [near[: s.budget] for near, s in zip(self.deepest, searches, strict=True)]
         seen = np.union1d(self.seen, np.concatenate(found))
         limits: dict[str, float] | None = None
@@ -181,7 +181,7 @@ class EmbeddedRounds:
         self.seen = seen
         self.searches = searches
         self.cosines = [
-            depth_cosines(index, s, hits) for s, hits in zip(searches, found, strict=True)
+            depth_cosines(backend, s, hits) for s, hits in zip(searches, found, strict=True)
         ]
         self.bounds = bounds = tuple(
             search_bound(s, self.unit, last)
@@ -193,7 +193,9 @@ class EmbeddedRounds:
         lexical = (
             self.stream.truths[np.searchsorted(rows, seen)] if self.stream is not None else None
         )
-        ranked = index._scored(query, term_vectors, seen, self.options, exact=True, lexical=lexical)
+        ranked = backend._scored(
+            query, term_vectors, seen, self.options, exact=True, lexical=lexical
+        )
         return Round(ranked, bounds if trusted else None, limits)
 
     def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> Ranking | None:
@@ -218,7 +220,7 @@ class EmbeddedRounds:
             ):
                 return None
         lexical = self.stream.truths if self.stream is not None else None
-        return self.index._scored(
+        return self.backend._scored(
             self.query, self.term_vectors, self.rows, options, exact=True, lexical=lexical
         )
 
@@ -250,7 +252,7 @@ def round_could_prove(
 
 
 def depth_cosines(
-    index: KnnIndex, search: CandidateSearch, rows: np.ndarray
+    backend: KnnBackend, search: CandidateSearch, rows: np.ndarray
 ) -> tuple[float, float]:
     """The cosines with the search's vector of its returned row halfway down and of its
     farthest: every row it did not return is at most the second close (for a graph search:
@@ -258,37 +260,37 @@ def depth_cosines(
     the depth."""
     if not len(rows):
         return 1.0, 1.0
-    found = cosine_matrix(index._matrix(rows), search.vector[np.newaxis])[:, 0]
+    found = cosine_matrix(backend._matrix(rows), search.vector[np.newaxis])[:, 0]
     # The (m // 2)-th closest of m, at ascending position m - m // 2.
     middle = min(len(found) - 1, len(found) - len(found) // 2)
     return float(np.partition(found, middle)[middle]), float(found.min())
 
 
 def candidate_lists(
-    index: KnnIndex,
+    backend: KnnBackend,
     rows: np.ndarray,
     searches: Sequence[CandidateSearch],
     filter: dict[str, Any] | None,
 ) -> list[np.ndarray]:
     """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
     (nearest first), else by an exact scan."""
-    if filter is None and index._uses_ann():
-        return graph_lists(index, searches)
-    return knn_lists(index, rows, searches)
+    if filter is None and backend._uses_ann():
+        return graph_lists(backend, searches)
+    return knn_lists(backend, rows, searches)
 
 
-def graph_lists(index: KnnIndex, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
+def graph_lists(backend: KnnBackend, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
     """Each search's `budget` nearest rows on the HNSW graph, nearest first."""
-    return index._ann_lists(np.stack([s.vector for s in searches]), [s.budget for s in searches])
+    return backend._ann_lists(np.stack([s.vector for s in searches]), [s.budget for s in searches])
 
 
 def knn_lists(
-    index: KnnIndex, rows: np.ndarray, searches: Sequence[CandidateSearch]
+    backend: KnnBackend, rows: np.ndarray, searches: Sequence[CandidateSearch]
 ) -> list[np.ndarray]:
     """Each search's `budget` nearest rows (exact cosines)."""
     if all(s.budget >= len(rows) for s in searches):
         return [rows for _ in searches]
-    cosines = cosine_matrix(index._matrix(rows), np.stack([s.vector for s in searches]))
+    cosines = cosine_matrix(backend._matrix(rows), np.stack([s.vector for s in searches]))
     return [
         rows[np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]]
         if s.budget < len(rows)

@@ -42,7 +42,7 @@ def engine_name(name: str, note: Callable[[str], None] | None = None) -> str:
 @dataclass(frozen=True)
 class EngineSpec:
     engine: str = "embedded"
-    index: str = "default"
+    index_name: str = "default"
     connection: Connection | None = None
     layout: IndexLayout = field(default_factory=IndexLayout)
     inline_script: bool = False
@@ -64,13 +64,15 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False) -> 
     the embedder's prompts. The backend's `prompts` are those the index records."""
     prompts = Prompts(embedder.query_prompt, embedder.passage_prompt)
     if spec.engine == "embedded":
-        from itlr.engines.embedded import EmbeddedIndex
+        from itlr.engines.embedded import EmbeddedBackend
         from itlr.engines.folders import index_path
 
-        path = index_path(spec.index)
+        path = index_path(spec.index_name)
         if create:
-            return EmbeddedIndex.open_or_create(path, embedder.name, embedder.dims, prompts=prompts)
-        backend = EmbeddedIndex.open(path)
+            return EmbeddedBackend.open_or_create(
+                path, embedder.name, embedder.dims, prompts=prompts
+            )
+        backend = EmbeddedBackend.open(path)
         backend.check_compatible(embedder.name, embedder.dims)
         return backend
 
@@ -103,7 +105,7 @@ def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
         conn = spec.connection
         return OpenSearchBackend(
             conn.opensearch(),
-            spec.index,
+            spec.index_name,
             model,
             dims,
             layout=spec.layout,
@@ -118,7 +120,7 @@ def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:
         # Without auto detection the version is learned on the first request (knn features).
         return es.ElasticsearchBackend(
             client,
-            spec.index,
+            spec.index_name,
             model,
             dims,
             layout=spec.layout,

@@ -20,7 +20,7 @@ class ClusterTarget(Protocol):
     """What preparing a foreign index needs of a cluster backend (itlr.engines.cluster's
     ClusterBackend), named here so that this module does not import the backend it serves."""
 
-    index: str
+    index_name: str
     layout: IndexLayout
 
     @property
@@ -57,11 +57,11 @@ def add_itlr_fields(
     they are missing, or say in one line why not, before changing anything. Returns what was
     added."""
     operations = backend.operations
-    properties = operations.mapping(backend.index).get("properties", {})
+    properties = operations.mapping(backend.index_name).get("properties", {})
     field_name = backend.layout.vector_field
     if field_name in properties:
         backend.check_index()  # the right type and dimension, or a one-line refusal
-    elif refusal := operations.vector_field_refusal(backend.index, field_name):
+    elif refusal := operations.vector_field_refusal(backend.index_name, field_name):
         raise IndexStateError(refusal)
     wanted = itlr_fields()
     clashes = [
@@ -71,11 +71,11 @@ def add_itlr_fields(
     ]
     if clashes:
         raise IndexStateError(
-            f"index {backend.index!r} already maps fields itlr writes, with other types "
+            f"index {backend.index_name!r} already maps fields itlr writes, with other types "
             f"({'; '.join(clashes)}): itlr cannot write there; use another index"
         )
     new = {} if field_name in properties else {field_name: vector_mapping(backend, dims, model)}
     new.update({k: v for k, v in {**wanted, **(also or {})}.items() if k not in properties})
     if new:
-        operations.put_mapping(backend.index, new)
+        operations.put_mapping(backend.index_name, new)
     return new

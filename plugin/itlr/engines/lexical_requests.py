@@ -36,7 +36,7 @@ def lexical_stats_body(query: Query) -> dict[str, Any]:
 
 
 def counted_truths(
-    options: SearchOptions, lexical: CorpusStats | None, index: str
+    options: SearchOptions, lexical: CorpusStats | None, index_name: str
 ) -> tuple[SearchOptions, tuple[str, ...]]:
     """The options to score with once the statistics are counted, and what to say about it.
     Hybrid truths (the default) on an index where no document carries the lexical fields (made
@@ -48,7 +48,7 @@ def counted_truths(
         return options, ()
     cosine = replace(options, truth=replace(options.truth, kind="clamp"))
     return cosine, (
-        f"no document of {index!r} has the lexical fields ({TOKENS_FIELD}, {LENGTH_FIELD}), so "
+        f"no document of {index_name!r} has the lexical fields ({TOKENS_FIELD}, {LENGTH_FIELD}), so "
         "hybrid truth values (the default) cannot read what documents mention: scored with "
         "cosine truths (clamp); `itlr backfill` adds the fields",
     )

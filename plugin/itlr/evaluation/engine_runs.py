@@ -138,7 +138,7 @@ class EngineRunner:
         return {
             "engine": self.backend.engine,
             "url": split_credentials(self.backend.url)[0],
-            "index": self.backend.index,
+            "index": self.backend.index_name,
             "mode": self.mode,
             "candidates": self.candidate_budget(depth) if self.mode == "knn" else None,
             "computed_in_process": [m.name for m in methods if not runs_on_engine(m)],
@@ -170,7 +170,7 @@ class EngineRunner:
         # Searches must see every document just added.
         self.backend.refresh()
         return IndexSync(
-            self.backend.index,
+            self.backend.index_name,
             created=self.index_created,
             added=report.added,
             skipped=report.skipped,

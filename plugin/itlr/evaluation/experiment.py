@@ -67,7 +67,7 @@ def ranked_depth(depth: int | None, on_cluster: bool) -> int:
 
 def cluster_runner(
     spec: EngineSpec,
-    index: str | None,
+    index_name: str | None,
     dataset: Path,
     embedder: Embedder,
     mode: str = "knn",
@@ -78,8 +78,8 @@ def cluster_runner(
     from itlr.engines.factory import remote_backend
     from itlr.evaluation.engine_runs import EngineRunner, default_index_name
 
-    name = index or default_index_name(dataset, embedder.name)
-    backend = remote_backend(replace(spec, index=name), embedder.name, embedder.dims)
+    name = index_name or default_index_name(dataset, embedder.name)
+    backend = remote_backend(replace(spec, index_name=name), embedder.name, embedder.dims)
     created = backend.ensure_index(spec.knn_engine)
     runner = EngineRunner(
         backend,
