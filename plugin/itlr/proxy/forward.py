@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import ssl
 import zlib
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator
 
 from itlr.extras import missing_extra
 
@@ -113,7 +113,8 @@ def _as_sent(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 class _WriteDeadline:
     """Moves the guard on the send around each write of the body: `seconds` for every chunk
-    the upstream takes; off once the whole body is written (the read time-out takes over)."""
+    the upstream takes. Off while the next chunk is awaited from the UI (its own read
+    time-outs bound that) and once the whole body is written (the read time-out takes over)."""
 
     def __init__(self, guard: asyncio.Timeout, seconds: float) -> None:
         self.guard = guard
@@ -124,17 +125,19 @@ class _WriteDeadline:
         if self.active:
             self.guard.reschedule(when)
 
-    async def paced(self, chunks: AsyncIterable[bytes] | Sequence[bytes]) -> AsyncIterator[bytes]:
+    async def paced(self, chunks: AsyncIterable[bytes] | tuple[bytes]) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
-        if isinstance(chunks, Sequence):
+        self._move(None)  # connected: from here on only the writes are timed
+        if isinstance(chunks, tuple):
             for chunk in chunks:
                 self._move(loop.time() + self.seconds)
                 yield chunk
+                self._move(None)
         else:
             async for chunk in chunks:
                 self._move(loop.time() + self.seconds)
                 yield chunk
-        self._move(None)
+                self._move(None)
 
 
 class Forwarder:
