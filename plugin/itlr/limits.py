@@ -166,6 +166,13 @@ class Limits:
     def check_json_depth(self, raw: bytes | str, what: str = "the JSON body") -> None:
         """Refuse JSON nested deeper than max_depth (objects and arrays), before json.loads
         recurses into it. Malformed JSON passes: the parser that follows reports it."""
+        # No deeper than its opening brackets: a body with few is let through without a scan.
+        if isinstance(raw, bytes):
+            opening = raw.count(b"{") + raw.count(b"[")
+        else:
+            opening = raw.count("{") + raw.count("[")
+        if opening <= self.max_depth:
+            return
         depth = json_depth(raw)
         if depth > self.max_depth:
             raise self.refuse("max_depth", depth, f"{what} is nested {depth:,} levels deep")

@@ -72,6 +72,21 @@ def test_json_depth_counts_objects_and_arrays_but_not_brackets_inside_strings() 
     assert json_depth(b'"just a string"') == 0
 
 
+@pytest.mark.parametrize("kind", [bytes, str])
+def test_the_depth_check_refuses_by_structure_whether_or_not_it_scans(kind) -> None:
+    """Few brackets in all pass without the scan; many are scanned, so brackets inside strings
+    never count and one level past the limit is refused, as JSON text or bytes."""
+    limits = Limits(max_depth=4)
+
+    def text(value: str) -> bytes | str:
+        return value.encode() if kind is bytes else value
+
+    limits.check_json_depth(text('{"a": {"b": [[1]]}}'))  # 4 brackets: no scan needed
+    limits.check_json_depth(text('{"a": {"b": "[[[[{{{{"}}'))  # deep only inside a string
+    with pytest.raises(LimitError, match="nested 5 levels deep"):
+        limits.check_json_depth(text('{"a": {"b": [[[1]]]}}'))
+
+
 def test_every_limit_comes_from_its_environment_variable(monkeypatch) -> None:
     monkeypatch.setenv("ITLR_MAX_TERMS", "3")
     monkeypatch.setenv("ITLR_MAX_DEPTH", "5")

@@ -145,6 +145,88 @@ def test_a_logical_search_on_a_slow_upstream_is_a_504_too(guarded_proxy) -> None
     assert "did not answer within 1 s" in response.json()["error"]["reason"]
 
 
+@pytest.fixture(scope="module")
+def deaf_upstream() -> Iterator[str]:
+    """Takes connections and never reads from them: a forwarded body stops going out once the
+    socket buffers are full."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+def test_an_upstream_that_stops_taking_a_forwarded_body_is_a_504_too(deaf_upstream) -> None:
+    def bulk() -> Iterator[bytes]:
+        for _ in range(512):  # 32 MiB: far more than the sockets buffer
+            yield b"x" * 65536
+
+    app = create_proxy_app(Connection(deaf_upstream), timeout=1.0)
+    with serving(app, read_timeouts=FAST) as url:
+        start = time.monotonic()
+        response = httpx.put(f"{url}/docs/_bulk", content=bulk(), timeout=30)
+        elapsed = time.monotonic() - start
+    assert response.status_code == 504, response.text
+    assert "did not answer within 1 s" in response.json()["error"]["reason"]
+    assert elapsed < 4.0  # the write time-out, not the client's or the socket's patience
+
+
+class CountingUpstream(BaseHTTPRequestHandler):
+    """Reads a body whole and answers with its length, at once."""
+
+    def do_PUT(self) -> None:
+        received = len(self.rfile.read(int(self.headers["content-length"])))
+        data = json.dumps({"received": received}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_body_the_ui_sends_slowly_is_not_cut_off_by_the_upstream_time_out() -> None:
+    """The upstream time-out bounds each write to the upstream, not the wait for the UI's next
+    chunk (the read time-outs bound that): 2.6 s of upload under a 1 s upstream time-out."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CountingUpstream)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def slowly() -> Iterator[bytes]:
+        for _ in range(2):
+            time.sleep(1.3)
+            yield b"x" * 1000
+
+    app = create_proxy_app(Connection(f"http://127.0.0.1:{server.server_address[1]}"), timeout=1.0)
+    try:
+        with serving(app) as url:
+            response = httpx.put(
+                f"{url}/docs/_bulk",
+                content=slowly(),
+                headers={"content-length": "2000"},
+                timeout=30,
+            )
+    finally:
+        server.shutdown()
+    assert response.status_code == 200, response.text
+    assert response.json() == {"received": 2000}
+
+
 def test_the_proxy_closes_a_connection_whose_headers_are_dribbled(guarded_proxy) -> None:
     assert_cut_off(*slowloris(guarded_proxy, *HEADERS_DRIBBLED), "headers")
 

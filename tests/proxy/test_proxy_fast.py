@@ -73,6 +73,32 @@ def test_a_repeated_query_is_answered_from_the_term_cache_without_a_thread_hand_
     assert cache.stats().hits == hits_before + 2
 
 
+def test_a_repeated_query_reuses_the_request_shape_the_first_one_worked_out(
+    opensearch_url, opensearch_demo, embedder, monkeypatch
+) -> None:
+    """What does not depend on the vectors is worked out once per query (the dialect's
+    request shapes): the proxy keeps one dialect per index, so the second search reuses it."""
+    from itlr.engines.dialect import Dialect
+
+    worked_out: list[object] = []
+    shape = Dialect._shape
+
+    def counted(self: Dialect, *args: object, **kwargs: object) -> object:
+        worked_out.append(args[0])
+        return shape(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dialect, "_shape", counted)
+    app = create_proxy_app(Connection(opensearch_url), embedder=embedder)
+    query = '"a shape worked out once" AND NOT "twice"'
+    with serving(app) as url:
+        answers = [
+            httpx.post(f"{url}/{opensearch_demo.index}/_search", json=logical(query), timeout=60)
+            for _ in range(3)
+        ]
+    assert ids_scores(answers[0]) == ids_scores(answers[2]) and ids_scores(answers[0])
+    assert len(worked_out) == 1
+
+
 def test_the_stage_recorder_times_every_stage_of_a_logical_search(
     opensearch_url, opensearch_demo, embedder
 ) -> None:

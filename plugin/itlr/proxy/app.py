@@ -53,6 +53,7 @@ from itlr.proxy.codec import (
 )
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
+from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.statistics import CallerStatistics, changes_documents
 from itlr.proxy.upstream import (
@@ -90,7 +91,14 @@ HOP_BY_HOP = {
 # Kept-alive connections to the upstream: a new one costs a TCP (and TLS) handshake. A UI
 # fires a dozen panel searches at once; httpx's default drops idle ones after 5 s, less than
 # the pause between two queries typed in a query bar; 30 s stays under load balancers' 60.
-UPSTREAM_POOL = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=30)
+MAX_CONNECTIONS = 100
+KEEPALIVE_SECONDS = 30.0
+CONNECT_SECONDS = 10.0
+UPSTREAM_POOL = httpx.Limits(
+    max_connections=MAX_CONNECTIONS,
+    max_keepalive_connections=32,
+    keepalive_expiry=KEEPALIVE_SECONDS,
+)
 SEARCH_PATH = re.compile(
     r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
 )
@@ -125,10 +133,10 @@ def normalised_path(request: Request) -> str | None:
     return "/" + "/".join(segment for segment in segments if segment)
 
 
-async def _relayed(upstream: httpx.Response) -> AsyncIterator[bytes]:
+async def _relayed(upstream: Forwarded) -> AsyncIterator[bytes]:
     """The upstream's bytes as they come, the time to pass them on recorded."""
     started = time.perf_counter()
-    async for chunk in upstream.aiter_raw():
+    async for chunk in upstream.stream():
         yield chunk
     stages.add("relay response body", (time.perf_counter() - started) * 1000)
 
@@ -164,19 +172,21 @@ class QueryBarProxy:
         self.token = token
         self.encoding = TermEncoding(embedder)
         verify: Any = connection.ca_file or connection.verify_certs
-        # Forwarded requests go to the transport itself: the client's layers (cookie jar,
-        # auth, redirects, URL merging) cost CPU on every request, and a cookie one UI user's
-        # answer set must never ride along on another user's request.
-        self.transport = httpx.AsyncHTTPTransport(verify=verify, limits=UPSTREAM_POOL)
-        # The client, sharing the pool, asks the upstream the proxy's own questions (Upstream).
+        # One trust for both hops: the certificates httpx would trust (certifi's by default).
+        tls = httpx.create_ssl_context(verify=verify)
+        # Forwarded requests (itlr.proxy.forward): no client layers, no cookie one UI user's
+        # answer set riding along on another user's request.
+        self.forwarder = Forwarder(
+            tls, timeout, CONNECT_SECONDS, MAX_CONNECTIONS, KEEPALIVE_SECONDS
+        )
+        # The client asks the upstream the proxy's own questions (Upstream).
         self.client = httpx.AsyncClient(
             base_url=connection.url,
-            timeout=httpx.Timeout(timeout, connect=10.0),
+            timeout=httpx.Timeout(timeout, connect=CONNECT_SECONDS),
             follow_redirects=False,
-            transport=self.transport,
+            transport=httpx.AsyncHTTPTransport(verify=tls, limits=UPSTREAM_POOL),
         )
         self._base = connection.url.rstrip("/")
-        self._timeouts = self.client.timeout.as_dict()
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
         self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
@@ -316,11 +326,11 @@ class QueryBarProxy:
             "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES)",
         )
 
-    async def _script_failure(self, request: Request, upstream: httpx.Response) -> Response | None:
+    async def _script_failure(self, request: Request, upstream: Forwarded) -> Response | None:
         """A logical search the upstream refused on a script error: the refusal to send when
-        the stored script is not ours any more, else None (the upstream's answer, buffered)."""
-        await upstream.aread()
-        await upstream.aclose()
+        the stored script is not ours any more, else None (the upstream's answer, buffered).
+        ForwardTimeout / ForwardFailed when the answer does not come whole."""
+        await upstream.read()
         if not is_script_error(upstream.text):
             return None
         try:
@@ -432,22 +442,19 @@ class QueryBarProxy:
         else:
             content = None  # no body came, none goes (not an empty chunked one)
         writes = changes_documents(request.method, path, request.query_params.get("refresh"))
-        upstream_request = httpx.Request(
-            request.method,
-            self._base + _raw_target(request, forward_query),
-            headers=headers,
-            content=content,
-            extensions={"timeout": self._timeouts},
-        )
         try:
             with stages.span("upstream round trip (to headers)"):
-                upstream = await self.transport.handle_async_request(upstream_request)
-                upstream.request = upstream_request
-        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-            slow = UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
+                upstream = await self.forwarder.send(
+                    request.method,
+                    self._base + _raw_target(request, forward_query),
+                    headers,
+                    content,
+                )
+        except ForwardTimeout:
             log.warning("upstream %s timed out", self.connection.url)
-            return upstream_timeout(slow)
-        except httpx.TransportError as down:
+            return self._timed_out()
+        except ForwardFailed as failed:
+            down = failed.cause
             log.warning("upstream %s unreachable: %s", self.connection.url, type(down).__name__)
             said = (
                 f"{untrusted_tls(self.connection.url, down)}"
@@ -464,50 +471,49 @@ class QueryBarProxy:
         if script_write:
             # Whatever it wrote, the next logical search compares itlr's scripts again first.
             self.upstream.scripts_changed()
-        if rewritten and upstream.status_code >= 400:
-            foreign = await self._script_failure(request, upstream)
-            if foreign is not None:
-                return foreign
-        response_headers = {
-            k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
-        }
-        if rewritten and upstream.status_code < 400 and search and search.group("target"):
-            # Documents without a vector cannot be found: say so as the engines say deprecations.
-            note = await self.coverage.warning(request, search.group("target"))
-            if note:
-                previous = response_headers.get("warning")
-                response_headers["warning"] = ", ".join(filter(None, [previous, note]))
-        if upstream.is_stream_consumed:
-            # Buffered (a failed logical search): the bytes as the upstream sent them.
-            response_headers.pop("content-encoding", None)
-            response_headers.pop("content-length", None)
-            return Response(upstream.content, upstream.status_code, response_headers)
-        declared = upstream.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) <= RELAY_IN_ONE_PIECE:
-            try:
+        relayed = False
+        try:
+            if rewritten and upstream.status_code >= 400:
+                foreign = await self._script_failure(request, upstream)
+                if foreign is not None:
+                    return foreign
+            response_headers = {k: v for k, v in upstream.headers.items() if k not in HOP_BY_HOP}
+            if rewritten and upstream.status_code < 400 and search and search.group("target"):
+                # Documents without a vector cannot be found: say so as engines say deprecations.
+                note = await self.coverage.warning(request, search.group("target"))
+                if note:
+                    previous = response_headers.get("warning")
+                    response_headers["warning"] = ", ".join(filter(None, [previous, note]))
+            content = upstream.content
+            if content is None:
+                declared = upstream.headers.get("content-length", "")
+                if not (declared.isdigit() and int(declared) <= RELAY_IN_ONE_PIECE):
+                    relayed = True  # the response closes the upstream's answer once sent
+                    return StreamingResponse(
+                        _relayed(upstream) if stages.recording() else upstream.stream(),
+                        status_code=upstream.status_code,
+                        headers=response_headers,
+                        background=BackgroundTask(upstream.aclose),
+                    )
                 with stages.span("relay response body"):
-                    content = b"".join([chunk async for chunk in upstream.aiter_raw()])
-            except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-                return upstream_timeout(
-                    UpstreamTimeout(self.connection.url, timeout_seconds(self.client))
-                )
-            except httpx.TransportError as cut:
-                return error_response(
-                    502,
-                    "itlr_upstream_unreachable",
-                    f"itlr proxy: the upstream {self.connection.url} broke off its answer "
-                    f"({type(cut).__name__})",
-                )
-            finally:
+                    content = await upstream.read()
+        except ForwardTimeout:
+            return self._timed_out()
+        except ForwardFailed as cut:
+            return error_response(
+                502,
+                "itlr_upstream_unreachable",
+                f"itlr proxy: the upstream {self.connection.url} broke off its answer "
+                f"({type(cut.cause).__name__})",
+            )
+        finally:
+            if not relayed:
                 await upstream.aclose()
-            # The bytes as sent (still compressed if they were): its content-length holds.
-            return Response(content, upstream.status_code, response_headers)
-        return StreamingResponse(
-            _relayed(upstream) if stages.recording() else upstream.aiter_raw(),
-            status_code=upstream.status_code,
-            headers=response_headers,
-            background=BackgroundTask(upstream.aclose),
-        )
+        # The bytes as sent (still compressed if they were): its content-length holds.
+        return Response(content, upstream.status_code, response_headers)
+
+    def _timed_out(self) -> JSONResponse:
+        return upstream_timeout(UpstreamTimeout(self.connection.url, timeout_seconds(self.client)))
 
 
 METRICS_PATH = "/_itlr/metrics"
@@ -548,6 +554,7 @@ def create_proxy_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
         await proxy.client.aclose()
+        await proxy.forwarder.aclose()
 
     async def metrics(request: Request) -> Response:
         """The term cache's counters and the coverage gauges of every index searched so far

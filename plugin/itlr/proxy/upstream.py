@@ -277,6 +277,9 @@ class Upstream:
         self.script_check_seconds = script_check_seconds
         self._engine: tuple[str, str] | None = None
         self._vectors: dict[str, IndexVectors] = {}
+        # Per target, the dialect built from its vectors and the engine: one object, so what
+        # it works out once per query (its request shapes) serves the next search too.
+        self._dialects: dict[str, tuple[IndexVectors, tuple[str, str], Dialect]] = {}
         # When each stored script was last found to be itlr's (time.monotonic()).
         self._scripts_checked: dict[str, float] = {}
         self._lock = asyncio.Lock()
@@ -395,10 +398,15 @@ class Upstream:
         # refusal for it, whatever else they may read.
         vectors = await self.vectors(target, headers)
         engine, version = await self.engine(headers)
-        dialect = dialect_for(engine, vectors.layout, server_version=version or None)
-        if vectors.layout.tiebreak is None:
-            layout = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)
-            dialect = dialect_for(engine, layout, server_version=version or None)
+        known = self._dialects.get(target)
+        if known is not None and known[0] is vectors and known[1] == (engine, version):
+            dialect = known[2]
+        else:
+            dialect = dialect_for(engine, vectors.layout, server_version=version or None)
+            if vectors.layout.tiebreak is None:
+                layout = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)
+                dialect = dialect_for(engine, layout, server_version=version or None)
+            self._dialects[target] = (vectors, (engine, version), dialect)
         await self.ensure_scripts(dialect, headers)
         return SearchTarget(dialect, vectors)
 
