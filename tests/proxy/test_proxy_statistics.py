@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.datastructures import Headers
 
 from itlr.engines.bulk import bulk_actions
 from itlr.engines.connection import Connection
@@ -21,6 +22,7 @@ from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions, search_options
 from itlr.proxy import create_proxy_app, serving
 from itlr.proxy.statistics import CallerStatistics, caller_digest, changes_documents
+from itlr.proxy.upstream import auth_headers
 from itlr.retriever import Retriever
 
 LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
@@ -105,6 +107,11 @@ def test_each_caller_and_target_has_statistics_of_its_own_and_a_write_untrusts_t
     assert store.of("docs", alice) is store.of("docs", dict(alice))
     assert store.of("docs", alice) is not store.of("docs", bob)
     assert store.of("docs", alice) is not store.of("docs", {**alice, "cookie": "sid=1"})
+    # Acting as another user, with the same credentials: that user's counts, not the caller's.
+    for acting in ("es-security-runas-user", "opendistro_security_impersonate_as"):
+        as_carol = auth_headers(Headers({**alice, acting: "carol"}))
+        assert as_carol[acting] == "carol"
+        assert store.of("docs", as_carol) is not store.of("docs", alice)
     assert store.of("docs", alice) is not store.of("other", alice)
     assert caller_digest(alice) != caller_digest(bob)
     assert b"YWxpY2U6eA" not in caller_digest(alice)  # the credentials themselves are not kept

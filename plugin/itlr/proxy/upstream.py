@@ -78,8 +78,16 @@ def timeout_seconds(client: httpx.AsyncClient) -> float | None:
     return client.timeout.read
 
 
-# Headers that carry the caller's identity to the cluster.
-AUTH_HEADERS = ("authorization", "es-secondary-authorization", "cookie")
+# Headers that carry the caller's identity to the cluster: credentials, and the user a caller
+# acts as (Elasticsearch's run-as, the OpenSearch security plugin's impersonation), whose
+# document-level security the proxy's own requests (token statistics, mappings) must see too.
+AUTH_HEADERS = (
+    "authorization",
+    "es-secondary-authorization",
+    "cookie",
+    "es-security-runas-user",
+    "opendistro_security_impersonate_as",
+)
 
 
 def auth_headers(headers: Any) -> dict[str, str]:
