@@ -40,24 +40,6 @@ class Responses(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
-def certified_ranking(
-    dialect: Dialect,
-    responses_to: Responses,
-    query: Query,
-    term_vectors: np.ndarray,
-    options: SearchOptions,
-    lexical: CorpusStats | None,
-    guessed: CorpusStats | None = None,
-) -> Ranking:
-    """knn mode in rounds (itlr.certificate.certify_rounds), each one `_msearch`
-    (`ClusterRounds`)."""
-    rounds = options.candidate_rounds(limit=dialect.max_k)
-    source = ClusterRounds(
-        dialect, responses_to, query, term_vectors, options, lexical, guessed, rounds[-1]
-    )
-    return certify_rounds(source, query, options, rounds)
-
-
 class ClusterRounds:
     """A cluster's rounds: each is one `_msearch` of the logical query and, per kNN search, a
     probe for its farthest returned neighbour. A single positive term needs no probe where
@@ -74,19 +56,23 @@ class ClusterRounds:
         term_vectors: np.ndarray,
         options: SearchOptions,
         lexical: CorpusStats | None,
-        guessed: CorpusStats | None,
-        cap: int,
+        guessed: CorpusStats | None = None,
     ) -> None:
         self.dialect, self.responses_to, self.query = dialect, responses_to, query
         self.term_vectors, self.options, self.lexical = term_vectors, options, lexical
         # The first round carries the check of remembered statistics, if any.
         self.guessed = guessed
-        self.cap = cap
+        self.rounds = options.candidate_rounds(limit=dialect.max_k)
+        self.cap = self.rounds[-1]
         self.unit = dict(zip(query.terms, np.asarray(term_vectors, dtype=np.float64), strict=True))
         self.hybrid = options.truth.uses_lexical
         self.unmentioned = dict.fromkeys(query.positive_terms, 0.0) if self.hybrid else None
         self.order_may_prove = ranked_by_its_search(query, options.truth)
         self.previous: tuple[int, tuple[SearchBound, ...]] | None = None
+
+    def ranking(self) -> Ranking:
+        """knn mode in rounds (itlr.certificate.certify_rounds), each one `_msearch`."""
+        return certify_rounds(self, self.query, self.options, self.rounds)
 
     def gather(self, depth: int, budget: int) -> Round:
         dialect, options = self.dialect, self.options

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from itlr.certificate import certifiable, unmentionable_reason
-from itlr.engines.cluster_certified import certified_ranking
+from itlr.engines.cluster_certified import ClusterRounds
 from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import is_script_error
@@ -186,9 +186,9 @@ class ClusterSearch:
                 *self.filter_warnings(options),
             )
             return Ranking(found.hits, warnings, exact=exact)
-        certified = certified_ranking(
+        certified = ClusterRounds(
             self.dialect, self._responses, query, term_vectors, options, lexical, guessed
-        )
+        ).ranking()
         return certified.noting(*self.filter_warnings(options))
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
