@@ -50,8 +50,8 @@ def test_a_folder_another_process_is_creating_is_waited_for_not_refused(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from itlr.engines import store\n"
-            "path = Path(sys.argv[1]); lock = store.writer_lock(path); lock.acquire()\n"
+            "import sys, time; from pathlib import Path; from itlr.engines import writer_lock\n"
+            "path = Path(sys.argv[1]); lock = writer_lock.writer_lock(path); lock.acquire()\n"
             "(path / 'index.db-wal').write_bytes(b'half a creation')\n"
             "print('holding', flush=True); time.sleep(1.5)\n"
             "(path / 'index.db-wal').unlink(); lock.release()\n",

@@ -92,7 +92,9 @@ def test_a_repeated_query_reuses_the_request_shape_the_first_one_worked_out(
     query = '"a shape worked out once" AND NOT "twice"'
     with serving(app) as url:
         answers = [
-            httpx.post(f"{url}/{opensearch_demo.index_name}/_search", json=logical(query), timeout=60)
+            httpx.post(
+                f"{url}/{opensearch_demo.index_name}/_search", json=logical(query), timeout=60
+            )
             for _ in range(3)
         ]
     assert ids_scores(answers[0]) == ids_scores(answers[2]) and ids_scores(answers[0])

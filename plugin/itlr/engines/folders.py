@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from itlr.engines import store
+from itlr.engines.writer_lock import wait_for_creation
 from itlr.errors import IndexStateError
 from itlr.paths import is_folder_name, itlr_home
 
@@ -53,7 +54,7 @@ def check_index_folder(path: Path, shown: str) -> None:
     foreign = _foreign_files(path)
     if foreign and not any(p.is_dir() or not _INDEX_FILES.fullmatch(p.name) for p in foreign):
         # Only an index's own files, some not empty: perhaps another process creating it now.
-        store.wait_for_creation(path)
+        wait_for_creation(path)
         if store.exists(path):
             return
         foreign = _foreign_files(path)

@@ -61,8 +61,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
+from itlr.engines.writer_lock import LOCK, LOCK_WAIT_SECONDS, held, writer_lock
 from itlr.errors import IndexStateError
 from itlr.lexical import tokenize
 from itlr.prompts import Prompts
@@ -71,10 +72,8 @@ FORMAT_VERSION = 3
 # Format 2 lacks the token counts and postings; opening it adds them (_add_postings).
 POSTINGS_FORMAT = 3
 DATABASE = "index.db"
-LOCK = "write.lock"
 LEGACY_MANIFEST = "manifest.json"
 LEGACY_DOCS = "docs.jsonl"
-LOCK_WAIT_SECONDS = 5.0
 # Rows tokenised at a time when a format 2 index gets its postings.
 _UPGRADE_ROWS = 4096
 
@@ -171,36 +170,6 @@ def leftover_of_creation(file: Path) -> bool:
     return False
 
 
-def writer_lock(path: Path) -> FileLock:
-    return FileLock(path / LOCK, thread_local=False)
-
-
-@contextlib.contextmanager
-def held(lock: FileLock, path: Path, timeout: float) -> Iterator[None]:
-    """Hold an index's writer lock, or say clearly who holds it."""
-    try:
-        lock.acquire(timeout=timeout)
-    except Timeout:
-        raise IndexStateError(
-            f"index at {path} is being written by another process (it holds "
-            f"{path / LOCK}): wait until it finishes, then run again"
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def wait_for_creation(path: Path, timeout: float = LOCK_WAIT_SECONDS) -> None:
-    """Wait until no process holds the writer lock of the index folder `path`, which a
-    creation holds from its first file to its commit: what it leaves then is an index or
-    nothing half made. Only where the lock file exists already (never one more file in a
-    folder that is not an index)."""
-    if (path / LOCK).is_file():
-        with held(writer_lock(path), path, timeout):
-            pass
-
-
 def _empty_database(database: Path) -> bool:
     if database.stat().st_size == 0:
         return True
@@ -252,7 +221,7 @@ class VectorStore:
         """A new, empty index; with exist_ok, the one another process just created wins.
 
         The writer lock is held from before the database file exists, so another process
-        never sees a creation half done (`wait_for_creation`) nor races it to set up the
+        never sees a creation half done (itlr.engines.writer_lock.wait_for_creation) nor races it to set up the
         database."""
         path.mkdir(parents=True, exist_ok=True)
         lock = writer_lock(path)
