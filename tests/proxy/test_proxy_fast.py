@@ -236,14 +236,23 @@ def test_serve_without_proxy_refuses_an_index_config_in_one_line(tmp_path) -> No
 def test_the_proxy_benchmark_reports_each_stage_and_the_cache_on_row(
     opensearch_url, opensearch_demo, embedder
 ) -> None:
-    from itlr.benchmarks.proxy import OUTSIDE, measure_proxy_overhead
+    from itlr.benchmarks.proxy import OUTSIDE, PROXY_OWN, measure_proxy_overhead, proxy_process
 
     opensearch_demo.install_scripts()
     app = create_proxy_app(Connection(opensearch_url), embedder=embedder)
-    with serving(app) as url:
+    with serving(app) as url, proxy_process(opensearch_url) as own_url:
         result = measure_proxy_overhead(
-            opensearch_demo, embedder, opensearch_url, app.state.proxy, url, repeats=2
+            opensearch_demo,
+            embedder,
+            opensearch_url,
+            app.state.proxy,
+            url,
+            repeats=2,
+            own_process_url=own_url,
         )
+    # The proxy in its own process answered every timed search (a failure raises).
+    assert result.own_process is not None and result.own_process.name == PROXY_OWN
+    assert result.timings[-1] is result.own_process
     assert set(result.stages_off) == set(result.stages_on) == {*STAGES, OUTSIDE}
     # Cache on, every term comes from the cache on the event loop: no hand-off at all.
     assert result.stages_on["thread hand-off"] == 0.0

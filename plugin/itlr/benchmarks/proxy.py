@@ -11,9 +11,13 @@ where each of its requests spends its time (itlr.proxy.stages) for the breakdown
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +33,10 @@ except ImportError as absent:
 from itlr.benchmarks.latency import Timing
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.errors import EngineError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import SearchOptions
-from itlr.proxy.app import QueryBarProxy
+from itlr.proxy.app import HEALTHZ_PATH, QueryBarProxy
 from itlr.proxy.clause import find_logical_search
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.stages import STAGES, StageTimes
@@ -53,6 +58,9 @@ OUTSIDE = "HTTP in + out, routing, headers (rest)"
 TOTAL = "total"
 PROXY_OFF = "through the proxy, term cache off"
 PROXY_ON = "through the proxy, term cache on (repeated queries)"
+# The same, to a proxy deployed as it runs for a UI: its own process (`python -m
+# itlr.cli.proxy`), so the client's work and the proxy's do not share one interpreter lock.
+PROXY_OWN = "through the proxy in its own process, term cache on"
 WARMUP = 10
 
 
@@ -72,6 +80,8 @@ class ProxyOverhead:
     # Stage -> p50 ms over the proxied requests, cache off and on.
     stages_off: dict[str, float] = field(default_factory=dict)
     stages_on: dict[str, float] = field(default_factory=dict)
+    # The cache-on phase through a proxy in its own process, when one was measured.
+    own_process: Timing | None = None
 
     @property
     def added_p50_ms(self) -> float:
@@ -91,6 +101,7 @@ class ProxyOverhead:
             self.proxy,
             self.cached_upstream,
             self.cached_proxy,
+            *([self.own_process] if self.own_process else []),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +159,9 @@ def measure_proxy_overhead(
     proxy_url: str,
     repeats: int,
     field: str = "itlr",
+    own_process_url: str | None = None,
 ) -> ProxyOverhead:
+    """`own_process_url`: a proxy in its own process, timed in the cache-on rounds too."""
     queries = [parse(text) for text in QUERIES]
     options = SearchOptions(k=10)
     path = f"/{backend.index_name}/_search"
@@ -202,11 +215,17 @@ def measure_proxy_overhead(
                 },
                 repeats,
             )
+
+            def own_process(i: int) -> list[Any]:
+                body = encoded[i % len(encoded)]
+                return _hits(client.post(f"{own_process_url}{path}", content=body))
+
             set_term_cache_size(cache_size or 4096)
             on = time_rounds(
                 {
                     "upstream search alone (cache-on rounds)": upstream_alone,
                     PROXY_ON: warm,
+                    **({PROXY_OWN: own_process} if own_process_url else {}),
                 },
                 repeats,
             )
@@ -216,7 +235,7 @@ def measure_proxy_overhead(
     off[PROXY_OFF] = cold.samples()
     on[PROXY_ON] = warm.samples()
     embed, upstream, direct_t, proxy_t = (summarise(n, v) for n, v in off.items())
-    cached_upstream, cached_proxy = (summarise(n, v) for n, v in on.items())
+    cached_upstream, cached_proxy, *own = (summarise(n, v) for n, v in on.items())
     return ProxyOverhead(
         embed,
         upstream,
@@ -228,7 +247,36 @@ def measure_proxy_overhead(
         paired_cached_over_upstream_p50_ms=_paired(on[cached_proxy.name], on[cached_upstream.name]),
         stages_off=cold.stage_p50s(),
         stages_on=warm.stage_p50s(),
+        own_process=own[0] if own else None,
     )
+
+
+@contextmanager
+def proxy_process(cluster_url: str) -> Iterator[str]:
+    """The query-bar proxy for `cluster_url` as its own process (`python -m itlr.cli.proxy`,
+    its defaults) on a free loopback port, until the block ends."""
+    from itlr.service.server import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "itlr.cli.proxy", "--url", cluster_url, "--port", str(port)]
+    server = subprocess.Popen(command, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(f"{url}{HEALTHZ_PATH}", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                stderr = server.stderr.read() if server.stderr else ""
+                raise EngineError(f"the proxy did not start: {stderr[-500:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def _upstream_body(
