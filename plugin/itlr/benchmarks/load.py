@@ -11,17 +11,15 @@ terms filling LIMITS.max_query_chars.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from itlr.errors import ConfigurationError, EngineError
+from itlr.benchmarks.servers import local_server
+from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
 
 # How much of a failed request's answer or error the report keeps.
@@ -138,35 +136,17 @@ async def _phase(
     )
 
 
-@contextmanager
-def itlr_serve(index: str, torch_threads: int | None = None) -> Iterator[str]:
+def itlr_serve(index: str, torch_threads: int | None = None) -> AbstractContextManager[str]:
     """`itlr serve --index INDEX` as a subprocess on a free loopback port, until the block ends."""
-    import httpx
 
-    from itlr.service.server import free_port
+    def arguments(port: int) -> list[str]:
+        command = ["-c", "from itlr.cli import app; app(prog_name='itlr')"]
+        command += ["serve", "--index", index, "--port", str(port), "--log-level", "warning"]
+        if torch_threads is not None:
+            command += ["--torch-threads", str(torch_threads)]
+        return command
 
-    port = free_port()
-    command = [sys.executable, "-c", "from itlr.cli import app; app(prog_name='itlr')"]
-    command += ["serve", "--index", index, "--port", str(port), "--log-level", "warning"]
-    if torch_threads is not None:
-        command += ["--torch-threads", str(torch_threads)]
-    server = subprocess.Popen(command, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise EngineError(f"itlr serve did not start: {server.stderr.read()[-500:]}")
-            time.sleep(0.25)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(30)
+    return local_server(arguments, "/healthz", "itlr serve")
 
 
 def run(

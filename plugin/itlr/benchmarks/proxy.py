@@ -11,13 +11,10 @@ where each of its requests spends its time (itlr.proxy.stages) for the breakdown
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +28,9 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.benchmarks.latency import Timing
+from itlr.benchmarks.servers import local_server
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
-from itlr.errors import EngineError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.options import SearchOptions
 from itlr.proxy.app import HEALTHZ_PATH, QueryBarProxy
@@ -251,32 +248,14 @@ def measure_proxy_overhead(
     )
 
 
-@contextmanager
-def proxy_process(cluster_url: str) -> Iterator[str]:
+def proxy_process(cluster_url: str) -> AbstractContextManager[str]:
     """The query-bar proxy for `cluster_url` as its own process (`python -m itlr.cli.proxy`,
     its defaults) on a free loopback port, until the block ends."""
-    from itlr.service.server import free_port
-
-    port = free_port()
-    command = [sys.executable, "-m", "itlr.cli.proxy", "--url", cluster_url, "--port", str(port)]
-    server = subprocess.Popen(command, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}{HEALTHZ_PATH}", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                stderr = server.stderr.read() if server.stderr else ""
-                raise EngineError(f"the proxy did not start: {stderr[-500:]}")
-            time.sleep(0.25)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(30)
+    return local_server(
+        lambda port: ["-m", "itlr.cli.proxy", "--url", cluster_url, "--port", str(port)],
+        HEALTHZ_PATH,
+        "the proxy",
+    )
 
 
 def _upstream_body(
