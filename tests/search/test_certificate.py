@@ -330,7 +330,14 @@ def crowded_opensearch(opensearch_index, crowded: EmbeddedBackend):
 
 
 @pytest.mark.opensearch
-def test_opensearch_deepens_until_the_top_k_is_proved(crowded_opensearch, crowded) -> None:
+def test_opensearch_deepens_until_the_top_k_is_proved(
+    crowded_opensearch, crowded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The crowd ties, so its bound does not fall within the first round and the rounds would
+    # give up (the next test); here they go on.
+    import itlr.engines.cluster_certified as cluster_certified
+
+    monkeypatch.setattr(cluster_certified, "out_of_reach", lambda *args: False)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
@@ -362,9 +369,32 @@ def test_opensearch_stops_the_rounds_when_the_bound_is_out_of_reach_and_says_so(
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=20))
-    assert len(rounds) == 2 and hits.exact is False and len(hits) == 10
+    assert len(rounds) == 1 and hits.exact is False and len(hits) == 10
     (warning,) = hits.warnings
-    assert "stopped at 80" in warning and "up to 400" in warning
+    assert "stopped at 20" in warning and "up to 400" in warning
+
+
+@pytest.mark.opensearch
+def test_opensearch_gives_up_after_one_round_whose_bound_did_not_fall_from_halfway_down(
+    crowded_opensearch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The 300 crowding documents tie: the combined search's bound is the same halfway down its
+    # 100 neighbours (50 per positive term) as at the last, so falling on at twice that rate it
+    # never proves the top k by the cap; one round, not every round up to it.
+    rounds = []
+    search = crowded_opensearch._multi_search
+    monkeypatch.setattr(
+        crowded_opensearch, "_multi_search", lambda b: rounds.append(b) or search(b)
+    )
+    query = itlr.parse('"a" AND "b"')
+    terms = np.eye(DIMS)[:2].astype(np.float32)
+    hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=50))
+    assert len(rounds) == 1 and hits.exact is False
+    (warning,) = hits.warnings
+    assert "stopped at 50" in warning
+    # The probe read the farther half of the search: from its 50th neighbour to its 100th.
+    probe = rounds[0][1]
+    assert (probe["from"], probe["size"]) == (49, 51)
 
 
 def searches_sent(backend, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:

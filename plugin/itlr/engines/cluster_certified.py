@@ -21,7 +21,7 @@ from itlr.certificate import (
     round_plan,
     search_bound,
 )
-from itlr.engines.dialect import Dialect
+from itlr.engines.dialect import Dialect, probe_half
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.query import Query
@@ -42,11 +42,11 @@ class Responses(Protocol):
 
 class ClusterRounds:
     """A cluster's rounds: each is one `_msearch` of the logical query and, per kNN search, a
-    probe for its farthest returned neighbour. A single positive term needs no probe where
-    its search's own order proves the top k (`ranked_by_its_search`). Hybrid truths: every
-    round also gathers the documents that mention a positive term, so an unseen one mentions
-    none. Rounds stop early when the bounds fall too slowly to prove the top k at the cap
-    (`out_of_reach`)."""
+    probe for the farther half of its neighbours (Dialect.probe_body). A single positive term
+    needs no probe where its search's own order proves the top k (`ranked_by_its_search`).
+    Hybrid truths: every round also gathers the documents that mention a positive term, so an
+    unseen one mentions none. Rounds stop early, the first one included, when the bounds fall
+    too slowly to prove the top k at the cap (`out_of_reach`)."""
 
     def __init__(
         self,
@@ -69,6 +69,8 @@ class ClusterRounds:
         self.unmentioned = dict.fromkeys(query.positive_terms, 0.0) if self.hybrid else None
         self.order_may_prove = ranked_by_its_search(query, options.truth)
         self.previous: tuple[int, tuple[SearchBound, ...]] | None = None
+        # The last round's bounds halfway down its searches, at that depth.
+        self.halfway: tuple[int, tuple[SearchBound, ...]] | None = None
 
     def ranking(self) -> Ranking:
         """knn mode in rounds (itlr.certificate.certify_rounds), each one `_msearch`."""
@@ -103,18 +105,25 @@ class ClusterRounds:
                 return Round(ranked, None, proved=True)
             # Fewer than k scored above 0: only a probe can show whether any is unseen.
             responses += self.responses_to(probes)
-        bounds = tuple(
-            search_bound(search, self.unit, dialect.cosine(probe["hits"]["hits"][0]))
-            if probe["hits"]["hits"]
-            # fewer documents than the budget: the search returned them all
-            else SearchBound(search.terms, 0.0, exhausted=True)
-            for search, probe in zip(searches, responses[1:], strict=True)
-        )
-        return Round(ranked, bounds, self.unmentioned)
+        bounds, halfway = [], []
+        for search, probe in zip(searches, responses[1:], strict=True):
+            hits = probe["hits"]["hits"]
+            if len(hits) < search.budget - probe_half(search.budget) + 1:
+                # fewer documents than the budget: the search returned them all
+                bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
+                halfway.append(bounds[-1])
+                continue
+            bounds.append(search_bound(search, self.unit, dialect.cosine(hits[-1])))
+            halfway.append(search_bound(search, self.unit, dialect.cosine(hits[0])))
+        self.halfway = (probe_half(budget), tuple(halfway))
+        return Round(ranked, tuple(bounds), self.unmentioned)
 
     def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> GiveUp | None:
+        """Give up where the bounds, falling on as they fell since the round before (or, after
+        the first round, since halfway down its own searches), cannot prove the top k by the
+        cap: a query that no round up to the cap would prove costs one round, not every one."""
         current = found.bounds or ()
-        previous, self.previous = self.previous, (budget, current)
+        previous, self.previous = self.previous or self.halfway, (budget, current)
         options = self.options
         if previous is not None and out_of_reach(
             self.query,

@@ -70,6 +70,11 @@ class RequestShape:
     rest: dict[str, Any]  # _source, from, search_after, highlight
 
 
+def probe_half(budget: int) -> int:
+    """The rank halfway down a search of `budget` neighbours, where its probe starts."""
+    return max(1, budget // 2)
+
+
 class Dialect:
     """The requests of one engine for one index layout; subclasses give the kNN clause."""
 
@@ -107,15 +112,19 @@ class Dialect:
         """Refuse knn mode where the engine cannot gather candidates inside a query."""
 
     def probe_body(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
-        """The farthest of the neighbours one kNN search returns: its score bounds every
-        document the search did not return (itlr.certificate). With k per shard the search
-        returns up to shards x k documents, and the k-th best of them is at least every shard's
-        own k-th: still a bound."""
+        """The farther half of the neighbours one kNN search returns, scores only: the last
+        one's score bounds every document the search did not return (itlr.certificate), and
+        the first one's is the bound the search gave at half its depth, so how fast the bound
+        falls is known after one round. With k per shard the search returns up to shards x k
+        documents, and the k-th best of them is at least every shard's own k-th: still a
+        bound. Fewer hits than asked for: the search returned every document it could."""
+        half = probe_half(search.budget)
         return {
-            "size": 1,
-            "from": search.budget - 1,
+            "size": search.budget - half + 1,
+            "from": half - 1,
             "query": self.knn_clause(search, filter),
             "_source": False,
+            "stored_fields": "_none_",
         }
 
     def returned_all(self, response: dict[str, Any], budget: int) -> bool:
