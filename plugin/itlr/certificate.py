@@ -65,6 +65,11 @@ GRID_DIMS = 3
 # Rounds stop before the cap when the searches' bounds, falling this many times faster than they
 # fell between the last two rounds, would still not prove the top k at the cap.
 OPTIMISM = 2.0
+# The steps (factor of depth) in which `depth_to_prove` looks for the depth of the next round,
+# and the boxes each of its projected proofs may examine (an unfinished one counts as not
+# proved: the round goes deeper, which costs less than the search for its depth would).
+JUMP_STEP = 1.25
+JUMP_BOXES = 300
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,13 @@ class GiveUp:
     warning: str
 
 
+@dataclass(frozen=True)
+class Deeper:
+    """Go on with a round of this budget per positive term, not the next one scheduled."""
+
+    budget: int
+
+
 class RoundSource(Protocol):
     """One engine's side of `certify_rounds`: how a round of a given budget per search is
     gathered and scored, and what to do when it did not prove the top k."""
@@ -126,9 +138,10 @@ class RoundSource(Protocol):
 
     def unproved(
         self, depth: int, budget: int, found: Round, threshold: float
-    ) -> Ranking | GiveUp | None:
-        """After an unproved round: None to go on to the next round, `GiveUp` to stop, or the
-        engine's own final answer (a pass over every document)."""
+    ) -> Ranking | GiveUp | Deeper | None:
+        """After an unproved round: None to go on to the next round scheduled, `Deeper` to go
+        on with a round of another budget, `GiveUp` to stop, or the engine's own final answer
+        (a pass over every document)."""
         ...
 
 
@@ -143,7 +156,9 @@ def certify_rounds(
     bounds: list[SearchBound] = []
     warning = not_proved_warning(options.k, rounds[-1])
     found: Round | None = None
-    for depth, budget in enumerate(rounds):
+    budget: int | None = rounds[0] if rounds else None
+    depth = 0
+    while budget is not None:
         found = source.gather(depth, budget)
         threshold = proof_threshold([h.score for h in found.ranked.hits], options.k)
         if found.bounds is not None:
@@ -161,6 +176,9 @@ def certify_rounds(
         if isinstance(step, GiveUp):
             warning = step.warning
             break
+        deeper = [later for later in rounds if later > budget]
+        budget = step.budget if isinstance(step, Deeper) else (deeper[0] if deeper else None)
+        depth += 1
     if found is None:
         raise ValueError("certify_rounds needs at least one round")
     return Ranking(found.ranked.hits, (*found.ranked.warnings, warning), exact=False)
@@ -206,12 +224,64 @@ def out_of_reach(
         return False
     if [b.terms for b in before] != [a.terms for a in after]:
         return False
-    remaining = math.log(cap / depths[1]) / math.log(depths[1] / depths[0])
-    projected = [
-        replace(now, limit=now.limit - OPTIMISM * max(then.limit - now.limit, 0.0) * remaining)
+    projected = _projected(before, after, depths, cap, OPTIMISM)
+    return not unseen_cannot_beat(query, projected, threshold, ops, truth, lexical_limits)
+
+
+def depth_to_prove(
+    query: Query,
+    before: Sequence[SearchBound],
+    after: Sequence[SearchBound],
+    depths: tuple[int, int],
+    cap: int,
+    threshold: float,
+    ops: Operators,
+    truth: TruthMap,
+    lexical_limits: Mapping[str, float] | None = None,
+) -> int | None:
+    """The budget of the next round, or None for the next one scheduled: the least depth
+    below the cap (in steps of `JUMP_STEP`, at least twice the last) at which the searches'
+    bounds, falling on per factor of depth as fast as they just did (`out_of_reach`'s
+    projection without its optimism), would prove the top k. One round at about the depth a
+    proof needs, where rounds four times deeper each would take two or three to get there;
+    a proof that only the optimistic projection allows goes on step by step, since a round at
+    the cap costs several times one four times shallower."""
+    if [b.terms for b in before] != [a.terms for a in after] or depths[1] <= depths[0]:
+        return None
+    steps = [2 * depths[1]]
+    while math.ceil(steps[-1] * JUMP_STEP) < cap:
+        steps.append(math.ceil(steps[-1] * JUMP_STEP))
+
+    def proves(depth: int) -> bool:
+        projected = _projected(before, after, depths, depth, 1.0)
+        return unseen_cannot_beat(
+            query, projected, threshold, ops, truth, lexical_limits, JUMP_BOXES
+        )
+
+    # Deeper bounds only prove more: the least depth that proves, by bisection.
+    if steps[-1] >= cap or not proves(steps[-1]):
+        return None
+    low, high = 0, len(steps) - 1
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if proves(steps[middle]) else (middle + 1, high)
+    return steps[low]
+
+
+def _projected(
+    before: Sequence[SearchBound],
+    after: Sequence[SearchBound],
+    depths: tuple[int, int],
+    target: int,
+    optimism: float,
+) -> list[SearchBound]:
+    """Each search's bound at depth `target`, falling per factor of depth `optimism` times as
+    fast as it fell from depths[0] to depths[1]."""
+    remaining = math.log(target / depths[1]) / math.log(depths[1] / depths[0])
+    return [
+        replace(now, limit=now.limit - optimism * max(then.limit - now.limit, 0.0) * remaining)
         for then, now in zip(before, after, strict=True)
     ]
-    return not unseen_cannot_beat(query, projected, threshold, ops, truth, lexical_limits)
 
 
 def round_plan(plan: Plan) -> Plan:
@@ -294,11 +364,13 @@ def unseen_cannot_beat(
     ops: Operators,
     truth: TruthMap,
     lexical_limits: Mapping[str, float] | None = None,
+    max_boxes: int = MAX_BOXES,
 ) -> bool:
     """True when no document that none of the searches returned can score above `threshold`.
     Only for queries that `uncertifiable_reason` accepts. For hybrid truths, `lexical_limits`:
     the most an unseen document's lexical truth can be, per term (0: it mentions none of the
-    term's tokens); a term not in it may have any lexical truth in [0, 1]."""
+    term's tokens); a term not in it may have any lexical truth in [0, 1]. Past `max_boxes`
+    boxes examined the bound counts as not proved."""
     if any(b.exhausted for b in bounds):
         return True
     if uncertifiable_reason(query, ops) is not None:
@@ -382,7 +454,7 @@ def unseen_cannot_beat(
         if np.any(scores(lower) > threshold):
             return False  # a box's lower corner is a possible unseen document that beats it
         widths = upper - lower
-        if examined > MAX_BOXES or np.any(widths.max(axis=1) < RESOLUTION):
+        if examined > max_boxes or np.any(widths.max(axis=1) < RESOLUTION):
             return False
         lower, upper = _split(lower, upper, widths)
     return True

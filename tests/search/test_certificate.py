@@ -13,7 +13,13 @@ import pytest
 
 import itlr
 from itlr.candidates import CandidateSearch, plan_candidates
-from itlr.certificate import SearchBound, out_of_reach, search_bound, unseen_cannot_beat
+from itlr.certificate import (
+    SearchBound,
+    depth_to_prove,
+    out_of_reach,
+    search_bound,
+    unseen_cannot_beat,
+)
 from itlr.composition import compose
 from itlr.engines.embedded import EmbeddedBackend
 from itlr.errors import ConfigurationError
@@ -180,6 +186,24 @@ def test_rounds_stop_early_only_when_the_bound_cannot_fall_below_the_kth_score_b
     )
 
 
+def test_the_next_round_goes_as_deep_as_the_bounds_falling_on_as_they_fell_would_prove() -> None:
+    # 0.5 at 50 neighbours, 0.4 at 100: 0.1 per doubling, so 0.1 (the k-th score) at 800.
+    query = itlr.parse('"a"')
+    before, now = [SearchBound(("a",), 0.5)], [SearchBound(("a",), 0.4)]
+    judged = (query, before, now, (50, 100))
+    # Steps of x1.25 from twice the last depth: 767 leaves 0.106, 959 leaves 0.074.
+    assert depth_to_prove(*judged, 2000, 0.1, SEARCH_OPERATORS, CLAMP) == 959
+    # Nothing below the cap would prove: the next round scheduled.
+    assert depth_to_prove(*judged, 900, 0.1, SEARCH_OPERATORS, CLAMP) is None
+    # A bound that already proves at twice the depth goes no deeper than that.
+    assert depth_to_prove(*judged, 2000, 0.35, SEARCH_OPERATORS, CLAMP) == 200
+    # Searches that changed between the rounds: no fall to project.
+    other = [SearchBound(("b",), 0.4)]
+    assert (
+        depth_to_prove(query, before, other, (50, 100), 2000, 0.1, SEARCH_OPERATORS, CLAMP) is None
+    )
+
+
 def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
     # Seven positive terms: one combined search of 400 x 7 neighbours, then 1,600 x 7 is past
     # the engine's k of 10,000 and the plan falls back to one search per term.
@@ -217,6 +241,10 @@ def test_opensearch_rounds_go_on_when_the_plan_falls_back_to_per_term_searches(
         return sys._getframe(1).f_code.co_name != "certify_rounds" and real(*args)
 
     monkeypatch.setattr(certificate, "unseen_cannot_beat", no_proof)
+    # The rounds keep to their schedule (x4) instead of jumping to a projected depth.
+    import itlr.engines.cluster_certified as cluster_certified
+
+    monkeypatch.setattr(cluster_certified, "depth_to_prove", lambda *args: None)
     search = backend._multi_search
     monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
     query = itlr.parse('"a" AND "b"')

@@ -10,10 +10,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from itlr.certificate import (
+    Deeper,
     GiveUp,
     Round,
     SearchBound,
     certify_rounds,
+    depth_to_prove,
     gave_up_warning,
     out_of_reach,
     proof_threshold,
@@ -118,14 +120,19 @@ class ClusterRounds:
         self.halfway = (probe_half(budget), tuple(halfway))
         return Round(ranked, tuple(bounds), self.unmentioned)
 
-    def unproved(self, depth: int, budget: int, found: Round, threshold: float) -> GiveUp | None:
+    def unproved(
+        self, depth: int, budget: int, found: Round, threshold: float
+    ) -> GiveUp | Deeper | None:
         """Give up where the bounds, falling on as they fell since the round before (or, after
         the first round, since halfway down its own searches), cannot prove the top k by the
-        cap: a query that no round up to the cap would prove costs one round, not every one."""
+        cap: a query that no round up to the cap would prove costs one round, not every one.
+        Otherwise the next round goes about as deep as the fall says a proof needs."""
         current = found.bounds or ()
         previous, self.previous = self.previous or self.halfway, (budget, current)
+        if previous is None or budget >= self.cap:
+            return None
         options = self.options
-        if previous is not None and out_of_reach(
+        judged = (
             self.query,
             previous[1],
             current,
@@ -135,6 +142,8 @@ class ClusterRounds:
             options.ops,
             options.truth,
             self.unmentioned,
-        ):
+        )
+        if out_of_reach(*judged):
             return GiveUp(gave_up_warning(options.k, budget, self.cap))
-        return None
+        deeper = depth_to_prove(*judged)
+        return None if deeper is None else Deeper(deeper)
