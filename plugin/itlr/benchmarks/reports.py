@@ -95,6 +95,14 @@ def fill_with_random(backend: Any, count: int, dims: int) -> None:
     backend.refresh()
 
 
+def chosen_engines(engines: str) -> set[str]:
+    """The engines a benchmark's `--engines` names (comma-separated), checked."""
+    chosen = {e.strip() for e in engines.split(",") if e.strip()}
+    if not chosen <= {"embedded", "opensearch"}:
+        raise ConfigurationError(f"unknown engine(s) {sorted(chosen)}: embedded, opensearch")
+    return chosen
+
+
 def latency_report(
     docs: str = "10000,100000",
     url: str | None = None,
@@ -109,9 +117,7 @@ def latency_report(
     folder where the embedded indexes stay, and are reused by the next run."""
     from itlr.benchmarks.latency import measure_backend, measure_embedded, request_parts
 
-    chosen = {e.strip() for e in engines.split(",") if e.strip()}
-    if not chosen <= {"embedded", "opensearch"}:
-        raise ConfigurationError(f"unknown engine(s) {sorted(chosen)}: embedded, opensearch")
+    chosen = chosen_engines(engines)
 
     lines = [
         f"### Latency (`itlr bench latency --docs {docs} --repeats {repeats}"

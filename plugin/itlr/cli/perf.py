@@ -94,13 +94,31 @@ def certificate(
         str | None,
         typer.Option(help="Also measure this OpenSearch cluster (it gets a throw-away index)."),
     ] = None,
+    engines: Annotated[
+        str,
+        typer.Option(
+            help="Engines to measure, comma-separated: embedded, opensearch (with --url)."
+        ),
+    ] = "embedded,opensearch",
+    merged: Annotated[
+        bool,
+        typer.Option(
+            "--merged",
+            help="Force-merge the OpenSearch index to one segment first, as a long-lived "
+            "index ends up (one HNSW graph: the recall the proofs rely on).",
+        ),
+    ] = False,
     out_file: OutFile = None,
 ) -> None:
     """knn mode with and without the certificate against exact mode, per query shape: top-10
     score agreement, p50 latency, and how the certificate ended."""
     from itlr.benchmarks.certificate import certificate_report
 
-    run_guarded(lambda: emit(certificate_report(passages, queries, repeats, keep, url), out_file))
+    run_guarded(
+        lambda: emit(
+            certificate_report(passages, queries, repeats, keep, url, engines, merged), out_file
+        )
+    )
 
 
 @bench_app.command()
