@@ -201,62 +201,80 @@ def gave_up_warning(k: int, depth: int, cap: int) -> str:
     )
 
 
-def out_of_reach(
-    query: Query,
-    before: Sequence[SearchBound],
-    after: Sequence[SearchBound],
-    depths: tuple[int, int],
-    cap: int,
-    threshold: float,
-    ops: Operators,
-    truth: TruthMap,
-    lexical_limits: Mapping[str, float] | None = None,
-) -> bool:
-    """Whether deeper rounds look unable to prove the top k, judged from the last two: each
+@dataclass(frozen=True)
+class BoundsFall:
+    """How the searches' bounds fell from one depth to the next, and what a proof needs: each
     search's bound (`before` at depth depths[0], `after` at depths[1], the same searches in the
-    same order) extrapolated to the cap, falling per factor of depth `OPTIMISM` times as fast as
-    it just did, still leaves an unseen document room above `threshold` (the k-th score, which
-    deeper rounds only raise). Unstructured data (random vectors, where nothing distinguishes
-    the top k) then costs two rounds instead of every round up to the cap. Searches that
-    changed between the rounds (a combined search past the engine's largest k becomes one per
-    term, itlr.candidates.plan_searches) have no fall to extrapolate: never out of reach."""
-    if any(b.exhausted for b in after) or cap <= depths[1] or depths[1] <= depths[0]:
-        return False
-    if [b.terms for b in before] != [a.terms for a in after]:
-        return False
-    projected = _projected(before, after, depths, cap, OPTIMISM)
-    return not unseen_cannot_beat(query, projected, threshold, ops, truth, lexical_limits)
+    same order), the deepest round allowed (`cap`) and the score no unseen document may beat
+    (`threshold`, the k-th score, which deeper rounds only raise)."""
+
+    query: Query
+    before: Sequence[SearchBound]
+    after: Sequence[SearchBound]
+    depths: tuple[int, int]
+    cap: int
+    threshold: float
+    ops: Operators
+    truth: TruthMap
+    lexical_limits: Mapping[str, float] | None = None
+
+    @property
+    def comparable(self) -> bool:
+        """The same searches at two depths: a fall to project. Searches that changed between
+        the rounds (a combined search past the engine's largest k becomes one per term,
+        itlr.candidates.plan_searches) have none."""
+        return self.depths[1] > self.depths[0] and [b.terms for b in self.before] == [
+            a.terms for a in self.after
+        ]
+
+    def proves_at(self, depth: int, optimism: float, max_boxes: int = MAX_BOXES) -> bool:
+        """Whether the bounds at `depth`, falling per factor of depth `optimism` times as fast
+        as they just did, leave no unseen document room above the threshold."""
+        before, (shallow, deep) = self.before, self.depths
+        remaining = math.log(depth / deep) / math.log(deep / shallow)
+        projected = [
+            replace(now, limit=now.limit - optimism * max(then.limit - now.limit, 0.0) * remaining)
+            for then, now in zip(before, self.after, strict=True)
+        ]
+        return unseen_cannot_beat(
+            self.query,
+            projected,
+            self.threshold,
+            self.ops,
+            self.truth,
+            self.lexical_limits,
+            max_boxes,
+        )
 
 
-def depth_to_prove(
-    query: Query,
-    before: Sequence[SearchBound],
-    after: Sequence[SearchBound],
-    depths: tuple[int, int],
-    cap: int,
-    threshold: float,
-    ops: Operators,
-    truth: TruthMap,
-    lexical_limits: Mapping[str, float] | None = None,
-) -> int | None:
+def out_of_reach(fall: BoundsFall) -> bool:
+    """Whether deeper rounds look unable to prove the top k: the bounds extrapolated to the
+    cap, falling `OPTIMISM` times as fast as they just did, still leave an unseen document room
+    above the threshold. Unstructured data (random vectors, where nothing distinguishes the
+    top k) then stops early instead of paying every round up to the cap. Searches without a
+    fall to project (`BoundsFall.comparable`) are never out of reach."""
+    if any(b.exhausted for b in fall.after) or fall.cap <= fall.depths[1] or not fall.comparable:
+        return False
+    return not fall.proves_at(fall.cap, OPTIMISM)
+
+
+def depth_to_prove(fall: BoundsFall) -> int | None:
     """The budget of the next round, or None for the next one scheduled: the least depth
-    below the cap (in steps of `JUMP_STEP`, at least twice the last) at which the searches'
-    bounds, falling on per factor of depth as fast as they just did (`out_of_reach`'s
-    projection without its optimism), would prove the top k. One round at about the depth a
-    proof needs, where rounds four times deeper each would take two or three to get there;
-    a proof that only the optimistic projection allows goes on step by step, since a round at
-    the cap costs several times one four times shallower."""
-    if [b.terms for b in before] != [a.terms for a in after] or depths[1] <= depths[0]:
+    below the cap (in steps of `JUMP_STEP`, at least twice the last) at which the bounds,
+    falling on per factor of depth as fast as they just did (`out_of_reach`'s projection
+    without its optimism), would prove the top k. One round at about the depth a proof needs,
+    where rounds four times deeper each would take two or three to get there; a proof that
+    only the optimistic projection allows goes on step by step, since a round at the cap costs
+    several times one four times shallower."""
+    if not fall.comparable:
         return None
+    depths, cap = fall.depths, fall.cap
     steps = [2 * depths[1]]
     while math.ceil(steps[-1] * JUMP_STEP) < cap:
         steps.append(math.ceil(steps[-1] * JUMP_STEP))
 
     def proves(depth: int) -> bool:
-        projected = _projected(before, after, depths, depth, 1.0)
-        return unseen_cannot_beat(
-            query, projected, threshold, ops, truth, lexical_limits, JUMP_BOXES
-        )
+        return fall.proves_at(depth, 1.0, JUMP_BOXES)
 
     # Deeper bounds only prove more: the least depth that proves, by bisection.
     if steps[-1] >= cap or not proves(steps[-1]):
@@ -266,22 +284,6 @@ def depth_to_prove(
         middle = (low + high) // 2
         low, high = (low, middle) if proves(steps[middle]) else (middle + 1, high)
     return steps[low]
-
-
-def _projected(
-    before: Sequence[SearchBound],
-    after: Sequence[SearchBound],
-    depths: tuple[int, int],
-    target: int,
-    optimism: float,
-) -> list[SearchBound]:
-    """Each search's bound at depth `target`, falling per factor of depth `optimism` times as
-    fast as it fell from depths[0] to depths[1]."""
-    remaining = math.log(target / depths[1]) / math.log(depths[1] / depths[0])
-    return [
-        replace(now, limit=now.limit - optimism * max(then.limit - now.limit, 0.0) * remaining)
-        for then, now in zip(before, after, strict=True)
-    ]
 
 
 def round_plan(plan: Plan) -> Plan:

@@ -14,6 +14,7 @@ import pytest
 import itlr
 from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.certificate import (
+    BoundsFall,
     SearchBound,
     depth_to_prove,
     out_of_reach,
@@ -176,13 +177,17 @@ def test_rounds_stop_early_only_when_the_bound_cannot_fall_below_the_kth_score_b
     query = itlr.parse('"a"')
     before = [SearchBound(("a",), 0.5)]
     now = [SearchBound(("a",), after)]
-    stop = out_of_reach(query, before, now, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    stop = out_of_reach(
+        BoundsFall(query, before, now, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    )
     assert stop is not reachable
     # At the cap there is nothing left to try, and an exhausted search proves everything.
-    assert not out_of_reach(query, before, now, (100, 2000), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    assert not out_of_reach(
+        BoundsFall(query, before, now, (100, 2000), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+    )
     exhausted = [SearchBound(("a",), 0.0, exhausted=True)]
     assert not out_of_reach(
-        query, before, exhausted, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP
+        BoundsFall(query, before, exhausted, (100, 400), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
     )
 
 
@@ -192,15 +197,18 @@ def test_the_next_round_goes_as_deep_as_the_bounds_falling_on_as_they_fell_would
     before, now = [SearchBound(("a",), 0.5)], [SearchBound(("a",), 0.4)]
     judged = (query, before, now, (50, 100))
     # Steps of x1.25 from twice the last depth: 767 leaves 0.106, 959 leaves 0.074.
-    assert depth_to_prove(*judged, 2000, 0.1, SEARCH_OPERATORS, CLAMP) == 959
+    assert depth_to_prove(BoundsFall(*judged, 2000, 0.1, SEARCH_OPERATORS, CLAMP)) == 959
     # Nothing below the cap would prove: the next round scheduled.
-    assert depth_to_prove(*judged, 900, 0.1, SEARCH_OPERATORS, CLAMP) is None
+    assert depth_to_prove(BoundsFall(*judged, 900, 0.1, SEARCH_OPERATORS, CLAMP)) is None
     # A bound that already proves at twice the depth goes no deeper than that.
-    assert depth_to_prove(*judged, 2000, 0.35, SEARCH_OPERATORS, CLAMP) == 200
+    assert depth_to_prove(BoundsFall(*judged, 2000, 0.35, SEARCH_OPERATORS, CLAMP)) == 200
     # Searches that changed between the rounds: no fall to project.
     other = [SearchBound(("b",), 0.4)]
     assert (
-        depth_to_prove(query, before, other, (50, 100), 2000, 0.1, SEARCH_OPERATORS, CLAMP) is None
+        depth_to_prove(
+            BoundsFall(query, before, other, (50, 100), 2000, 0.1, SEARCH_OPERATORS, CLAMP)
+        )
+        is None
     )
 
 
@@ -211,7 +219,9 @@ def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
     terms = tuple(f"t{i}" for i in range(7))
     before = [SearchBound(terms, 3.0)]
     after = [SearchBound((t,), 0.45) for t in terms]
-    assert not out_of_reach(query, before, after, (400, 1600), 2000, 0.01, SEARCH_OPERATORS, CLAMP)
+    assert not out_of_reach(
+        BoundsFall(query, before, after, (400, 1600), 2000, 0.01, SEARCH_OPERATORS, CLAMP)
+    )
 
 
 @pytest.mark.opensearch

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from itlr.certificate import (
+    BoundsFall,
     Deeper,
     GiveUp,
     Round,
@@ -132,7 +133,7 @@ class ClusterRounds:
         if previous is None or budget >= self.cap:
             return None
         options = self.options
-        judged = (
+        fall = BoundsFall(
             self.query,
             previous[1],
             current,
@@ -143,7 +144,7 @@ class ClusterRounds:
             options.truth,
             self.unmentioned,
         )
-        if out_of_reach(*judged):
+        if out_of_reach(fall):
             return GiveUp(gave_up_warning(options.k, budget, self.cap))
-        deeper = depth_to_prove(*judged)
+        deeper = depth_to_prove(fall)
         return None if deeper is None else Deeper(deeper)

@@ -16,6 +16,7 @@ import numpy as np
 
 from itlr.candidates import CandidateSearch, plan_candidates
 from itlr.certificate import (
+    BoundsFall,
     Round,
     SearchBound,
     certifiable,
@@ -240,14 +241,16 @@ def round_could_prove(
     stream taken as deep as that round would take it."""
     ahead = stream.limits(deeper * LEXICAL_DEPTH) if stream is not None else None
     return not out_of_reach(
-        query,
-        *bounds,
-        (max(1, budget // 2), budget),
-        deeper,
-        threshold,
-        options.ops,
-        options.truth,
-        ahead,
+        BoundsFall(
+            query,
+            *bounds,
+            (max(1, budget // 2), budget),
+            deeper,
+            threshold,
+            options.ops,
+            options.truth,
+            ahead,
+        )
     )
 
 
