@@ -109,9 +109,9 @@ class ClusterRounds:
             # Fewer than k scored above 0: only a probe can show whether any is unseen.
             responses += self.responses_to(probes)
         bounds, halfway = [], []
-        for search, probe in zip(searches, responses[1:], strict=True):
+        for search, asked, probe in zip(searches, probes, responses[1:], strict=True):
             hits = probe["hits"]["hits"]
-            if len(hits) < search.budget - probe_half(search.budget) + 1:
+            if len(hits) < asked["size"]:
                 # fewer documents than the budget: the search returned them all
                 bounds.append(SearchBound(search.terms, 0.0, exhausted=True))
                 halfway.append(bounds[-1])
