@@ -224,6 +224,14 @@ def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
     )
 
 
+def rounds_sent(backend, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+    """The search bodies of every `_msearch` (one per round) the backend sends from now on."""
+    rounds: list[list[dict[str, Any]]] = []
+    search = backend._multi_search
+    monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
+    return rounds
+
+
 @pytest.mark.opensearch
 def test_opensearch_rounds_go_on_when_the_plan_falls_back_to_per_term_searches(
     opensearch_index, monkeypatch: pytest.MonkeyPatch
@@ -234,8 +242,6 @@ def test_opensearch_rounds_go_on_when_the_plan_falls_back_to_per_term_searches(
 
     from itlr import certificate
     from itlr.engines.opensearch import OpenSearchDialect
-
-    rounds: list[list[dict[str, Any]]] = []
 
     rng = np.random.default_rng(5)
     vectors = unit_rows(rng.normal(size=(600, DIMS))).astype(np.float32)
@@ -255,8 +261,7 @@ def test_opensearch_rounds_go_on_when_the_plan_falls_back_to_per_term_searches(
     import itlr.engines.cluster_certified as cluster_certified
 
     monkeypatch.setattr(cluster_certified, "depth_to_prove", lambda *args: None)
-    search = backend._multi_search
-    monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
+    rounds = rounds_sent(backend, monkeypatch)
     query = itlr.parse('"a" AND "b"')
     terms = unit_rows(rng.normal(size=(2, DIMS))).astype(np.float32)
     hits = backend.search(query, terms, cosine_options(k=10, candidates=20, max_candidates=120))
@@ -398,11 +403,7 @@ def test_opensearch_stops_the_rounds_when_the_bound_is_out_of_reach_and_says_so(
     # Which bounds are out of reach is tested above; here: the rounds act on the verdict.
     import itlr.engines.cluster_certified as cluster_certified
 
-    rounds = []
-    search = crowded_opensearch._multi_search
-    monkeypatch.setattr(
-        crowded_opensearch, "_multi_search", lambda b: rounds.append(b) or search(b)
-    )
+    rounds = rounds_sent(crowded_opensearch, monkeypatch)
     monkeypatch.setattr(cluster_certified, "out_of_reach", lambda *args: True)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
@@ -419,11 +420,7 @@ def test_opensearch_gives_up_after_one_round_whose_bound_did_not_fall_from_halfw
     # The 300 crowding documents tie: the combined search's bound is the same halfway down its
     # 100 neighbours (50 per positive term) as at the last, so falling on at twice that rate it
     # never proves the top k by the cap; one round, not every round up to it.
-    rounds = []
-    search = crowded_opensearch._multi_search
-    monkeypatch.setattr(
-        crowded_opensearch, "_multi_search", lambda b: rounds.append(b) or search(b)
-    )
+    rounds = rounds_sent(crowded_opensearch, monkeypatch)
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     hits = crowded_opensearch.search(query, terms, cosine_options(k=10, candidates=50))
