@@ -283,3 +283,22 @@ def test_a_lone_surrogate_a_cluster_returns_is_answered_as_u_fffd_not_a_500() ->
     assert json.loads(text.encode("utf-8")) == {
         "hits": [{"text": "sleep \ufffd text", "fields": {"\ufffd": "x"}}]
     }
+
+
+def test_an_opensearch_answer_beyond_64_bit_integers_is_read_exactly_and_no_json_is_refused():
+    """The client reads answers with orjson, which stops at 64-bit integers: such an answer
+    (a `sum` aggregation, a `_seq_no` of a foreign writer) falls back to the standard
+    library, and what is no JSON at all stays the client's own SerializationError."""
+    from opensearchpy.exceptions import SerializationError
+
+    from itlr.engines.connection import Connection
+
+    read = Connection("http://127.0.0.1:9").opensearch().transport.deserializer.loads
+    assert read('{"value": 18446744073709551616}', "application/json") == {
+        "value": 18446744073709551616
+    }
+    assert read('{"hits": {"hits": [{"_score": 0.5}]}}', "application/json") == {
+        "hits": {"hits": [{"_score": 0.5}]}
+    }
+    with pytest.raises(SerializationError):
+        read("<html>502 Bad Gateway</html>", "application/json")

@@ -326,9 +326,11 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
 
 
 def _orjson_serializer():
-    """opensearch-py's JSON serializer with orjson's encoder: a logical query carries every
-    term's vector, and the standard library spent 0.9 ms encoding the body of a 3-term query
-    (orjson: 0.05 ms). Anything orjson refuses goes through the standard serializer."""
+    """opensearch-py's JSON serializer on orjson: a logical query carries every term's vector,
+    and the standard library spent 0.9 ms encoding the body of a 3-term query (orjson: 0.05
+    ms); reading a round's `_msearch` answer (the hits and the probes' scores) took 102 us
+    against 46. Anything orjson refuses goes through the standard serializer, which also
+    raises the client's SerializationError for a body that is no JSON."""
     import orjson
     from opensearchpy.serializer import JSONSerializer
 
@@ -340,5 +342,11 @@ def _orjson_serializer():
                 return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             except TypeError:
                 return super().dumps(data)
+
+        def loads(self, s: str) -> Any:
+            try:
+                return orjson.loads(s)
+            except orjson.JSONDecodeError:  # not JSON, or integers beyond 64 bits
+                return super().loads(s)
 
     return OrjsonSerializer()
