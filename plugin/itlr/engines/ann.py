@@ -24,8 +24,12 @@ import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from usearch.index import Index
 
 # Below this many rows an exact scan (a memory pass of a few ms at most) beats keeping a graph.
 ANN_MIN_ROWS = 50_000
@@ -56,12 +60,12 @@ def graph_path(folder: Path, generation: int) -> Path:
     return folder / f"ann.{generation}.usearch"
 
 
-def usearch_index() -> type:
+def usearch_index() -> type[Index]:
     """usearch's Index class. onnxruntime (the default encoder) is imported first when it is
     installed: onnxruntime 1.32 imported after usearch 2.26 crashes the process (SIGSEGV, a clash
     of their native libraries), the other order is safe (tests/embedded/test_ann.py)."""
     with contextlib.suppress(ImportError):
-        import onnxruntime  # noqa: F401
+        import onnxruntime  # type: ignore[import-untyped]  # noqa: F401
     from usearch.index import Index
 
     return Index
@@ -74,7 +78,8 @@ class AnnGraph:
         self.folder = folder
         self.dims = dims
         self.generation: int | None = None
-        self._graph = None
+        # Any: set by _load, which mypy cannot see making it non-None at the call sites.
+        self._graph: Any = None
         self._saved_rows = 0
         self._viewed = False
 
@@ -83,7 +88,7 @@ class AnnGraph:
         """Rows covered: 0 .. rows - 1."""
         return 0 if self._graph is None else len(self._graph)
 
-    def _new(self):
+    def _new(self) -> Index:
         Index = usearch_index()
         return Index(
             ndim=self.dims,
@@ -107,7 +112,9 @@ class AnnGraph:
                 if graph is not None and graph.ndim == self.dims and len(graph) < committed:
                     graph = Index.restore(str(path))
                 if graph is not None and graph.ndim == self.dims and len(graph) <= committed:
-                    graph.expansion_search = EXPANSION_SEARCH  # not kept in the file
+                    # Not kept in the file. (usearch defines the setter apart from its getter,
+                    # which mypy reads as a read-only property.)
+                    graph.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
                     self._graph, self._saved_rows = graph, len(graph)
                     self._viewed = len(graph) == committed
         if self._graph is None:

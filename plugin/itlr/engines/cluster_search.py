@@ -207,7 +207,11 @@ class ClusterSearch:
         return [dict(r) for r in responses]
 
     def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+        self,
+        vector: np.ndarray,
+        k: int,
+        filter: dict[str, Any] | None = None,
+        candidates: int | None = None,
     ) -> list[Hit]:
         """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
         gathers before the top k are kept (default k)."""

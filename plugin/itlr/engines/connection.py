@@ -12,10 +12,15 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.errors import EngineError, IndexStateError
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+    from opensearchpy import OpenSearch
+    from opensearchpy.serializer import JSONSerializer
 
 REQUEST_TIMEOUT = 30.0
 DETECT_TIMEOUT = 10.0
@@ -63,7 +68,7 @@ class Connection:
             return {"authorization": f"Basic {base64.b64encode(pair).decode()}"}
         return {}
 
-    def opensearch(self, timeout: float = REQUEST_TIMEOUT, max_retries: int = 3):
+    def opensearch(self, timeout: float = REQUEST_TIMEOUT, max_retries: int = 3) -> OpenSearch:
         """An opensearch-py client. OpenSearch has no API keys; an `api_key` is still sent as a
         header, so that the same client can ask any cluster's root endpoint what it is."""
         from opensearchpy import OpenSearch
@@ -85,7 +90,7 @@ class Connection:
                 kwargs["ca_certs"] = self.ca_file
         return OpenSearch(**kwargs)
 
-    def elasticsearch(self, timeout: float = REQUEST_TIMEOUT):
+    def elasticsearch(self, timeout: float = REQUEST_TIMEOUT) -> Elasticsearch:
         """An elasticsearch-py client. The client is pinned below 9: an 8.x client speaks to
         8.x servers natively and to 9.x ones through their REST compatibility with N-1, whereas
         a 9.x client's `compatible-with=9` header is refused by every 8.x server."""
@@ -131,7 +136,9 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
 def engine_from_root(url: str, info: Any) -> tuple[str, str]:
     """(engine, version) from a cluster's `GET /` answer; also used by the async proxy."""
     if isinstance(info, dict):
-        version = info.get("version") if isinstance(info.get("version"), dict) else {}
+        version = cast(
+            "dict[str, Any]", info.get("version") if isinstance(info.get("version"), dict) else {}
+        )
         number = str(version.get("number", "?"))
         if version.get("distribution") == "opensearch":
             return "opensearch", number
@@ -325,7 +332,7 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
         raise EngineError(f"Elasticsearch at {url}: {failed}") from None
 
 
-def _orjson_serializer():
+def _orjson_serializer() -> JSONSerializer:
     """opensearch-py's JSON serializer on orjson: a logical query carries every term's vector,
     and the standard library spent 0.9 ms encoding the body of a 3-term query (orjson: 0.05
     ms); reading a round's `_msearch` answer (the hits and the probes' scores) took 102 us
@@ -335,13 +342,14 @@ def _orjson_serializer():
     from opensearchpy.serializer import JSONSerializer
 
     class OrjsonSerializer(JSONSerializer):
-        def dumps(self, data: Any) -> str:
+        def dumps(self, data: Any) -> str | bytes:
+            # The base passes str and bytes through as they are; its stub says Any.
             if isinstance(data, str | bytes):
-                return super().dumps(data)
+                return cast("str | bytes", super().dumps(data))
             try:
                 return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY).decode()
             except TypeError:
-                return super().dumps(data)
+                return cast("str | bytes", super().dumps(data))
 
         def loads(self, s: str) -> Any:
             try:

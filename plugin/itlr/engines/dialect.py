@@ -94,12 +94,12 @@ class Dialect:
 
     # -- engine hooks ----------------------------------------------------------------------
 
-    def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+    def knn_clause(self, search: CandidateSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
         """One kNN query clause gathering `search.budget` neighbours of `search.vector`."""
         raise NotImplementedError
 
     def dense_body(
-        self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
+        self, vector: np.ndarray, k: int, filter: dict[str, Any] | None, candidates: int | None
     ) -> dict[str, Any]:
         """Plain kNN on one vector, top k of `candidates` (default k) neighbours."""
         raise NotImplementedError
@@ -111,7 +111,7 @@ class Dialect:
     def check_knn_mode(self) -> None:
         """Refuse knn mode where the engine cannot gather candidates inside a query."""
 
-    def probe_body(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+    def probe_body(self, search: CandidateSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
         """The farther half of the neighbours one kNN search returns, scores only: the last
         one's score bounds every document the search did not return (itlr.certificate), and
         the first one's is the bound the search gave at half its depth, so how fast the bound
@@ -190,7 +190,7 @@ class Dialect:
         )
         warnings: tuple[str, ...] = ()
         searches: tuple[CandidateSearch, ...] = ()
-        must_not = [
+        must_not: list[dict[str, Any]] = [
             {
                 "script_score": {
                     "query": {"match_all": {}},

@@ -240,7 +240,9 @@ class ElasticsearchDialect(Dialect):
         super().__init__(layout, inline_script)
         self.capabilities = capabilities or Capabilities()
 
-    def _knn(self, vector: np.ndarray, budget: int, filter: dict | None) -> dict[str, Any]:
+    def _knn(
+        self, vector: np.ndarray, budget: int, filter: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """One `knn` query clause that yields `budget` nearest neighbours per shard."""
         budget = min(budget, MAX_NUM_CANDIDATES)
         knn: dict[str, Any] = {
@@ -259,7 +261,7 @@ class ElasticsearchDialect(Dialect):
             knn["filter"] = filter
         return {"knn": knn}
 
-    def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+    def knn_clause(self, search: CandidateSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
         return self._knn(search.vector, search.budget, filter)
 
     def check_knn_mode(self) -> None:
@@ -283,7 +285,7 @@ class ElasticsearchDialect(Dialect):
         return body
 
     def dense_body(
-        self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
+        self, vector: np.ndarray, k: int, filter: dict[str, Any] | None, candidates: int | None
     ) -> dict[str, Any]:
         caps = self.capabilities
         excludes = {"excludes": self.unshown}

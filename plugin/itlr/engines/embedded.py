@@ -20,7 +20,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from itlr.engines.embedded_lexical import LexicalState
 from itlr.engines.filters import compile_filter, unknown_fields
 from itlr.engines.folders import writable_folder
 from itlr.engines.kernels import cosine_matrix, normalise, top_k
-from itlr.engines.store import FORMAT_VERSION, LOCK_WAIT_SECONDS, StoredRow, VectorStore, exists
+from itlr.engines.store import FORMAT_VERSION, StoredRow, VectorStore, exists
+from itlr.engines.writer_lock import LOCK_WAIT_SECONDS
 from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import query_words, shaped_hit
@@ -423,7 +424,7 @@ class EmbeddedBackend:
         return np.stack([self.vector(i) for i in ids])
 
     def ids(self) -> list[str]:
-        return [self._rows[r].id for r in self._live_rows()]  # type: ignore[union-attr]
+        return [self._rows[r].id for r in self._live_rows()]
 
     def get(self, doc_id: str) -> dict[str, Any] | None:
         row = self._latest.get(str(doc_id))
@@ -500,7 +501,11 @@ class EmbeddedBackend:
         )
 
     def search_vector(
-        self, vector: np.ndarray, k: int, filter: dict | None = None, candidates: int | None = None
+        self,
+        vector: np.ndarray,
+        k: int,
+        filter: dict[str, Any] | None = None,
+        candidates: int | None = None,
     ) -> list[Hit]:
         """Plain dense retrieval: rank by cosine to one vector. With the ANN graph in use,
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
@@ -519,7 +524,7 @@ class EmbeddedBackend:
         """The vectors of these rows; without a copy when they are all rows in order."""
         if len(rows) == len(self._rows) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
             return self._vectors
-        return self._vectors[rows]
+        return cast(np.ndarray, self._vectors[rows])
 
     def _hits(
         self,
@@ -557,7 +562,7 @@ class EmbeddedBackend:
             )
         return normalise(vectors)
 
-    def _filtered_rows(self, filter: dict | None) -> tuple[np.ndarray, list[str]]:
+    def _filtered_rows(self, filter: dict[str, Any] | None) -> tuple[np.ndarray, list[str]]:
         """The live rows the filter keeps, and a warning per filter field no document has."""
         rows = self._live_rows()
         if not filter:
@@ -569,7 +574,7 @@ class EmbeddedBackend:
             for name in unknown_fields(names, self._known_fields())
         ]
         kept = np.array(
-            [r for r in rows if matches(self._rows[r])],  # type: ignore[arg-type]
+            [r for r in rows if matches(self._rows[r])],
             dtype=np.int64,
         )
         return kept, notes
@@ -579,6 +584,6 @@ class EmbeddedBackend:
         if self._fields_cache is None:
             known: set[str] = set()
             for r in self._live_rows():
-                known.update(self._rows[r].fields)  # type: ignore[union-attr]
+                known.update(self._rows[r].fields)
             self._fields_cache = known
         return self._fields_cache

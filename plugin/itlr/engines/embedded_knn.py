@@ -150,7 +150,7 @@ class EmbeddedRounds:
         self.deepest: list[np.ndarray] | None = None
         # The last round's searches, per search its cosines halfway down and last, and the
         # bounds they give.
-        self.searches: list[CandidateSearch] = []
+        self.searches: Sequence[CandidateSearch] = []
         self.cosines: list[tuple[float, float]] = []
         self.bounds: tuple[SearchBound, ...] = ()
 

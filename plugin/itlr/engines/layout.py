@@ -37,7 +37,7 @@ def derive_mapping(
     prompts: Prompts | None = None,
 ) -> dict[str, Any]:
     """The index body from mappings/<engine>.json with field names, dims and model filled in."""
-    template = json.loads(mapping_file(engine).read_text())
+    template: dict[str, Any] = json.loads(mapping_file(engine).read_text())
     body = copy.deepcopy(template)
     properties = body["mappings"]["properties"]
     vector = properties.pop("embedding")

@@ -29,7 +29,7 @@ class OpenSearchDialect(Dialect):
     # OpenSearch still sorts on _id (fielddata on it is on by default, if deprecated).
     fallback_tiebreak = "_id"
 
-    def knn_clause(self, search: CandidateSearch, filter: dict | None) -> dict[str, Any]:
+    def knn_clause(self, search: CandidateSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
         knn: dict[str, Any] = {
             "vector": np.asarray(search.vector, dtype=np.float32).tolist(),
             # The plugin refuses the whole search above max_k; the capped-budget warning says so.
@@ -40,7 +40,7 @@ class OpenSearchDialect(Dialect):
         return {"knn": {self.layout.vector_field: knn}}
 
     def dense_body(
-        self, vector: np.ndarray, k: int, filter: dict | None, candidates: int | None
+        self, vector: np.ndarray, k: int, filter: dict[str, Any] | None, candidates: int | None
     ) -> dict[str, Any]:
         knn: dict[str, Any] = {
             "vector": np.asarray(vector, dtype=np.float32).tolist(),

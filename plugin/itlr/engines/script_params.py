@@ -5,7 +5,7 @@ statistics. Data only, never script source."""
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -108,6 +108,6 @@ def exclusion_params(
         "vector": packed_floats(term_vectors[index]),
         # The hard filter judges the cosine evidence: hybrid truths clamp (composition.compose).
         "truth": TRUTH_CODES["clamp"] if options.truth.uses_lexical else truth["truth"],
-        "tau": truth["tau"][index],
-        "lam": truth["lam"][index],
+        "tau": cast("list[float]", truth["tau"])[index],
+        "lam": cast("list[float]", truth["lam"])[index],
     }
