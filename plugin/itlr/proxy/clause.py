@@ -352,7 +352,7 @@ def _check_place(query: Any, path: tuple[Any, ...], field: str) -> None:
     position = 0
     while position < len(path) - 1:
         kind, parameter = path[position], path[position + 1]
-        siblings = node[kind][parameter] if isinstance(node.get(kind), dict) else None
+        siblings: Any = node[kind][parameter] if isinstance(node.get(kind), dict) else None
         if (kind, parameter) == ("bool", "must_not"):
             raise ClauseError(
                 f"{field}:(...) cannot sit under bool.must_not (a NOT of the logical ranking "

@@ -12,7 +12,6 @@ from starlette.responses import JSONResponse
 
 from itlr.engines.connection import Connection, error_reason
 from itlr.engines.coverage import (
-    Coverage,
     CoverageCache,
     coverage_body,
     parse_coverage,
@@ -20,6 +19,7 @@ from itlr.engines.coverage import (
 )
 from itlr.errors import EngineError
 from itlr.proxy.upstream import Upstream, auth_headers
+from itlr.results import Coverage
 
 
 async def target_coverage(

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from itlr.extras import missing_extra
 
@@ -163,7 +163,11 @@ def load_index_configs(path: Path) -> tuple[IndexConfig, ...]:
         # A null value is the default, as an absent key is (`"model": null`: the default model).
         configs.append(
             IndexConfig(
-                str(pattern), **{k: None if v is None else str(v) for k, v in entry.items()}
+                str(pattern),
+                # Keys checked against IndexConfig's fields above; the two fields are not null.
+                **cast(
+                    "dict[str, Any]", {k: None if v is None else str(v) for k, v in entry.items()}
+                ),
             )
         )
     return tuple(configs)

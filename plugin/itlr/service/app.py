@@ -69,7 +69,10 @@ def _body_field(option: Option) -> tuple[Any, Any]:
         aliases["validation_alias"] = AliasChoices("_source", "source_fields", "source-fields")
     elif option.key != option.name:
         aliases["alias"] = option.key
-    bounds = {"ge": option.minimum, "le": MAX_K if option.name == "k" else option.maximum}
+    bounds: dict[str, Any] = {
+        "ge": option.minimum,
+        "le": MAX_K if option.name == "k" else option.maximum,
+    }
     return kind, Field(
         option.default,
         description=option.help,

@@ -59,7 +59,8 @@ class CommitFollower:
     used as it is."""
 
     def __init__(self, backend: Any) -> None:
-        self._backend = backend if hasattr(backend, "follow_commits") else None
+        # Any: `_moved` tells whether it is None, which mypy cannot follow into `current`.
+        self._backend: Any = backend if hasattr(backend, "follow_commits") else None
         self._lock = ReadersWriterLock()
 
     @property

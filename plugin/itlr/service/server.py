@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from itlr.extras import missing_extra
 
@@ -26,7 +26,7 @@ from itlr.service.timeouts import ReadTimeouts
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return cast(int, probe.getsockname()[1])
 
 
 @contextmanager
