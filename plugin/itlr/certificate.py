@@ -383,7 +383,8 @@ def unseen_cannot_beat(
     if not free:
         return False
     column = {terms[i]: j for j, i in enumerate(free)}
-    groups = []
+    groups: list[tuple[list[int], np.ndarray, float]] = []
+    cols: Sequence[int]  # a search's columns: zipped (a tuple) here, a list in `groups`
     for b in bounds:
         # A term weighted 0 in the search vector is not bounded by it.
         weighted = zip(b.terms, b.weights or [1.0] * len(b.terms), strict=True)

@@ -39,8 +39,10 @@ import numpy as np
 from itlr import json_values
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
+
+# Re-exported: callers read documents through itlr.documents.
+from itlr.records import Document as Document
 from itlr.records import (
-    Document,
     Fields,
     NotADocument,
     check_value,
@@ -316,7 +318,7 @@ def _bulk_entry(
             f"update of {doc_id!r} without a text ({'/'.join(keys.text_keys)}) and no earlier "
             "copy in this file: itlr re-embeds whole documents, give the text",
         )
-        yield ("patch", doc_id, record, orphan)  # type: ignore[misc]
+        yield ("patch", doc_id, record, orphan)
         return
     try:
         document = record_document({**record, id_key: doc_id}, keys)
@@ -325,7 +327,7 @@ def _bulk_entry(
         return
     # The id field the document itself carried (the action's _id is the id).
     document = replace(document, id_source=own_id)
-    yield ("update", document) if kind == "update" else document  # type: ignore[misc]
+    yield ("update", document) if kind == "update" else document
 
 
 def _array_entries(path: Path, keys: Fields) -> Iterator[_Entry]:
@@ -503,6 +505,7 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
     deleted: dict[str, None] = {}
     bad_lines: list[BadLine] = []
     duplicates = 0
+    earlier: Document | None  # the copy an update or a patch merges into, when there is one
     for entry in entries:
         if isinstance(entry, BadLine):
             bad_lines.append(entry)
@@ -511,7 +514,7 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             deleted.pop(entry.id, None)
             by_id[entry.id] = entry  # the last copy wins; the first copy's place is kept
         elif entry[0] == "patch":
-            _, doc_id, patch, orphan = entry  # type: ignore[misc]
+            _, doc_id, patch, orphan = entry
             if doc_id in by_id:
                 earlier = by_id[doc_id]
                 duplicates += 1
@@ -522,7 +525,7 @@ def _collect(entries: Iterator[_Entry]) -> DocumentFile:
             by_id.pop(entry[1], None)
             deleted[entry[1]] = None
         else:  # a _bulk update: its fields merge into this file's earlier copy, if any
-            document: Document = entry[1]  # type: ignore[assignment]
+            document: Document = entry[1]
             earlier = by_id.get(document.id)
             if earlier is not None:
                 duplicates += 1

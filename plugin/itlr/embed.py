@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -178,7 +178,7 @@ class Embedder:
             # The endpoint's model name: nothing is loaded here, so no local path is needed.
             self.name = str(model or DEFAULT_MODEL)
             self._model: Any = OpenAIEncoder(self.name, self.url)
-            self.dims = int(self._model.dims)
+            self.dims = int(cast(int, self._model.dims))  # the probe in its __init__ set it
             return
         self.name, location = resolve_model(model)
         # Nothing may come from a hub at run time unless the user asked for it explicitly.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -212,7 +212,7 @@ def recompute(node: Node) -> float:
     if kind == "score":
         return max(values[0], 0.0)
     if kind == "weight":
-        return info["identity"] + info["weight"] * (values[0] - info["identity"])
+        return cast(float, info["identity"] + info["weight"] * (values[0] - info["identity"]))
     if kind == "not":
         negation = Operators(not_=info["operator"], eps=info["eps"], not_strength=info["strength"])
         return float(negation.negate(values[0]))

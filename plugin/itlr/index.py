@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from warnings import warn
 
 from itlr.embed import Embedder, get_embedder
@@ -41,6 +41,14 @@ if TYPE_CHECKING:
     from itlr.rewrite.llm import LLMConfig
 
 QueryLike = str | Query | Node
+
+
+class _EncoderChoice(TypedDict):
+    """How `backfill` embeds, passed on to the follower or the back-filler."""
+
+    encoder: str | None
+    encoder_url: str | None
+    passage_prompt: str | None
 
 
 def as_query(query: QueryLike) -> Query:
@@ -194,7 +202,7 @@ class Index:
             connection=Connection.from_env(url, **connection),
             layout=IndexLayout(vector_field, text_field),
         )
-        encoders = {
+        encoders: _EncoderChoice = {
             "encoder": encoder,
             "encoder_url": encoder_url,
             "passage_prompt": passage_prompt,

@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from itlr import bert_graph
 from itlr.errors import EmbeddingError, ItlrError
 from itlr.extras import require
 from itlr.paths import itlr_home
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # Bumped when what an export folder holds changes: older folders are then rebuilt, not misread.
 # 3: BERT models are built from their weights (itlr.bert_graph), not exported by torch.
@@ -45,7 +48,7 @@ _RUNTIME_HINT = "pip install 'onnxruntime>=1.20,<2' (an itlr dependency), or use
 
 def _require_onnxruntime() -> Any:
     try:
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]  # no stubs nor py.typed
     except ImportError as missing:
         raise EmbeddingError(f"the onnx encoder needs onnxruntime: {_RUNTIME_HINT}") from missing
     return onnxruntime
@@ -182,13 +185,14 @@ def _export_fp32(folder: Path, staging: Path) -> None:
     model.eval()
     accepts_types = "token_type_ids" in model.forward.__code__.co_varnames
 
-    class LastHiddenState(torch.nn.Module):
+    # torch is a module object from `require` (an optional extra): mypy cannot resolve the base.
+    class LastHiddenState(torch.nn.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            hidden: torch.Tensor = self.model(**dict(zip(names, inputs, strict=True)))[0]
+        def forward(self, *inputs: Tensor) -> Tensor:
+            hidden: Tensor = self.model(**dict(zip(names, inputs, strict=True)))[0]
             return hidden
 
     names = list(_INPUTS if accepts_types else _INPUTS[:2])
@@ -211,7 +215,10 @@ def _export_fp32(folder: Path, staging: Path) -> None:
 
 def _export_int8(fp32: Path, staging: Path) -> None:
     try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization import (  # type: ignore[import-untyped]  # no stubs
+            QuantType,
+            quantize_dynamic,
+        )
     except ImportError as missing:
         raise EmbeddingError(f"the int8 encoder needs onnx: {_INSTALL_HINT}") from missing
     import logging

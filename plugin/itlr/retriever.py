@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Retriever:
         # The query's own notes first, then the engine's, then what bounding cut.
         return replace(found, hits=bounded, warnings=(*query.warnings, *found.warnings, *cut))
 
-    def dense(self, text: str, k: int = 10, filter: dict | None = None) -> list[Hit]:
+    def dense(self, text: str, k: int = 10, filter: dict[str, Any] | None = None) -> list[Hit]:
         """Plain dense retrieval of the whole text: the baseline logical retrieval improves on."""
         if len(text) > LIMITS.max_query_chars:
             raise LIMITS.refuse(
