@@ -8,7 +8,7 @@ import re
 import typing
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_args
 
 import typer
 from rich.console import Console
@@ -24,6 +24,12 @@ from itlr.options import Mode as ModeName
 from itlr.prompts import PASSAGE_PROMPT_ENV, QUERY_PROMPT_ENV
 from itlr.rewrite import METHODS as REWRITE_METHODS
 from itlr.scoring import AndName, NotName, OrName, TruthName
+
+if TYPE_CHECKING:
+    from itlr.engines.connection import Connection
+    from itlr.engines.factory import EngineSpec
+
+T = TypeVar("T")
 
 
 class ItlrGroup(TyperGroup):
@@ -45,7 +51,7 @@ class ItlrGroup(TyperGroup):
             if type(unknown).__name__ != "NoSuchOption" or not hasattr(unknown, "option_name"):
                 raise
             command = ctx.invoked_subcommand or "COMMAND"
-            unknown.message += (
+            typing.cast(Any, unknown).message += (
                 f". If {unknown.option_name!r} starts a query, put -- before it "
                 f"(itlr {command} -- '{unknown.option_name} ...') or write NOT instead of '-'"
             )
@@ -76,14 +82,15 @@ def _choices(name: str, values: tuple[str, ...]) -> Any:
 
 
 # The calibrated truth map is chosen by name too (itlr.options.truth_map loads it).
-Engine = _choices("Engine", (*ENGINES, *ENGINE_ALIASES))
-Mode = _choices("Mode", get_args(ModeName))
-AndOp = _choices("AndOp", get_args(AndName))
-OrOp = _choices("OrOp", get_args(OrName))
-NotOp = _choices("NotOp", get_args(NotName))
-Truth = _choices("Truth", (*get_args(TruthName), "calibrated"))
-Rewrite = _choices("Rewrite", ("none", *REWRITE_METHODS))
-Encoder = _choices("Encoder", ENCODERS)
+# Typed Any: their members exist only at run time, and a type alias (EncoderOpt) may use them.
+Engine: Any = _choices("Engine", (*ENGINES, *ENGINE_ALIASES))
+Mode: Any = _choices("Mode", get_args(ModeName))
+AndOp: Any = _choices("AndOp", get_args(AndName))
+OrOp: Any = _choices("OrOp", get_args(OrName))
+NotOp: Any = _choices("NotOp", get_args(NotName))
+Truth: Any = _choices("Truth", (*get_args(TruthName), "calibrated"))
+Rewrite: Any = _choices("Rewrite", ("none", *REWRITE_METHODS))
+Encoder: Any = _choices("Encoder", ENCODERS)
 
 
 # The library names options as Python does, in backticks: `hard_filter`, `mode="exact"`.
@@ -152,7 +159,7 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def run_guarded(action):
+def run_guarded(action: Callable[[], T]) -> T:
     """Turn our errors into one line and exit status 2 instead of a traceback."""
     try:
         return action()
@@ -296,14 +303,14 @@ _ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def _connection(values: dict[str, Any]):
+def _connection(values: dict[str, Any]) -> Connection:
     from itlr.engines.connection import Connection
 
     given = {name: values[name] for name in CONNECTION_OPTIONS if name != "url"}
     return Connection.from_env(values["url"], **given)
 
 
-def _build_spec(index_name: str, values: dict[str, Any]):
+def _build_spec(index_name: str, values: dict[str, Any]) -> EngineSpec:
     from itlr.engines.factory import EngineSpec, engine_name
     from itlr.engines.layout import IndexLayout
 
@@ -366,7 +373,7 @@ def connection_command(func: Callable[..., Any]) -> Callable[..., Any]:
     return _with_options(func, CONNECTION_OPTIONS, "connection", _required_connection)
 
 
-def _required_connection(values: dict[str, Any], _own: dict[str, Any]):
+def _required_connection(values: dict[str, Any], _own: dict[str, Any]) -> Connection:
     if not values["url"]:
         raise ConfigurationError("give --url (or ITLR_URL): the cluster to reach")
     return _connection(values)

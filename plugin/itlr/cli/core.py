@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -43,6 +43,11 @@ from itlr.explain import lines as explanation_lines
 from itlr.options import search_options
 from itlr.query import parse
 
+if TYPE_CHECKING:
+    from itlr.engines.factory import EngineSpec
+    from itlr.index import Index
+    from itlr.results import Hit
+
 
 @app.command("parse")
 def parse_command(
@@ -65,7 +70,7 @@ def parse_command(
     run_guarded(action)
 
 
-def _open(spec, model: str | None, create: bool, **encoding: Any):
+def _open(spec: EngineSpec, model: str | None, create: bool, **encoding: Any) -> Index:
     from itlr.index import Index
 
     index = Index.from_spec(spec, model=model, create=create, **encoding)
@@ -178,7 +183,7 @@ def ingest(
     run_guarded(action)
 
 
-def _print_hits(title: str, hits: list, terms: tuple[str, ...]) -> None:
+def _print_hits(title: str, hits: list[Hit], terms: tuple[str, ...]) -> None:
     table = Table(title=Text(title), title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("id")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +14,9 @@ from itlr.cli.app import app, err, out, run_guarded, warn
 from itlr.errors import RewriteError
 from itlr.rewrite import RewriteResult, rewrite
 from itlr.rewrite.llm import LLMConfig
+
+if TYPE_CHECKING:
+    from itlr.rewrite.accuracy import EvalReport, Throughput
 
 # Shared with `itlr search --rewrite llm`: reuse these annotations and `llm_config(...)`.
 LLMBaseUrlOpt = Annotated[
@@ -66,7 +70,7 @@ def llm_config(
     return LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
 
 
-def _rewriter(config: LLMConfig | None):
+def _rewriter(config: LLMConfig | None) -> Callable[[str], RewriteResult]:
     if config is None:
         return lambda question: rewrite(question, "rules")
     return lambda question: rewrite(question, "llm", config)
@@ -88,7 +92,7 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f} %" if whole else "-"
 
 
-def _print_report(report, path: Path, throughput) -> None:
+def _print_report(report: EvalReport, path: Path, throughput: Throughput | None) -> None:
     from itlr.rewrite.accuracy import CATEGORIES
 
     table = Table(
@@ -100,7 +104,7 @@ def _print_report(report, path: Path, throughput) -> None:
         first = name == "category"
         table.add_column(name, justify="left" if first else "right", no_wrap=first)
 
-    def row(label: str, **where) -> None:
+    def row(label: str, **where: Any) -> None:
         every = report.select(**where)
         scoped = report.select(**{**where, "in_scope": True})
         table.add_row(
@@ -133,7 +137,7 @@ def _print_report(report, path: Path, throughput) -> None:
         out.print(f"mean time per question: {mean:.2f} s")
 
 
-def _print_failures(report) -> None:
+def _print_failures(report: EvalReport) -> None:
     for outcome in report.failures:
         scope = "in scope" if outcome.item.in_scope else "out of scope"
         err.print(
