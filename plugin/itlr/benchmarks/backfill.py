@@ -10,15 +10,16 @@ import uuid
 from itlr.backfill import backfill
 from itlr.benchmarks.ingest import measure_ingest
 from itlr.benchmarks.reports import machine, throwaway_opensearch
-from itlr.documents import Document, read_jsonl
-from itlr.embed import get_embedder
+from itlr.documents import read_jsonl
+from itlr.embed import Embedder, get_embedder
 from itlr.engines.connection import Connection
 from itlr.engines.layout import IndexLayout
 from itlr.engines.opensearch import OpenSearchBackend
+from itlr.records import Document
 from itlr.resources import data_file
 
 
-def _plain_index(url: str, documents: list[Document], embedder) -> OpenSearchBackend:
+def _plain_index(url: str, documents: list[Document], embedder: Embedder) -> OpenSearchBackend:
     """An index as another tool makes it: text and a field, no vectors, no itlr mapping."""
     connection = Connection.from_env(url)
     client = connection.opensearch(timeout=120)

@@ -8,7 +8,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,11 @@ import numpy as np
 from itlr.benchmarks.plans import SHAPES, query_shape
 from itlr.benchmarks.reports import chosen_engines, machine, throwaway_opensearch
 from itlr.benchmarks.text_corpus import grown_pairs, random_queries, recall_corpus
-from itlr.embed import get_embedder
+from itlr.embed import Embedder, get_embedder
 from itlr.engines.embedded import EmbeddedBackend
 from itlr.options import SearchOptions
 from itlr.query import Query
+from itlr.results import Hit
 from itlr.scoring import TruthMap
 
 
@@ -37,7 +38,7 @@ def grown_vectors(base: np.ndarray, passages: int | None) -> np.ndarray:
     return np.vstack([base, joined]).astype(np.float32)
 
 
-def agreement(found, truth) -> float:
+def agreement(found: Sequence[Hit], truth: Sequence[Hit]) -> float:
     """Share of ranks at which knn mode scores as high as exact mode (ties count as equal)."""
     scores = [h.score for h in found] + [-np.inf] * (len(truth) - len(found))
     return float(
@@ -51,7 +52,7 @@ def agreement(found, truth) -> float:
 
 
 def _index(
-    path: Path, ids: list[str], texts: list[str], vectors: np.ndarray, embedder
+    path: Path, ids: list[str], texts: list[str], vectors: np.ndarray, embedder: Embedder
 ) -> EmbeddedBackend:
     """The benchmark's index at `path`, reused when an earlier run (`--keep`) left it complete:
     building a 100k-row graph takes minutes."""

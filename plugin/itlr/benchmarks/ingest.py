@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from itlr.documents import Document
 from itlr.embed import Embedder
+from itlr.engines import Backend
 from itlr.ingest import ingest
+from itlr.records import Document
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,11 @@ class IngestMeasurement:
 
 
 def measure_ingest(
-    engine: str, backend, embedder: Embedder, documents: list[Document], batch_size: int = 64
+    engine: str,
+    backend: Backend,
+    embedder: Embedder,
+    documents: list[Document],
+    batch_size: int = 64,
 ) -> IngestMeasurement:
     started = time.perf_counter()
     report = ingest(documents, backend, embedder, batch_size=batch_size)
@@ -54,7 +60,7 @@ def measure_term_encoding(
 ) -> EncodeMeasurement:
     """T terms in one batch vs one call per term vs encoding the original question once."""
 
-    def median_ms(call) -> float:
+    def median_ms(call: Callable[[], object]) -> float:
         samples = []
         for _ in range(repeats):
             started = time.perf_counter()

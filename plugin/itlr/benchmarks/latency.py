@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +21,10 @@ from itlr.options import SearchOptions
 from itlr.query import Query, parse
 from itlr.scoring import TruthMap
 from itlr.tree import Node
+
+if TYPE_CHECKING:
+    from itlr.engines import Backend
+    from itlr.engines.cluster import ClusterBackend
 
 QUERIES: dict[int, str] = {
     1: '"t0"',
@@ -111,7 +116,7 @@ def vector_pool(query: Query, dims: int) -> list[np.ndarray]:
 
 
 def measure_backend(
-    backend,
+    backend: Backend,
     dims: int,
     repeats: int,
     k: int = 10,
@@ -150,7 +155,7 @@ def measure_backend(
         variants = {
             f"itlr {terms}-term, {mode} mode": SearchOptions(k=k, mode=mode)
             for mode in ("knn", "exact")
-        }  # type: ignore[arg-type]
+        }
         if terms == 3:
             # What the certificate's rounds cost: the same search held to one round, which
             # proves nothing (random vectors are the certificate's worst case: no bound proves
@@ -242,7 +247,9 @@ return _score + 0.0 * read;
 """
 
 
-def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], object]]:
+def request_parts(
+    backend: ClusterBackend, dims: int, k: int = 10
+) -> dict[str, Callable[[int], object]]:
     """The default 3-term query on a cluster, taken apart: its requests built before the timing
     (the same 64 as the "itlr 3-term, knn mode" line's), sent as they are, then with the score
     script swapped for one that returns the kNN score (the candidate search, the script_score
@@ -257,7 +264,7 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
         for vectors in vector_pool(query, dims)
     ]
 
-    def scripted(body: dict, source: str) -> dict:
+    def scripted(body: dict[str, Any], source: str) -> dict[str, Any]:
         score = body["query"]["script_score"]
         given = score["script"]["params"]
         params = {
@@ -282,7 +289,7 @@ def request_parts(backend, dims: int, k: int = 10) -> dict[str, Callable[[int], 
         ],
     }
 
-    def send(bodies: list[dict]) -> Callable[[int], object]:
+    def send(bodies: list[dict[str, Any]]) -> Callable[[int], object]:
         def call(i: int) -> object:
             response = backend.client.search(
                 index=backend.index_name, body=bodies[i % POOL], allow_partial_search_results=False
@@ -312,7 +319,7 @@ class CandidateRecall:
 
 
 def candidate_recall(
-    index,
+    index: Backend,
     term_vectors_for: Callable[[Query], np.ndarray],
     queries: list[Query],
     budgets: list[int],

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from itlr.benchmarks.latency import CandidateRecall, candidate_recall
 from itlr.candidates import Plan, branches
 from itlr.query import Query
+
+if TYPE_CHECKING:
+    from itlr.engines import Backend
 
 SHAPES = (
     "one positive term",
@@ -35,7 +39,7 @@ def query_shape(query: Query) -> str:
 
 
 def recall_by_plan_and_shape(
-    index,
+    index: Backend,
     term_vectors_for: Callable[[Query], np.ndarray],
     queries: Sequence[Query],
     budgets: list[int],
@@ -46,7 +50,7 @@ def recall_by_plan_and_shape(
     by_shape: dict[str, list[Query]] = {}
     for query in queries:
         by_shape.setdefault(query_shape(query), []).append(query)
-    table = {}
+    table: dict[tuple[str, str], tuple[int, dict[int, CandidateRecall]]] = {}
     for shape in SHAPES:
         group = by_shape.get(shape)
         if not group:

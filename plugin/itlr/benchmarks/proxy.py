@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -317,4 +317,4 @@ def _hits(response: httpx.Response) -> list[Any]:
         raise RuntimeError(
             f"benchmark request failed ({response.status_code}): {response.text[:300]}"
         )
-    return orjson.loads(response.content)["hits"]["hits"]
+    return cast(list[Any], orjson.loads(response.content)["hits"]["hits"])

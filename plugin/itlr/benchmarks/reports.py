@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import platform
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from itlr.candidates import PLANS
 from itlr.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from itlr.benchmarks.latency import EmbeddedRun, Timing
+    from itlr.engines import Backend
+    from itlr.query import Query
 
 
 def machine() -> str:
@@ -20,7 +25,7 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
-def timing_table(timings, reference) -> list[str]:
+def timing_table(timings: Sequence[Timing], reference: Timing) -> list[str]:
     rows = ["| measurement | p50 ms | p95 ms | p50 / plain kNN |", "|---|---:|---:|---:|"]
     for timing in timings:
         rows.append(
@@ -30,7 +35,7 @@ def timing_table(timings, reference) -> list[str]:
     return rows
 
 
-def embedded_summary(run) -> list[str]:
+def embedded_summary(run: EmbeddedRun) -> list[str]:
     """Build cost, size and the ratios the goals speak of, for one embedded run."""
     by_name = {t.name: t for t in run.timings}
     plain, knn3 = by_name["plain kNN (1 vector)"], by_name["itlr 3-term, knn mode"]
@@ -198,7 +203,8 @@ def shards_report(
         with throwaway_opensearch(url, "shards", "random", dims, count, replicas) as backend:
             fill_with_random(backend, docs, dims)
             backend.client.cluster.health(index=backend.index_name, wait_for_status="green")
-            calls = {
+            # `...`: each lambda binds its backend (and mode) as defaulted parameters.
+            calls: dict[str, Callable[..., object]] = {
                 "plain kNN (1 vector)": lambda i, b=backend: b.search_vector(pool[i % POOL], 10),
                 **{
                     f"itlr 3-term, {mode} mode": (
@@ -248,7 +254,7 @@ def recall_report(
     sample = random_queries(vocabulary, queries, random.Random(3))
     sizes = [int(b) for b in budgets.split(",")]
 
-    def vectors_for(query):
+    def vectors_for(query: Query) -> np.ndarray:
         return np.stack([term_vectors[t] for t in query.terms])
 
     anchored = [q for q in sample if q.anchored]
@@ -262,7 +268,7 @@ def recall_report(
     if unknown:
         raise ConfigurationError(f"unknown plan(s) {unknown}: choose from {list(PLANS)}")
 
-    def measure(backend) -> dict[str, dict[int, CandidateRecall]]:
+    def measure(backend: Backend) -> dict[str, dict[int, CandidateRecall]]:
         return {
             name: candidate_recall(backend, vectors_for, group, sizes)
             for name, group in groups.items()
@@ -270,7 +276,7 @@ def recall_report(
         }
 
     rows: dict[str, dict[str, dict[int, CandidateRecall]]] = {}
-    by_plan: dict[str, dict] = {}
+    by_plan: dict[str, dict[tuple[str, str], tuple[int, dict[int, CandidateRecall]]]] = {}
     with tempfile.TemporaryDirectory() as folder:
         index = EmbeddedBackend.create(Path(folder) / "recall", embedder.name, embedder.dims)
         index.add(ids, texts, vectors)
@@ -339,9 +345,10 @@ def recall_report(
 def ingest_report(url: str | None = None, copies: int = 3) -> list[str]:
     """Documents per second and the share of wall time outside the encoder."""
     from itlr.benchmarks.ingest import measure_ingest
-    from itlr.documents import Document, read_jsonl
+    from itlr.documents import read_jsonl
     from itlr.embed import get_embedder
     from itlr.engines.embedded import EmbeddedBackend
+    from itlr.records import Document
     from itlr.resources import data_file
 
     embedder = get_embedder()

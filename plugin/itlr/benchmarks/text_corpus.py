@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import random
 
-from itlr.documents import Document, read_jsonl
+from itlr.documents import read_jsonl
 from itlr.query import And, Node, Not, Or, Query, Term
+from itlr.records import Document
 from itlr.resources import data_file
 
 DEMO_PHRASES = [

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from itlr.documents import Document, json_records, read_jsonl
+from itlr.documents import json_records, read_jsonl
 from itlr.errors import ConfigurationError
+from itlr.records import Document
 
 Qrels = dict[str, dict[str, int]]
 LOGICAL_KEYS = ("logical", "logical_query")

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from itlr.documents import Document
 from itlr.engines import ClusterIndex
 from itlr.engines.connection import split_credentials
 from itlr.errors import ConfigurationError
@@ -35,6 +34,7 @@ from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
 from itlr.ingest import ingest
 from itlr.options import Mode, SearchOptions
+from itlr.records import Document
 from itlr.results import Hit
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;

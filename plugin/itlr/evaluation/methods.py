@@ -54,7 +54,8 @@ class Case:
 
 
 class Method(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
         """One float per document, -inf for documents the method does not retrieve."""

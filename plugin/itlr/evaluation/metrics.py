@@ -39,7 +39,12 @@ class Evaluation:
     per_query: dict[str, dict[str, float]]
 
 
-def _per_query(measures: Iterable, qrels: Mapping, run: Run, names: Mapping) -> dict:
+def _per_query(
+    measures: Iterable[ir_measures.Measure],
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Run,
+    names: Mapping[ir_measures.Measure, str],
+) -> dict[str, dict[str, float]]:
     values: dict[str, dict[str, float]] = {}
     judged_run = {q: dict(docs) for q, docs in run.items() if q in qrels and docs}
     if not judged_run:

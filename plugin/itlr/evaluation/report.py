@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from itlr.evaluation.paper_tables import GRID_NOT, NEGATIONS, SyntheticReport
 from itlr.extras import require
@@ -80,7 +81,7 @@ def synthetic_markdown(report: SyntheticReport) -> str:
     )
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     (matplotlib,) = require("eval", "matplotlib")
 
     matplotlib.use("Agg")

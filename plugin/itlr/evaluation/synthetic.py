@@ -28,6 +28,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from itlr.errors import ConfigurationError
 from itlr.query import And, Node, Not, Or, Query, Term
@@ -124,7 +125,7 @@ def _connect(op: str, operands: Sequence[Node]) -> Node:
 def templates() -> tuple[Template, ...]:
     """All 32: 2 x 2 operator pairs times 2^3 negation patterns."""
     return tuple(
-        Template((op1, op2), negated)
+        Template((op1, op2), cast("tuple[bool, bool, bool]", negated))
         for op1, op2 in itertools.product(("AND", "OR"), repeat=2)
         for negated in itertools.product((False, True), repeat=3)
     )

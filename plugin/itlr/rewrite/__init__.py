@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from itlr import json_values
 from itlr.errors import QuerySyntaxError, RewriteError
@@ -16,6 +16,9 @@ from itlr.limits import LIMITS
 from itlr.query import Query, parse
 from itlr.rewrite.llm import LLMConfig
 from itlr.rewrite.rules import Mark, explain_marks, rewrite_rules
+
+if TYPE_CHECKING:
+    from itlr.rewrite.llm import LLMRewriter
 
 Method = Literal["rules", "llm"]
 Used = Literal["rules", "llm", "query"]
@@ -56,7 +59,7 @@ class RewriteResult:
             return [f"llm answer: {self.raw_answer!r}" + (" (cached)" if self.cached else "")]
         return ["used as typed: already a logical query"]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "question": self.question,
             **self.query.to_dict(),
@@ -75,7 +78,9 @@ def _checked(result: RewriteResult) -> RewriteResult:
     return result
 
 
-def _by_rules(question: str, warnings: tuple[str, ...] = (), fallback: bool = False):
+def _by_rules(
+    question: str, warnings: tuple[str, ...] = (), fallback: bool = False
+) -> RewriteResult:
     found = rewrite_rules(question)
     return RewriteResult(
         question, found.query, "rules", fallback, (*warnings, *found.query.warnings), found.marks
@@ -84,10 +89,10 @@ def _by_rules(question: str, warnings: tuple[str, ...] = (), fallback: bool = Fa
 
 # One client per configuration: building one per question would redo the connection setup.
 # The key is part of the identity: a client keeps the key it was built with.
-_REWRITERS: dict[tuple[LLMConfig, str], object] = {}
+_REWRITERS: dict[tuple[LLMConfig, str], LLMRewriter] = {}
 
 
-def _llm_rewriter(config: LLMConfig):
+def _llm_rewriter(config: LLMConfig) -> LLMRewriter:
     from itlr.rewrite.llm import LLMRewriter
 
     identity = (config, config.api_key())
@@ -117,7 +122,7 @@ def rewrite(question: str, method: Method = "rules", llm: LLMConfig | None = Non
         )
     from itlr.rewrite.llm import LLMAnswer
 
-    outcome = _llm_rewriter(llm).rewrite(question)  # type: ignore[attr-defined]
+    outcome = _llm_rewriter(llm).rewrite(question)
     if isinstance(outcome, LLMAnswer):
         return _checked(
             RewriteResult(

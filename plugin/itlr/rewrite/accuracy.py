@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from itlr.errors import QuerySyntaxError, RewriteError
 from itlr.query import And, Node, Not, Or, Term, parse
@@ -115,7 +116,7 @@ class Tally:
     def structure_rate(self) -> float:
         return self.structure / self.n if self.n else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "n": self.n,
             "exact": self.exact,
@@ -164,9 +165,9 @@ class EvalReport:
     def failures(self) -> tuple[Outcome, ...]:
         return tuple(o for o in self.outcomes if not o.exact)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         splits: list[str | None] = [None, *self.splits] if len(self.splits) > 1 else [None]
-        result: dict = {"method": self.method, "seconds": round(self.seconds, 4)}
+        result: dict[str, Any] = {"method": self.method, "seconds": round(self.seconds, 4)}
         for split in splits:
             key = split or "all"
             result[key] = {

@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from itlr.errors import QuerySyntaxError, RewriteError
 from itlr.extras import require
@@ -141,7 +141,7 @@ def _read_cache(config: LLMConfig, question: str) -> str | None:
     # A hash collision is absurdly unlikely, but a hand-edited entry is not.
     if entry.get("question") != question or not isinstance(entry.get("answer"), str):
         return None
-    return entry["answer"]
+    return cast(str, entry["answer"])
 
 
 def _write_cache(config: LLMConfig, question: str, answer: str, query: Query) -> None:
@@ -274,10 +274,12 @@ class LLMRewriter:
 
         config = self.config
         try:
-            extra = {} if config.temperature is None else {"temperature": config.temperature}
+            extra: dict[str, Any] = (
+                {} if config.temperature is None else {"temperature": config.temperature}
+            )
             response = self.client.chat.completions.create(
                 model=config.model,
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,  # type: ignore[arg-type]  # plain dicts, not openai's TypedDicts
                 **extra,
             )
         except openai.APITimeoutError:
@@ -299,7 +301,7 @@ class LLMRewriter:
         return content or ""
 
 
-def _retry_after(response) -> float | None:
+def _retry_after(response: object) -> float | None:
     value = getattr(response, "headers", {}).get("retry-after")
     try:
         return float(value) if value is not None else None
