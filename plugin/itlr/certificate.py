@@ -384,14 +384,13 @@ def unseen_cannot_beat(
         return False
     column = {terms[i]: j for j, i in enumerate(free)}
     groups: list[tuple[list[int], np.ndarray, float]] = []
-    cols: Sequence[int]  # a search's columns: zipped (a tuple) here, a list in `groups`
     for b in bounds:
         # A term weighted 0 in the search vector is not bounded by it.
         weighted = zip(b.terms, b.weights or [1.0] * len(b.terms), strict=True)
         pairs = [(column[t], w) for t, w in weighted if w]
         if pairs:
-            cols, weights = zip(*pairs, strict=True)
-            groups.append((list(cols), np.asarray(weights, dtype=np.float64), b.limit))
+            weights = np.asarray([w for _, w in pairs], dtype=np.float64)
+            groups.append(([c for c, _ in pairs], weights, b.limit))
 
     def cosines(corners: np.ndarray, unsearched: float) -> np.ndarray:
         full = np.full((len(corners), len(terms)), unsearched)
