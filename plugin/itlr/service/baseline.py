@@ -20,6 +20,7 @@ from itlr.results import Hit
 
 # Options that shape how a search pages, gathers or presents its hits: the truths of a fixed
 # set of documents are computed without them (exact mode, those documents only, all at once).
+# `explain`: a cluster's hits carry truths only then (computed from the vectors it returns).
 _PRESENTATION = {
     "k": None,
     "mode": "exact",
@@ -29,7 +30,7 @@ _PRESENTATION = {
     "search_after": None,
     "source_fields": (),
     "highlight": False,
-    "explain": False,
+    "explain": True,
 }
 # Options that drop documents rather than score them.
 _DROPPING = {"hard_filter": None, "exclude_lexical": False}

@@ -109,7 +109,8 @@ async function search(event) {
   try {
     const body = searchBody();
     const rewrite = $("input-kind").value;
-    const answer = await api("search", { ...body, rewrite, dense: true });
+    // explain: a cluster index gives each hit's truths (the bars) only with it.
+    const answer = await api("search", { ...body, rewrite, dense: true, explain: true });
     const tree = await queryTree(answer);
     const terms = termPolarity(tree, asList(answer.terms));
     showQuery(answer, terms);
