@@ -65,7 +65,15 @@ function askToken(refused) {
   if (!dialog.open) dialog.showModal();
   $("token-input").value = "";
   $("token-input").focus();
-  return new Promise((resolve) => tokenWaiters.push(resolve));
+  return new Promise((resolve, reject) => tokenWaiters.push({ resolve, reject }));
+}
+
+// Escape closes the dialog: what waited for the token fails, and the next call asks again.
+function tokenRefused() {
+  const waiting = tokenWaiters;
+  tokenWaiters = [];
+  const missing = { error: "this service needs its client token: search again to give it" };
+  for (const { reject } of waiting) reject(new ApiError(401, missing));
 }
 
 function tokenGiven(event) {
@@ -76,7 +84,7 @@ function tokenGiven(event) {
   $("token-dialog").close();
   const waiting = tokenWaiters;
   tokenWaiters = [];
-  for (const resolve of waiting) resolve();
+  for (const { resolve } of waiting) resolve();
 }
 
 // -- the form --------------------------------------------------------------------------------
@@ -120,7 +128,11 @@ async function search(event) {
     await showRequest(answer.query, body);
   } catch (problem) {
     setStatus("");
+    clearResults(); // what is left of the last search would look like this one's
     showError(problem);
+  } finally {
+    // How many searches have finished: what a test (or a user script) waits on.
+    document.body.dataset.searches = String(Number(document.body.dataset.searches || 0) + 1);
   }
 }
 
@@ -355,6 +367,12 @@ function showError(problem) {
   }
 }
 
+function clearResults() {
+  for (const id of ["dense-hits", "itlr-hits", "warnings", "terms"]) $(id).replaceChildren();
+  for (const id of ["dense-meta", "itlr-meta"]) $(id).textContent = "";
+  for (const id of ["query-info", "warnings-box", "request"]) $(id).hidden = true;
+}
+
 function clearError() {
   $("error").hidden = true;
   $("error-message").textContent = "";
@@ -392,6 +410,7 @@ function item(text, className) {
 async function start() {
   $("search-form").addEventListener("submit", search);
   $("token-form").addEventListener("submit", tokenGiven);
+  $("token-dialog").addEventListener("cancel", tokenRefused);
   $("copy-request").addEventListener("click", copyRequest);
   $("query").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) search(event);
