@@ -19,6 +19,7 @@ from itlr.service.server import serving
 
 try:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
 except ImportError:  # the `browser` fixture says so: a skip, or a failure when required
     pass
@@ -198,22 +199,31 @@ def test_the_page_asks_for_the_token_when_the_service_has_one(browser, demo_inde
     with serving(create_app(demo_index, token=TOKEN)) as url:
         driver.get(f"{url}/")
         wait = WebDriverWait(driver, WAIT)
-        wait.until(lambda d: d.find_element(By.ID, "token-dialog").get_attribute("open") is not None)
+        asking = lambda d: d.find_element(By.ID, "token-dialog").get_attribute("open") is not None  # noqa: E731
+        wait.until(asking)
         assert "needs its client token" in driver.find_element(By.ID, "token-message").text
         browser.screenshot("workbench-token-prompt")
+
+        # Dismissed: the page says what it needs, and asks again at the next search.
+        driver.find_element(By.ID, "token-input").send_keys(Keys.ESCAPE)
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        assert not asking(driver) and shown(driver, "error")
+        assert "needs its client token" in driver.find_element(By.ID, "error-message").text
+        query = driver.find_element(By.ID, "query")
+        query.send_keys(QUERY + "\n")
+        wait.until(asking)
 
         driver.find_element(By.ID, "token-input").send_keys("a-wrong-token-of-enough-length")
         driver.find_element(By.ID, "token-submit").click()
         wait.until(lambda d: "refused" in d.find_element(By.ID, "token-message").text)
-        assert driver.find_element(By.ID, "token-dialog").get_attribute("open") is not None
+        assert asking(driver)
 
         driver.find_element(By.ID, "token-input").send_keys(TOKEN)
         driver.find_element(By.ID, "token-submit").click()
-        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
-        assert driver.find_element(By.ID, "token-dialog").get_attribute("open") is None
-        assert "338 documents" in driver.find_element(By.ID, "index-info").text
-        run_search(browser, QUERY)
+        wait.until(lambda d: searches_done(d) == 1)
+        assert not asking(driver) and not shown(driver, "error")
         assert len(column(driver, "itlr")) == 10 and len(column(driver, "dense")) == 10
+        wait.until(lambda d: "338 documents" in d.find_element(By.ID, "index-info").text)
         # Kept for this tab only, not in a cookie the browser would send to anyone.
         assert driver.get_cookies() == []
         stored = driver.execute_script("return sessionStorage.getItem('itlr-token')")

@@ -85,6 +85,8 @@ function tokenGiven(event) {
   const waiting = tokenWaiters;
   tokenWaiters = [];
   for (const { resolve } of waiting) resolve();
+  // The prompt was dismissed at the start (Escape): show the index now that a token is given.
+  if (!indexShown && !indexLoading) showIndex();
 }
 
 // -- the form --------------------------------------------------------------------------------
@@ -222,7 +224,8 @@ function showColumns(answer, terms, body) {
       } else {
         badges.push(["missing", "not in itlr's top k"]);
       }
-      const scores = [`cosine ${number(hit.score)}`];
+      // The engine's kNN score: the cosine (embedded), (1 + cosine) / 2 (OpenSearch's cosinesimil).
+      const scores = [`dense ${number(hit.score)}`];
       if (typeof hit.itlr_score === "number") scores.push(`itlr ${number(hit.itlr_score)}`);
       return hitItem(hit, at + 1, scores, badges, terms, marker);
     }),
@@ -407,6 +410,28 @@ function item(text, className) {
   return li;
 }
 
+// What the service serves: the index, its engine and size, and whether an LLM rewrites.
+async function showIndex() {
+  indexLoading = true;
+  try {
+    const health = await api("healthz");
+    const count = typeof health.count === "number" ? `${health.count} documents` : "";
+    const name = health.index ?? health.name ?? "?";
+    $("index-info").textContent = [`index ${name}`, health.engine, count].filter(Boolean).join(" · ");
+    const llm = asList(health.rewriters).includes("llm");
+    $("input-kind").querySelector('option[value="llm"]').disabled = !llm;
+    indexShown = true;
+  } catch (problem) {
+    $("index-info").textContent = "";
+    showError(problem);
+  } finally {
+    indexLoading = false;
+  }
+}
+
+let indexShown = false;
+let indexLoading = false;
+
 async function start() {
   $("search-form").addEventListener("submit", search);
   $("token-form").addEventListener("submit", tokenGiven);
@@ -415,18 +440,7 @@ async function start() {
   $("query").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) search(event);
   });
-  try {
-    const health = await api("healthz");
-    const count = typeof health.count === "number" ? `${health.count} documents` : "";
-    $("index-info").textContent = [`index ${health.index ?? health.name ?? "?"}`, health.engine, count]
-      .filter(Boolean)
-      .join(" · ");
-    const llm = asList(health.rewriters).includes("llm");
-    $("input-kind").querySelector('option[value="llm"]').disabled = !llm;
-  } catch (problem) {
-    $("index-info").textContent = "";
-    showError(problem);
-  }
+  await showIndex();
   document.body.dataset.ready = "true";
 }
 
