@@ -125,7 +125,9 @@ def test_translate_gives_the_dev_tools_text_itlr_translate_prints(service, demo_
     assert answer.status_code == 200, answer.text
     (search,) = answer.json()["requests"]
     name = demo_index.spec.index_name
-    printed = runner.invoke(cli, ["translate", QUERY, "-i", name, "-k", "7", "--hard-filter", "0.5"])
+    printed = runner.invoke(
+        cli, ["translate", QUERY, "-i", name, "-k", "7", "--hard-filter", "0.5"]
+    )
     assert printed.exit_code == 0, printed.output
     assert search["console"] == printed.stdout.strip()
     assert search["console"].startswith(f"GET {name}/_search\n")
@@ -206,8 +208,10 @@ def test_docs_serves_swagger_ui_from_the_package_with_its_licence(service) -> No
         assert answer.status_code == 200, path
         assert answer.content == file.read_bytes(), path
     assert "Apache License" in service.get("/docs/LICENSE").text
-    assert service.get("/docs/swagger-ui-bundle.js").headers["content-type"].startswith(
-        "text/javascript"
+    assert (
+        service.get("/docs/swagger-ui-bundle.js")
+        .headers["content-type"]
+        .startswith("text/javascript")
     )
     version = (SWAGGER_UI / "VERSION").read_text().split()
     assert version[0] == "swagger-ui-dist" and version[2].startswith("sha512-")
@@ -243,3 +247,35 @@ def test_dense_baseline_on_opensearch(cluster_index) -> None:
         hits = c.post("/search", json=filtered).json()["dense"]["hits"]
         assert any(hit["itlr_score"] is None for hit in hits)
         assert all(set(hit["truths"]) == {"vitamin D benefits", "bone health"} for hit in hits)
+
+
+def test_itlr_serve_serves_the_workbench_and_says_where(demo_index) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from itlr.service.server import free_port
+
+    port = free_port()
+    command = [sys.executable, "-c", "from itlr.cli import app; app()", "serve"]
+    command += ["--index", str(demo_index.spec.index_name), "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--log-level", "warning"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline, "itlr serve did not come up in 120 s"
+                time.sleep(0.5)
+        assert page.status_code == 200 and page.content == WORKBENCH_FILES["/"].read_bytes()
+        bundle = httpx.get(f"http://127.0.0.1:{port}/docs/swagger-ui-bundle.js", timeout=30)
+        assert bundle.content == DOCS_FILES["/docs/swagger-ui-bundle.js"].read_bytes()
+    finally:
+        server.terminate()
+        _, said = server.communicate(timeout=60)
+    assert f"http://127.0.0.1:{port} (workbench at /, API docs at /docs)" in said

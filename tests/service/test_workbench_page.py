@@ -230,9 +230,7 @@ def test_the_page_asks_for_the_token_when_the_service_has_one(browser, demo_inde
         assert stored == TOKEN
 
 
-def test_a_question_is_rewritten_and_the_rewritten_query_shown(
-    browser, embedded_workbench
-) -> None:
+def test_a_question_is_rewritten_and_the_rewritten_query_shown(browser, embedded_workbench) -> None:
     driver = browser.driver
     open_page(browser, embedded_workbench.url)
     run_search(browser, QUESTION, kind="rules")
