@@ -115,6 +115,34 @@ def test_the_dense_baseline_keeps_to_the_search_filter(service, demo_index) -> N
     assert {hit["fields"]["topic"] for hit in dense["hits"]} == {"vitamin_d"}
 
 
+def test_a_dense_baseline_deeper_than_a_filter_may_hold_has_every_hit_s_truths(
+    tmp_path, embedder
+) -> None:
+    """k up to 10,000, a filter at most max_filter_values (1,024) ids: the truths of the dense
+    hits are computed in as many searches as that needs, not refused as a filter nobody sent."""
+    import numpy as np
+
+    from itlr.engines.embedded import EmbeddedBackend
+    from itlr.limits import LIMITS
+
+    size = LIMITS.max_filter_values + 76
+    backend = EmbeddedBackend.create(tmp_path / "deep", embedder.name, embedder.dims)
+    vectors = np.random.default_rng(7).standard_normal((size, embedder.dims)).astype(np.float32)
+    ids = [f"doc-{n:04d}" for n in range(size)]
+    backend.add(ids, [f"passage {n}" for n in range(size)], vectors, [{}] * size)
+    index = itlr.Index.open(str(backend.path), create=False)
+    with serving(create_app(index)) as url:
+        body = {"query": QUERY, "k": size, "mode": "exact", "dense": True}
+        answer = httpx.post(f"{url}/search", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    dense, hits = answer.json()["dense"]["hits"], answer.json()["hits"]
+    assert len(dense) == len(hits) == size
+    itlr_scores = {hit["id"]: hit["score"] for hit in hits}
+    for hit in dense:
+        assert set(hit["truths"]) == {"vitamin D benefits", "bone health"}
+        assert hit["itlr_score"] == pytest.approx(itlr_scores[hit["id"]], abs=1e-6)
+
+
 def test_dense_that_is_not_a_boolean_is_a_422(service) -> None:
     answer = service.post("/search", json={"query": QUERY, "dense": "yes please"})
     assert answer.status_code == 422 and "dense" in answer.json()["error"]

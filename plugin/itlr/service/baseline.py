@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from itlr.index import Index
+from itlr.limits import LIMITS
 from itlr.query import Query
 from itlr.results import Hit
 
@@ -58,19 +59,33 @@ def dense_baseline(index: Index, text: str, query: Query, names: dict[str, Any])
     with the truths and score the logical `query` gives it under the search's options `names`
     (the front door's keyword names, as `Index.search` takes them)."""
     hits = index.dense(text, k=names.get("k", 10), filter=names.get("filter"))
-    if not hits:
-        return DenseBaseline(text, [], {})
     ids = [hit.id for hit in hits]
-    scoring = {**names, **_PRESENTATION, "k": len(ids), "filter": {"terms": {"_id": ids}}}
-    scored = {hit.id: hit for hit in index.search(query, **scoring)}
+    scored = _scored(index, query, ids, {**names, **_PRESENTATION})
     truths = {hit_id: hit.truths for hit_id, hit in scored.items()}
     dropped = [hit_id for hit_id in ids if hit_id not in scored]
     if dropped and any(names.get(name) != off for name, off in _DROPPING.items()):
         # Dropped by the hard filter or the lexical exclusion: their truths all the same.
-        kept = {**scoring, **_DROPPING, "filter": {"terms": {"_id": dropped}}}
-        truths |= {hit.id: hit.truths for hit in index.search(query, **kept)}
+        kept = _scored(index, query, dropped, {**names, **_PRESENTATION, **_DROPPING})
+        truths |= {hit_id: hit.truths for hit_id, hit in kept.items()}
     return DenseBaseline(
         text,
         [replace(hit, truths=truths.get(hit.id, {})) for hit in hits],
         {hit_id: scored[hit_id].score if hit_id in scored else None for hit_id in ids},
     )
+
+
+def _scored(index: Index, query: Query, ids: list[str], options: dict[str, Any]) -> dict[str, Hit]:
+    """These documents as the logical query scores them (those it keeps), by id: an exact
+    search on an `_id` filter, in as many searches as max_filter_values needs (k may be up to
+    10,000, a filter holds at most 1,024 values)."""
+    scored: dict[str, Hit] = {}
+    step = LIMITS.max_filter_values
+    for start in range(0, len(ids), step):
+        some = ids[start : start + step]
+        found = index.search(query, **{**options, "k": len(some), "filter": _ids(some)})
+        scored |= {hit.id: hit for hit in found}
+    return scored
+
+
+def _ids(ids: list[str]) -> dict[str, Any]:
+    return {"terms": {"_id": ids}}
