@@ -248,6 +248,35 @@ def test_a_question_is_rewritten_and_the_rewritten_query_shown(browser, embedded
     assert llm.get_attribute("disabled") is not None
 
 
+def test_a_question_goes_to_the_llm_the_service_was_started_with(browser, demo_index) -> None:
+    from itlr.rewrite.llm import LLMConfig
+    from llm_server import FakeLLMServer, Reply
+
+    answer = '"vitamin D" AND NOT ("bone health" OR "calcium")'
+    driver = browser.driver
+    with FakeLLMServer() as llm:
+        llm.respond_with(lambda _request: Reply(answer))
+        config = LLMConfig(model="a-model", base_url=llm.base_url, timeout=30.0, retries=1)
+        with serving(create_app(demo_index, llm=config)) as url:
+            open_page(browser, url)
+            option = driver.find_element(By.CSS_SELECTOR, '#input-kind option[value="llm"]')
+            assert option.get_attribute("disabled") is None
+            run_search(browser, QUESTION, kind="llm")
+        assert llm.requests and QUESTION in llm.requests[0]["messages"][-1]["content"]
+    assert not shown(driver, "error")
+    assert driver.find_element(By.ID, "rewrite-method").text == "llm"
+    shown_query = driver.find_element(By.ID, "rewritten-query").text
+    assert shown_query == '("vitamin D" AND NOT ("bone health" OR "calcium"))'
+    chips = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#terms .term")]
+    assert chips == ["vitamin D", "NOT bone health", "NOT calcium"]
+    bars = bar_readings(column(driver, "itlr")[0])
+    assert [bars[t]["negated"] for t in ("vitamin D", "bone health", "calcium")] == [
+        False,
+        True,
+        True,
+    ]
+
+
 def test_mode_k_and_hard_filter_reach_the_search(browser, embedded_workbench) -> None:
     driver = browser.driver
     open_page(browser, embedded_workbench.url)
