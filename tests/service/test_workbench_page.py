@@ -298,6 +298,30 @@ def test_mode_k_and_hard_filter_reach_the_search(browser, embedded_workbench) ->
     )
 
 
+def test_the_filter_control_filters_both_columns(browser, embedded_workbench) -> None:
+    driver = browser.driver
+    open_page(browser, embedded_workbench.url)
+    driver.find_element(By.CSS_SELECTOR, "#filter-details summary").click()
+    box = driver.find_element(By.ID, "filter")
+    box.send_keys('{"term": {"topic": "running"}')  # one brace short
+    run_search(browser, QUERY, k=5)
+    assert shown(driver, "error")
+    assert driver.find_element(By.ID, "error-message").text.startswith("the filter is not JSON")
+    assert not column(driver, "itlr") and not column(driver, "dense")
+
+    box.send_keys("}")
+    run_search(browser, QUERY, k=5)
+    assert not shown(driver, "error")
+    body = {"query": QUERY, "k": 5, "filter": {"term": {"topic": "running"}}}
+    expected = embedded_workbench.api("search", {**body, "dense": True})
+    for name, hits in (("itlr", expected["hits"]), ("dense", expected["dense"]["hits"])):
+        shown_hits = column(driver, name)
+        assert [h.get_attribute("data-id") for h in shown_hits] == [h["id"] for h in hits]
+        assert len(shown_hits) == 5
+        for hit in shown_hits:
+            assert hit.find_element(By.CSS_SELECTOR, ".hit-fields").text == "topic: running"
+
+
 def test_warnings_are_shown(browser, embedded_workbench) -> None:
     driver = browser.driver
     open_page(browser, embedded_workbench.url)

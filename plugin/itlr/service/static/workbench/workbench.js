@@ -13,6 +13,7 @@ const STOPWORDS = new Set(
     "their this to was were with without not").split(" "),
 );
 const WORD = /[\p{L}\p{N}]+/gu;
+const MAX_FIELDS = 6; // stored fields shown per hit
 
 const $ = (id) => document.getElementById(id);
 
@@ -251,11 +252,29 @@ function hitItem(hit, rank, scores, badges, terms, marker) {
   for (const score of scores) head.append(span("score", score));
   for (const [kind, text] of badges) head.append(span(`badge ${kind}`, text));
   li.append(head, bars(hit.truths, terms));
+  const fields = fieldsLine(hit.fields);
+  if (fields) li.append(fields);
   const text = document.createElement("p");
   text.className = "hit-text";
   marker(text, typeof hit.text === "string" ? hit.text : "");
   li.append(text);
   return li;
+}
+
+// A few of the hit's stored fields, as text (what a filter would be written against).
+function fieldsLine(fields) {
+  if (!fields || typeof fields !== "object" || Array.isArray(fields)) return null;
+  const shownFields = Object.entries(fields).slice(0, MAX_FIELDS);
+  if (!shownFields.length) return null;
+  const line = document.createElement("p");
+  line.className = "hit-fields muted";
+  line.textContent = shownFields
+    .map(([name, value]) => {
+      const text = typeof value === "string" ? value : JSON.stringify(value);
+      return `${name}: ${text.length > 80 ? `${text.slice(0, 79)}…` : text}`;
+    })
+    .join(" · ");
+  return line;
 }
 
 // One bar per term: its truth value, NOT terms marked (a high truth there pushes the hit down).
