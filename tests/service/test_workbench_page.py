@@ -50,16 +50,19 @@ def demo_index(embedded) -> itlr.Index:
 
 
 @pytest.fixture(scope="module", params=["embedded", "opensearch"])
-def workbench(request: pytest.FixtureRequest, demo_index) -> Iterator[Served]:
-    """The service over the demo corpus: embedded, or in a real OpenSearch."""
+def any_index(request: pytest.FixtureRequest, demo_index) -> itlr.Index:
+    """The demo corpus: embedded, or in a real OpenSearch."""
     if request.param == "embedded":
-        index = demo_index
-    else:
-        backend = request.getfixturevalue("opensearch_demo")
-        url = request.getfixturevalue("opensearch_url")
-        index = itlr.Index.open(backend.index_name, url=url, create=False)
-    with serving(create_app(index)) as url:
-        yield Served(url, index, request.param)
+        return demo_index
+    backend = request.getfixturevalue("opensearch_demo")
+    url = request.getfixturevalue("opensearch_url")
+    return itlr.Index.open(backend.index_name, url=url, create=False)
+
+
+@pytest.fixture(scope="module")
+def workbench(any_index) -> Iterator[Served]:
+    with serving(create_app(any_index)) as url:
+        yield Served(url, any_index, any_index.engine)
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +180,10 @@ def test_the_readme_query_shows_dense_and_itlr_side_by_side_with_term_bars(
     assert picture.stat().st_size > 20_000
 
 
-def test_a_syntax_error_shows_a_caret_under_its_position(browser, embedded_workbench) -> None:
+def test_a_syntax_error_shows_a_caret_under_its_position(browser, workbench) -> None:
     browser.expect(r"status of 422")  # the browser reports the API's 422 on its console
     driver = browser.driver
-    open_page(browser, embedded_workbench.url)
+    open_page(browser, workbench.url)
     broken = '"vitamin D" AND (NOT "bones"'
     run_search(browser, broken)
     assert shown(driver, "error")
@@ -190,19 +193,19 @@ def test_a_syntax_error_shows_a_caret_under_its_position(browser, embedded_workb
     assert caret.split("\n") == [broken, " " * 16 + "^"]
     # The caret sits under the character, and the query box selects it.
     assert driver.execute_script("return document.getElementById('query').selectionStart") == 16
-    browser.screenshot("workbench-syntax-error")
+    browser.screenshot(f"workbench-syntax-error-{workbench.engine}")
 
 
-def test_the_page_asks_for_the_token_when_the_service_has_one(browser, demo_index) -> None:
+def test_the_page_asks_for_the_token_when_the_service_has_one(browser, any_index) -> None:
     browser.expect(r"status of 401")  # the requests made before the token was given
     driver = browser.driver
-    with serving(create_app(demo_index, token=TOKEN)) as url:
+    with serving(create_app(any_index, token=TOKEN)) as url:
         driver.get(f"{url}/")
         wait = WebDriverWait(driver, WAIT)
         asking = lambda d: d.find_element(By.ID, "token-dialog").get_attribute("open") is not None  # noqa: E731
         wait.until(asking)
         assert "needs its client token" in driver.find_element(By.ID, "token-message").text
-        browser.screenshot("workbench-token-prompt")
+        browser.screenshot(f"workbench-token-prompt-{any_index.engine}")
 
         # Dismissed: the page says what it needs, and asks again at the next search.
         driver.find_element(By.ID, "token-input").send_keys(Keys.ESCAPE)
