@@ -396,3 +396,19 @@ def test_docs_shows_swagger_ui_from_the_service_alone(browser, embedded_workbenc
     )
     assert loaded and all(u.startswith(f"{embedded_workbench.url}/") for u in loaded), loaded
     browser.screenshot("docs-swagger-ui")
+
+
+def test_the_console_check_catches_an_uncaught_javascript_error(
+    browser, embedded_workbench
+) -> None:
+    """What every test here relies on: an error the page throws reaches `browser.errors()`."""
+    open_page(browser, embedded_workbench.url)
+    browser.driver.execute_script(
+        "setTimeout(() => { throw new Error('itlr-console-check'); }, 0);"
+        "Promise.reject(new Error('itlr-rejected-check'));"
+    )
+    WebDriverWait(browser.driver, WAIT).until(lambda _: len(browser.errors()) >= 2)
+    errors = browser.errors()
+    assert any("itlr-console-check" in e for e in errors), errors
+    assert any("itlr-rejected-check" in e for e in errors), errors
+    browser.expect("itlr-console-check|itlr-rejected-check")  # so the teardown check passes
