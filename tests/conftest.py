@@ -5,12 +5,14 @@ from pathlib import Path
 
 import pytest
 
-# Real servers: fixtures `opensearch_url`, `elasticsearch_url`, `elasticsearch_painless_url`.
+# Real servers: fixtures `opensearch_url`, `elasticsearch_url`, `elasticsearch_painless_url`;
+# a real headless Chromium: `browser`.
 pytest_plugins = [
     "opensearch_fixture",
     "elasticsearch_fixture",
     "secured_elasticsearch",
     "infinity_fixture",
+    "chromium_fixture",
 ]
 
 # Tests never touch the user's indexes or caches.

@@ -148,3 +148,39 @@ def test_the_core_install_searches_without_torch_and_ranks_as_torch_does(
         assert [i for i, _ in hits] == [i for i, _ in reference], query
         gap = max(abs(a - b) for (_, a), (_, b) in zip(hits, reference, strict=True))
         assert gap <= 1e-4, (query, gap)
+
+
+def test_the_wheel_carries_the_workbench_page_and_swagger_ui_with_its_licence(core_venv) -> None:
+    """`itlr serve` shows / and /docs from files in the installed package: the wheel must carry
+    them byte for byte (they are package data, not Python modules)."""
+    python = core_venv / "bin" / "python"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    located = subprocess.run(
+        [str(python), "-c", "import itlr, pathlib; print(pathlib.Path(itlr.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=core_venv,
+    )
+    installed = Path(located.stdout.strip())
+    assert core_venv in installed.parents, installed  # the wheel's copy, not this checkout
+    static = Path("service") / "static"
+    names = [
+        "workbench/index.html",
+        "workbench/workbench.js",
+        "workbench/workbench.css",
+        "docs.html",
+        "swagger-init.js",
+        "swagger-ui/swagger-ui-bundle.js",
+        "swagger-ui/swagger-ui.css",
+        "swagger-ui/favicon-32x32.png",
+        "swagger-ui/LICENSE",
+        "swagger-ui/NOTICE",
+        "swagger-ui/swagger-ui-bundle.js.LICENSE.txt",
+    ]
+    source = ROOT / "plugin" / "itlr"
+    for name in names:
+        shipped = installed / static / name
+        assert shipped.is_file(), f"the wheel lacks itlr/{static / name}"
+        assert shipped.read_bytes() == (source / static / name).read_bytes(), name

@@ -101,7 +101,8 @@ def serve(
     index_config: IndexConfigOpt = None,
     option_values: Any = None,
 ) -> None:
-    """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs.
+    """Serve an index over HTTP: POST /search, /translate, /parse, /rewrite; GET /healthz, /docs;
+    the search workbench (dense vs itlr side by side) at / in a browser.
 
     With --proxy: serve the query-bar proxy in front of the cluster at --url instead; the
     search options set its defaults (the JSON API takes them in each request body).
@@ -161,7 +162,7 @@ def serve(
 
     err.print(
         f"serving {opened.engine} index {opened.name!r} ({opened.count()} documents) on "
-        f"http://{host}:{port} (docs at /docs)",
+        f"http://{host}:{port} (workbench at /, API docs at /docs)",
         highlight=False,
         markup=False,
     )

@@ -1,5 +1,5 @@
 """The JSON API over one index: /search, /translate, /parse, /rewrite, /healthz, /metrics
-(Prometheus text), docs at /docs.
+(Prometheus text); docs at /docs and the search workbench at / (itlr.service.pages).
 
 Each endpoint turns its JSON body into the front door's own names and calls one method of
 `itlr.Index`, so an answer is exactly what the library (and `itlr search --json`) gives. Bad
@@ -38,7 +38,9 @@ from itlr.options import OPTIONS, Option
 from itlr.query import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
+from itlr.service.baseline import dense_baseline
 from itlr.service.follow import CommitFollower
+from itlr.service.pages import add_pages, is_public
 from itlr.service.security import BodyLimit, TokenGuard
 from itlr.strict_json import dumps as strict_dumps
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
@@ -115,6 +117,11 @@ class SearchBody(SearchOptionsBody):  # type: ignore[misc,valid-type]
     rewrite: Literal["none", "rules", "llm"] = Field(
         "none", description="rules or llm: `query` is a plain-language question, rewritten first."
     )
+    dense: bool = Field(
+        False,
+        description="Also the dense baseline: `query` as typed (the question, when rewritten) "
+        "embedded whole, its top k by cosine, each hit with itlr's truths and score.",
+    )
 
 
 class TranslateBody(SearchOptionsBody):  # type: ignore[misc,valid-type]
@@ -173,7 +180,10 @@ def create_app(
         title="itlr",
         summary="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
         version=_version(),
+        docs_url=None,  # served from the package by add_pages, not from a CDN
+        redoc_url=None,
     )
+    add_pages(app)
 
     @app.exception_handler(QuerySyntaxError)
     async def syntax_error(_: Request, bad: QuerySyntaxError) -> JSONResponse:
@@ -215,13 +225,17 @@ def create_app(
     def search(body: SearchBody) -> Response:
         """Hits in the same order, with the same scores, as `itlr search --json`."""
         names = body.names()
-        query, rewrite = names.pop("query"), names.pop("rewrite")
+        query, rewrite, dense = names.pop("query"), names.pop("rewrite"), names.pop("dense")
         if rewrite == "llm" and llm is None:
             raise ConfigurationError(
                 '`rewrite="llm"` is not available: this service was started without an LLM'
             )
         with follower.current():
-            return _json(index.search(query, rewrite=rewrite, llm=llm, **names).to_dict())
+            result = index.search(query, rewrite=rewrite, llm=llm, **names)
+            answer = result.to_dict()
+            if dense:
+                answer["dense"] = dense_baseline(index, query, result.query, names).to_dict()
+        return _json(answer)
 
     @app.post("/translate")
     def translate(body: TranslateBody) -> Response:
@@ -238,7 +252,8 @@ def create_app(
             {
                 "query": str(query),
                 "warnings": [*query.warnings, *translated.warnings],
-                "requests": [r.to_dict() for r in translated.requests],
+                # `console`: as Dev Tools takes it, the text `itlr translate` prints.
+                "requests": [{**r.to_dict(), "console": r.console()} for r in translated.requests],
             }
         )
 
@@ -273,6 +288,8 @@ def create_app(
                 **index.to_dict(),
                 # What runs the model on the query path (torch, onnx, onnx-int8).
                 "encoder": index.embedder.encoder,
+                # What `rewrite` may name: llm when the service was started with a model.
+                "rewriters": ["rules", "llm"] if llm is not None else ["rules"],
                 "count": count,
                 "term_cache": [stats.to_dict() for stats in term_cache_stats()],
                 **({"commit": commit} if commit else {}),
@@ -294,7 +311,7 @@ def create_app(
 
     guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)
     if token is not None:
-        guarded = TokenGuard(guarded, token)
+        guarded = TokenGuard(guarded, token, public=is_public)
     return guarded
 
 

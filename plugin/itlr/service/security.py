@@ -86,19 +86,30 @@ class TokenGuard:
     """ASGI middleware: every HTTP request must present the client token, else 401.
 
     `bearer=False` accepts X-Itlr-Token only, for a proxy whose Authorization header belongs to
-    the upstream cluster.
+    the upstream cluster. `public(method, path)` names the requests that need no token: files
+    that hold no data and are the same for everyone (the workbench page, itlr.service.pages).
     """
 
-    def __init__(self, app: ASGIApp, token: str, bearer: bool = True) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        bearer: bool = True,
+        public: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.app = app
         self.token = token
         self.bearer = bearer
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if token_matches(presented_token(scope.get("headers", []), self.bearer), self.token):
+            await self.app(scope, receive, send)
+            return
+        if self.public is not None and self.public(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
         how = "Authorization: Bearer TOKEN or " if self.bearer else ""
