@@ -84,6 +84,9 @@ class OpenSearchOperations(ClusterOperations):
     def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
         return self.client.mget(index=index, body={"ids": ids}, _source_excludes=excludes)
 
+    def _mget_docs(self, index: str, docs: list[dict[str, Any]], source: list[str] | bool) -> Any:
+        return self.client.mget(index=index, body={"docs": docs}, _source=source)
+
     def _count(self, index: str, query: dict[str, Any]) -> Any:
         return self.client.count(index=index, body={"query": query})
 
@@ -93,8 +96,14 @@ class OpenSearchOperations(ClusterOperations):
     def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
         self.client.indices.put_settings(index=index, body=settings)
 
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"_meta": meta})
+
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         self.client.ingest.put_pipeline(id=pipeline_id, body=body)
+
+    def _get_pipeline(self, pipeline_id: str) -> Any:
+        return self.client.ingest.get_pipeline(id=pipeline_id, ignore=404)
 
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(body={"actions": actions})
