@@ -24,10 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from itlr.engines.coverage import FOLLOW_META
 from itlr.engines.operations import ClusterOperations
-
-# The `_meta` key of the follower's state in the index it writes.
-FOLLOW_META = "itlr_follow"
 
 Call = Callable[..., Any]
 

@@ -369,6 +369,8 @@ class Follower:
         new = self.transform.embed([text for _, text in todo])
         for (hit, _), fields in zip(todo, new, strict=True):
             actions.append(conditional(in_place_update(hit["_index"], hit, fields), hit))
+        if actions and not self._unchanged(hits):
+            return 0  # read from an index the follower has not prepared: checked first
         refused = self._write(actions, index, cycle) if actions else {}
         written = {a["_id"] for a in actions} - set(refused)
         done_restored = len(written & restored)
@@ -403,6 +405,8 @@ class Follower:
                     if hit.get("_routing") is not None:
                         update["routing"] = hit["_routing"]
                     marks.append(conditional({**update, "doc": doc}, hit))
+            if marks and not self._unchanged(page.hits):
+                return  # the page is read again once the index is checked
             refused = self._write(marks, self.target, cycle, retry=False) if marks else {}
             lost = {i: r for i, r in refused.items() if not (r.conflict or r.missing)}
             if lost:
@@ -458,6 +462,19 @@ class Follower:
     def _take(self) -> Snapshot:
         name = self.backend.index_name
         return Snapshot.of(name, self.call(self.operations.describe, name))
+
+    def _unchanged(self, hits: list[dict[str, Any]]) -> bool:
+        """Right before a write: the hits come from the index the follower checked and
+        prepared, and it is still that index (not recreated, its alias not moved); else the
+        next check runs at once and nothing is written (no vector into a field mapped by
+        guess)."""
+        known = self.snapshot
+        if known is not None and all(hit.get("_index") == known.name for hit in hits):
+            now = self._take()
+            if (now.name, now.uuid) == (known.name, known.uuid):
+                return True
+        self._next_check = 0.0
+        return False
 
     def _check(self) -> None:
         """Every `recheck` seconds (and after a refused write): has the index been recreated,

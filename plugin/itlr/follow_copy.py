@@ -93,6 +93,10 @@ class CopyFollower(Follower):
         if self.feed.caught_up:
             self.feed.look()
         for page in self.feed.pages():
+            known = self.snapshot
+            if known is not None and any(h.get("_index") != known.name for h in page.hits):
+                self._next_check = 0.0  # another index answers by the source's name: check
+                return
             for hits in batched(page.hits, self.batch_size):
                 self._copy(list(hits), cycle)
             self.feed.done(page)

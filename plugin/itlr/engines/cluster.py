@@ -239,13 +239,17 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
     # -- coverage ------------------------------------------------------------------------
 
     def coverage(self) -> Coverage:
-        """How many documents have a text but no vector (no search can find them): one count,
-        reused for a few seconds."""
+        """How many documents have a text but no vector (no search can find them), how many
+        wait to be embedded again, and what a follower recorded: one count and one mapping
+        read, reused for a few seconds."""
 
         def count() -> Coverage:
             body = coverage_body(self.layout.vector_field, self.layout.text_field)
             with self._errors():
                 response = self.client.search(index=self.index_name, body=body)
-            return parse_coverage(self.index_name, dict(response))
+                # What a follower records: how far it verified, what it could not write.
+                answer = dict(self.client.indices.get_mapping(index=self.index_name))
+            mappings = [dict(body.get("mappings") or {}) for body in answer.values()]
+            return parse_coverage(self.index_name, dict(response), mappings)
 
         return self.coverage_cache.get(self.index_name, count)
