@@ -29,7 +29,7 @@ from itlr.backfill import (
     routing,
 )
 from itlr.changes import saved_state
-from itlr.errors import ConfigurationError
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.follow import FollowCycle, Follower, Retry
 from itlr.follow_watch import Changes, Snapshot
 from itlr.ingest import batched
@@ -178,7 +178,14 @@ class CopyFollower(Follower):
 
     def _handle(self, found: Changes, now: Snapshot) -> None:
         super()._handle(found, now)
-        if found.remapped and not found.replaced:
+        if found.remapped:
             fields = {name: now.properties[name] for name in found.remapped}
-            self.call(self.operations.put_mapping, self.into, fields)
+            try:
+                self.call(self.operations.put_mapping, self.into, fields)
+            except EngineError as refused:
+                raise IndexStateError(
+                    f"{now.name!r} now maps {', '.join(found.remapped)} in a way the copy "
+                    f"{self.into!r} cannot take ({refused}): the follower stops; delete the copy "
+                    "and follow again to copy the source anew"
+                ) from None
             self.say(f"{now.name!r} maps {', '.join(found.remapped)} anew: mapped in the copy too")
