@@ -282,6 +282,7 @@ def backfill(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    exact_only: bool = False,
 ) -> WriteReport:
     """Embed `text_field` of every document of the backend's index and store the vectors.
 
@@ -290,6 +291,8 @@ def backfill(
     refused before anything is written unless `into` is new or itlr's copy of this source),
     and with `alias`, the alias then names `into` alone. `on_total(n)` is told how many
     documents the index holds before anything changes, `on_batch(n)` of each n documents read.
+    `exact_only`: in place, the vector field mapped without an ANN method (any OpenSearch
+    index, `index.knn` or not; only exact searches read it).
     """
     started = time.perf_counter()
     operations = backend.operations
@@ -302,7 +305,7 @@ def backfill(
     if into and plan is not None:
         prepare_copy(backend, plan, into, transform)
     else:
-        prepare_in_place(backend, embedder.dims, embedder.name)
+        prepare_in_place(backend, embedder.dims, embedder.name, exact_only=exact_only)
     require_vector_field(backend, target, embedder.dims, embedder.name)
     report = WriteReport("copy" if into else "backfill", target)
     fields = True if into else [text_field, HASH_FIELD, TOKEN_KEYS_FIELD]
@@ -374,19 +377,23 @@ def backfill_spec(
     encoder: str | None = None,
     encoder_url: str | None = None,
     passage_prompt: str | None = None,
+    exact_only: bool = False,
 ) -> WriteReport:
     """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
     `install_pipeline`: first make itlr's hash guard the index's final pipeline
     (itlr.hash_guard). `passage_prompt` goes in front of each text (search with the matching
-    `query_prompt`)."""
+    `query_prompt`). `exact_only`: in place without an ANN method (`backfill`)."""
     embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
     backend = cluster_backend(spec, embedder)
+    check_exact_only(backend, exact_only, into)
     if install_pipeline:
         if into:
             raise ConfigurationError(
                 "--install-pipeline guards the index back-filled in place: not with --into"
             )
-        prepare_guarded(backend, spec.layout.text_field, embedder, install_pipeline=True)
+        prepare_guarded(
+            backend, spec.layout.text_field, embedder, install_pipeline=True, exact_only=exact_only
+        )
     return backfill(
         backend,
         embedder,
@@ -396,11 +403,32 @@ def backfill_spec(
         batch_size=batch_size,
         on_batch=on_batch,
         on_total=on_total,
+        exact_only=exact_only,
     )
 
 
+def check_exact_only(backend: ClusterBackend, exact_only: bool, into: str | None) -> None:
+    """`exact_only` is for an OpenSearch index back-filled (or followed) in place."""
+    if not exact_only:
+        return
+    if into:
+        raise ConfigurationError(
+            "--exact-only maps the vector in place, without ANN: not with --into (a copy gets "
+            "index.knn and ANN)"
+        )
+    if backend.engine != "opensearch":
+        raise ConfigurationError(
+            "--exact-only is for OpenSearch indexes created without index.knn: Elasticsearch "
+            "adds an ANN-indexed dense_vector field in place"
+        )
+
+
 def prepare_guarded(
-    backend: ClusterBackend, text_field: str, embedder: Embedder, install_pipeline: bool
+    backend: ClusterBackend,
+    text_field: str,
+    embedder: Embedder,
+    install_pipeline: bool,
+    exact_only: bool = False,
 ) -> None:
     """The back-fill's checks and the in-place mapping, and with `install_pipeline` itlr's hash
     guard (itlr.hash_guard): another final pipeline refused before the mapping changes, the
@@ -408,7 +436,7 @@ def prepare_guarded(
     check_before_backfill(backend, text_field, embedder.dims, embedder.name)
     if install_pipeline:
         check_hash_guard(backend)
-    prepare_in_place(backend, embedder.dims, embedder.name)
+    prepare_in_place(backend, embedder.dims, embedder.name, exact_only=exact_only)
     if install_pipeline:
         install_hash_guard(backend)
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from itlr.backfill import (
+    check_exact_only,
     cluster_backend,
     conditional,
     passage_embedder,
@@ -75,6 +76,8 @@ MAX_SKIPPED_IDS = 10_000
 REQUEST_DEADLINE = 60.0
 # Documents a second the hash sweep reads (0: no sweep).
 VERIFY_RATE = 1000.0
+# Documents per page of the hash sweep.
+SWEEP_PAGE = 1000
 # Seconds between two lines of an idle follower.
 HEARTBEAT_SECONDS = 60.0
 # Seconds between two records of the follower's state in `_meta` (sooner when the number of
@@ -178,8 +181,10 @@ class Follower:
         request_deadline: float = REQUEST_DEADLINE,
         heartbeat: float = HEARTBEAT_SECONDS,
         recheck: float = RECHECK_SECONDS,
+        exact_only: bool = False,
     ) -> None:
         self.backend = backend
+        self.exact_only = exact_only
         self.embedder = embedder
         self.text_field = text_field
         self.into = into
@@ -197,9 +202,9 @@ class Follower:
         self.transform = DocumentTransform(embedder, text_field, backend.layout.vector_field)
         self.call = Deadline(request_deadline, backend.url)
         source: list[str] | bool = True if into else [text_field, HASH_FIELD]
-        self.feed = ChangeFeed(
-            backend.operations, backend.index_name, source, batch_size * 4, call=self.call
-        )
+        # The sweep reads a text and a hash per document: large pages; a copy reads whole ones.
+        page = batch_size * 4 if into else SWEEP_PAGE
+        self.feed = ChangeFeed(backend.operations, backend.index_name, source, page, call=self.call)
         self.report = WriteReport("follow", self.target)
         self.failing: dict[str, Retry] = {}
         self.empty: set[str] = set()
@@ -247,7 +252,7 @@ class Follower:
     def _prepare_target(self) -> None:
         """In place: the back-fill's checks and mapping, the guard when asked for, and the
         sweep resumed from the state the index records."""
-        prepare_guarded(self.backend, self.text_field, self.embedder, self.guarded)
+        prepare_guarded(self.backend, self.text_field, self.embedder, self.guarded, self.exact_only)
         require_vector_field(self.backend, self.target, self.embedder.dims, self.embedder.name)
         self.snapshot = self._take()
         if self.verify_rate > 0:
@@ -509,7 +514,7 @@ class Follower:
         return {self.transform.vector_field: {"type": self.backend.vector_type}, **itlr_fields()}
 
     def _replaced(self, found: Changes) -> None:
-        prepare_guarded(self.backend, self.text_field, self.embedder, self.guarded)
+        prepare_guarded(self.backend, self.text_field, self.embedder, self.guarded, self.exact_only)
         self.say(f"{found.replaced}: checked, mapped and guarded again; reading it all")
 
     def _handle(self, found: Changes, now: Snapshot) -> None:
@@ -522,7 +527,7 @@ class Follower:
             self._replaced(found)
             return
         if found.unmapped:
-            prepare_guarded(backend, self.text_field, embedder, install_pipeline=False)
+            prepare_guarded(backend, self.text_field, embedder, False, self.exact_only)
             self.say(f"{found.unmapped}: mapped again")
         if found.guard_gone:
             if found.guard_replaced_by is not None:
@@ -569,6 +574,7 @@ def follow_spec(
     encoder: str | None = None,
     encoder_url: str | None = None,
     passage_prompt: str | None = None,
+    exact_only: bool = False,
 ) -> WriteReport:
     """Follow the index an EngineSpec names until `stop` is set (in place, or `into` itlr's
     copy of it, `alias` then moved to the copy). The encoder options are back-fill's
@@ -583,8 +589,10 @@ def follow_spec(
     from itlr.follow_copy import CopyFollower  # a subclass of this module's Follower
 
     embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
+    backend = cluster_backend(spec, embedder)
+    check_exact_only(backend, exact_only, into)
     follower = (CopyFollower if into else Follower)(
-        cluster_backend(spec, embedder),
+        backend,
         embedder,
         spec.layout.text_field,
         into=into,
@@ -596,6 +604,7 @@ def follow_spec(
         on_error=on_error,
         on_line=on_line,
         verify_rate=verify_rate,
+        exact_only=exact_only,
     )
     follower.prepare(install_pipeline)
     if into and alias:

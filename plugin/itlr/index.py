@@ -180,6 +180,7 @@ class Index:
         on_cycle: Callable[[FollowCycle], None] | None = None,
         on_line: Callable[[str], None] | None = None,
         verify_rate: float | None = None,
+        exact_only: bool = False,
         encoder: str | None = None,
         encoder_url: str | None = None,
         passage_prompt: str | None = None,
@@ -198,8 +199,11 @@ class Index:
         re-check lines, and returns the follower's report (itlr.follow). In place a hash sweep
         re-reads `verify_rate` documents a second (default 1000; 0: none) to catch texts
         changed without the hash noticing. `install_pipeline` makes itlr's hash guard the
-        index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard). Either
-        way the result is a WriteReport (itlr.write_report), as `add` returns."""
+        index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard).
+        `exact_only` (OpenSearch, in place): the vector mapped without an ANN method, so an
+        index created without `index.knn` is back-filled where it is and searched with
+        `mode="exact"`. Either way the result is a WriteReport (itlr.write_report), as `add`
+        returns."""
         from itlr.backfill import backfill_spec
 
         spec = EngineSpec(
@@ -227,6 +231,7 @@ class Index:
                 on_cycle=on_cycle,
                 on_line=on_line,
                 verify_rate=VERIFY_RATE if verify_rate is None else verify_rate,
+                exact_only=exact_only,
                 **encoders,
             )
         return backfill_spec(
@@ -235,6 +240,7 @@ class Index:
             into=into,
             alias=alias,
             install_pipeline=install_pipeline,
+            exact_only=exact_only,
             **encoders,
         )
 

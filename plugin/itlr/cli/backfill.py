@@ -75,6 +75,14 @@ def backfill(
             "changed without the hash noticing (a _bulk update); 0 turns it off.",
         ),
     ] = 1000.0,
+    exact_only: Annotated[
+        bool,
+        typer.Option(
+            "--exact-only",
+            help="In place on an OpenSearch index created without index.knn: map the vector "
+            "without an ANN method, so only --mode exact searches it (no copy needed).",
+        ),
+    ] = False,
 ) -> None:
     """Give every document of an existing index a vector of its --text-field, written into
     --vector-field beside a content hash: a re-run (or a resumed one after a kill) embeds only
@@ -83,7 +91,7 @@ def backfill(
     from itlr.errors import ConfigurationError
     from itlr.progress import document_progress
 
-    encoders = {
+    encoders: dict[str, Any] = {
         "encoder": encoder.value if encoder else None,
         "encoder_url": encoder_url,
         "passage_prompt": passage_prompt,
@@ -102,6 +110,7 @@ def backfill(
                 "batch_size": batch_size,
                 "interval": interval,
                 "verify_rate": verify_rate,
+                "exact_only": exact_only,
             }
             return follow_index(spec, model, options, encoders)
         with document_progress(err) as progress:
@@ -116,6 +125,7 @@ def backfill(
                 on_batch=lambda n: progress.advance(task, n),
                 on_total=lambda n: progress.update(task, total=n),
                 install_pipeline=install_pipeline,
+                exact_only=exact_only,
             )
         for doc_id, reason in list(report.failed.items())[:20]:
             say(err, "failed", "red", f"{doc_id}: {reason}")

@@ -67,7 +67,8 @@ class OpenSearchOperations(ClusterOperations):
         return (
             f"index {index!r} was created without `index.knn: true`, so OpenSearch cannot add "
             f"the knn_vector field {field!r} in place: back-fill into a new index with "
-            "`--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
+            "`--into NEW_INDEX` (and `--alias NAME` to switch readers over), or in place for "
+            "exact searches only with `--exact-only`"
         )
 
     def _helpers(self) -> ModuleType:
@@ -121,6 +122,14 @@ class OpenSearchBackend(ClusterBackend):
 
     def mapped_dims(self, vector: dict[str, Any]) -> int:
         return int(vector.get("dimension", 0))
+
+    def _check_vector(self, vector: dict[str, Any]) -> None:
+        if "method" not in vector and "model_id" not in vector:
+            self._warn(
+                f"field {self.layout.vector_field!r} of index {self.index_name!r} is not built "
+                'for ANN search (no `method`: back-filled with --exact-only): only `mode="exact"` '
+                "can search it"
+            )
 
     def _not_found_error(self) -> type[Exception]:
         from opensearchpy import NotFoundError
