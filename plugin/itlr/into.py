@@ -128,6 +128,8 @@ def plan_copy(
             f"--into {into!r} is the source index {source.name!r} itself (or one of its "
             "aliases): name a new index for the copy"
         )
+    if alias is not None:
+        refuse_alias(operations, alias, into)
     if not operations.exists(into):
         return CopyPlan(source, None)
     found = operations.describe(into)
@@ -162,6 +164,17 @@ def flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[prefix + key] = value
     return flat
+
+
+def refuse_alias(operations: ClusterOperations, alias: str, into: str) -> None:
+    """`alias` must be able to name the copy: not the copy's own name, not an index."""
+    if alias == into:
+        raise ConfigurationError(f"--alias {alias!r} is the --into name: give the alias another")
+    if operations.exists(alias) and any(s.name == alias for s in operations.describe(alias)):
+        raise IndexStateError(
+            f"--alias {alias!r} is an index, not an alias: an alias cannot take an index's name; "
+            "name an alias (or a new name)"
+        )
 
 
 def copy_settings(source: IndexState) -> dict[str, Any]:

@@ -131,6 +131,35 @@ def test_into_or_alias_that_is_not_one_index_name_is_refused_in_one_line(
     assert httpx.head(f"{opensearch_url}/{source}-new", timeout=30).status_code == 404
 
 
+def test_an_alias_that_cannot_name_the_copy_is_refused_before_the_copy_is_made(
+    opensearch_url, source_and_users_index
+) -> None:
+    source, users, _ = source_and_users_index
+    copy = f"{source}-copy"
+    refused_both_ways(opensearch_url, source, copy, "is an index, not an alias", alias=users)
+    refused_both_ways(opensearch_url, source, copy, "is the --into name", alias=copy)
+    assert httpx.head(f"{opensearch_url}/{copy}", timeout=30).status_code == 404
+
+
+@pytest.mark.parametrize("kind", ["users", "users alias", "source", "pattern"])
+def test_following_into_an_index_that_is_not_this_sources_copy_is_refused(
+    kind, opensearch_url, source_and_users_index
+) -> None:
+    source, users, alias = source_and_users_index
+    into = {"users": users, "users alias": alias, "source": source, "pattern": "*"}[kind]
+    before = index_state(opensearch_url, users), index_state(opensearch_url, source)
+    with pytest.raises(ItlrError):
+        itlr.Index.backfill(
+            source,
+            url=opensearch_url,
+            text_field="body",
+            vector_field="vec",
+            into=into,
+            follow=True,
+        )
+    assert (index_state(opensearch_url, users), index_state(opensearch_url, source)) == before
+
+
 @pytest.mark.parametrize("into", [False, True], ids=["in place", "into"])
 def test_a_source_name_that_names_several_indexes_is_refused_in_one_line(
     into, opensearch_url, source_and_users_index
