@@ -41,6 +41,9 @@ class CopyFollower(Follower):
     """A Follower whose writes go into `into`, itlr's copy of the source."""
 
     into: str
+    # The copy's uuid once made or found: writes go only into that index (a copy deleted
+    # meanwhile would be created again by the first write, with every field mapped by guess).
+    copy_uuid: str = ""
 
     def _prepare_target(self) -> None:
         if self.guarded:
@@ -66,6 +69,7 @@ class CopyFollower(Follower):
             require_vector_field(backend, self.into, embedder.dims, embedder.name)
             self.say(f"resuming the copy of {backend.index_name!r} where it stopped")
             self.snapshot = self._take()
+            self.copy_uuid = self._copy_uuid()
             return
         # A whole copy first; the feed then starts from the checkpoints read before it, so
         # nothing written while it ran is missed.
@@ -84,6 +88,7 @@ class CopyFollower(Follower):
         self.feed.cursors = dict(checkpoints)
         self.feed.verified_through, self.feed.pass_started = started, None
         self.snapshot = self._take()
+        self.copy_uuid = self._copy_uuid()
         self._save_state(force=True)
         self.say(f"copied {backend.index_name!r} into {self.into!r}: {copied.summary()}")
 
@@ -114,6 +119,9 @@ class CopyFollower(Follower):
         actions = copy_actions(hits, copies, self.transform, self.into, found, embedded)
         self.report.unchanged += found.unchanged
         self.report.no_text += found.no_text
+        if actions and self._copy_uuid() != self.copy_uuid:
+            self._next_check = 0.0
+            raise EngineError(f"the copy {self.into!r} changed under the follower: checking it")
         refused = self._write(actions, self.into, cycle) if actions else {}
         for action in actions:
             if action["_id"] in refused:
@@ -157,12 +165,23 @@ class CopyFollower(Follower):
 
     # -- the source changing -------------------------------------------------------------
 
+    def _copy_uuid(self) -> str:
+        """The uuid of the index the copy's name names now ("" when there is none)."""
+        if not self.call(self.operations.exists, self.into):
+            return ""
+        states = self.call(self.operations.describe, self.into)
+        return states[0].uuid if len(states) == 1 and states[0].name == self.into else "?"
+
     def _target_intact(self, now: Snapshot) -> bool:
-        if self.call(self.operations.exists, self.into):
+        uuid = self._copy_uuid()
+        if uuid == self.copy_uuid:
             return True
-        self.say(f"the copy {self.into!r} is gone: copying {now.name!r} again")
+        if uuid:
+            self.say(f"the copy {self.into!r} was replaced: checking it is still itlr's copy")
+        else:
+            self.say(f"the copy {self.into!r} is gone: copying {now.name!r} again")
         self.feed.start_over(now.uuid)
-        self._prepare_copy()
+        self._prepare_copy()  # refuses, in one line, an index that is not itlr's copy
         return False
 
     def _wanted(self) -> dict[str, dict[str, Any]]:

@@ -78,12 +78,15 @@ class DocumentTransform:
 
 def in_place_update(index: str, hit: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     """The `_bulk` partial update that writes `doc` beside a document's own fields (its
-    routing kept, any hash the guard moved aside cleared)."""
+    routing kept; a hash the guard or the sweep moved aside cleared, where the hit has one:
+    a field is never added to a document that did not hold it)."""
+    source = hit.get("_source") or {}
+    cleared = {PREVIOUS_HASH_FIELD: None} if source.get(PREVIOUS_HASH_FIELD) is not None else {}
     action: dict[str, Any] = {
         "_op_type": "update",
         "_index": index,
         "_id": hit["_id"],
-        "doc": {**doc, PREVIOUS_HASH_FIELD: None},
+        "doc": {**doc, **cleared},
     }
     if hit.get("_routing") is not None:
         action["routing"] = hit["_routing"]

@@ -231,7 +231,7 @@ def test_a_killed_copy_follower_resumes_where_it_stopped(opensearch_url, corpus,
         httpx.delete(f"{url}/_ingest/pipeline/{pipeline}", timeout=30)
 
 
-def test_a_copy_follower_mirrors_a_source_created_again_from_the_start(
+def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
     opensearch_url, corpus, embedder
 ) -> None:
     url = opensearch_url
@@ -261,7 +261,13 @@ def test_a_copy_follower_mirrors_a_source_created_again_from_the_start(
         httpx.put(
             f"{url}/{source}",
             json={
-                "mappings": {"properties": {"body": {"type": "text"}, "tag": {"type": "keyword"}}}
+                "mappings": {
+                    "properties": {
+                        "body": {"type": "text"},
+                        "topic": {"type": "keyword"},  # as before: the copy maps it so
+                        "tag": {"type": "keyword"},
+                    }
+                }
             },
             timeout=30,
         ).raise_for_status()
@@ -271,6 +277,14 @@ def test_a_copy_follower_mirrors_a_source_created_again_from_the_start(
         assert any(said in line for line in lines)
         mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
         assert mapping["properties"]["tag"] == {"type": "keyword"}  # mapped as the source maps it
+
+        # The copy deleted under the follower: made again, never created by a write with
+        # every field mapped by guess.
+        delete_index(url, copy)
+        wait_for(lambda: mirrored(url, source, copy, embedder))
+        mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
+        assert mapping["properties"]["vec"]["type"] == "knn_vector"
+        assert any(f"the copy {copy!r} is gone" in line for line in lines)
     finally:
         stop.set()
         thread.join(120)

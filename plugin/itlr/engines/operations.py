@@ -317,7 +317,11 @@ def one_index(name: str, answer: dict[str, Any]) -> dict[str, Any]:
     if len(answer) == 1:
         return dict(next(iter(answer.values())))
     if not answer:
-        raise IndexStateError(f"{name!r} names no index: give the name of one index")
+        # A pattern that matches nothing, or an index just created whose shards have not
+        # started (its statistics are empty for a moment): a follower tries again.
+        raise EngineError(
+            f"{name!r} names no index with started shards: give the name of one index"
+        )
     names = sorted(answer)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     raise IndexStateError(
