@@ -9,7 +9,9 @@ lag of a document is that moment minus the end of its PUT.
 
     python scripts/bench_follow_lag.py --url http://127.0.0.1:9200 --rate 50 --seconds 60
 
-prints a markdown table (p50 / p95 / max lag, documents written and found).
+prints a markdown table (p50 / p95 / max lag, documents written and found). With `--into` the
+index is made without `index.knn` (OpenSearch's default) and followed into a copy
+(`--follow --into`): the checker searches the copy.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from itlr.documents import read_jsonl
 from itlr.resources import data_file
 
 
-def create(url: str, name: str) -> None:
+def create(url: str, name: str, knn: bool = True) -> None:
     body = {
-        "settings": {"index": {"knn": True, "number_of_shards": 1, "number_of_replicas": 0}},
+        "settings": {"index": {"knn": knn, "number_of_shards": 1, "number_of_replicas": 0}},
         "mappings": {"properties": {"body": {"type": "text"}, "tag": {"type": "keyword"}}},
     }
     httpx.put(f"{url}/{name}", json=body, timeout=60).raise_for_status()
@@ -49,14 +51,16 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def run(url: str, rate: float, seconds: float, interval: float) -> list[str]:
+def run(url: str, rate: float, seconds: float, interval: float, into: bool) -> list[str]:
     texts = [d.text for d in read_jsonl(data_file("demo", "corpus.jsonl"))]
     name = f"itlr-follow-bench-{uuid.uuid4().hex[:8]}"
-    create(url, name)
+    searched = f"{name}-itlr" if into else name
+    create(url, name, knn=not into)
     command = [
         *(sys.executable, "-m", "itlr", "backfill", "--url", url, "--index", name),
         *("--text-field", "body", "--vector-field", "vec", "--follow"),
         *("--interval", str(interval)),
+        *(("--into", searched) if into else ()),
     ]
     plugin = str(Path(__file__).resolve().parent.parent / "plugin")
     env = {**os.environ, "PYTHONPATH": plugin, "HF_HUB_OFFLINE": "1"}
@@ -88,15 +92,17 @@ def run(url: str, rate: float, seconds: float, interval: float) -> list[str]:
     # The mapping gets its vector field from the follower before the first write.
     follower = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while (
-        "vec"
-        not in httpx.get(f"{url}/{name}/_mapping", timeout=30).json()[name]["mappings"][
-            "properties"
-        ]
-    ):
+
+    def mapped() -> bool:
+        answer = httpx.get(f"{url}/{searched}/_mapping", timeout=30)
+        return answer.status_code == 200 and "vec" in answer.json()[searched]["mappings"].get(
+            "properties", {}
+        )
+
+    while not mapped():
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    index = itlr.Index.open(name, url=url, vector_field="vec", text_field="body")
+    index = itlr.Index.open(searched, url=url, vector_field="vec", text_field="body")
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     give_up = None
@@ -122,9 +128,12 @@ def run(url: str, rate: float, seconds: float, interval: float) -> list[str]:
     follower.wait(60)
     lags = [found[t] - written[t] for t in found]
     httpx.delete(f"{url}/{name}", timeout=60)
+    httpx.delete(f"{url}/{searched}", timeout=60)
     load = os.getloadavg()[0]
+    how = " into a copy" if into else ""
     return [
-        f"| {rate:g} docs/s for {seconds:g} s, follow interval {interval:g} s | {len(written)} "
+        f"| {rate:g} docs/s for {seconds:g} s, follow{how} interval {interval:g} s "
+        f"| {len(written)} "
         f"| {len(found)} | {percentile(lags, 0.5):.2f} | {percentile(lags, 0.95):.2f} "
         f"| {max(lags):.2f} | {statistics.mean(lags):.2f} | {load:.1f} |",
     ]
@@ -136,6 +145,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, nargs="+", default=[1.0])
+    parser.add_argument("--into", action="store_true", help="follow into a copy (--into)")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}")
     print(
@@ -144,7 +154,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for interval in args.interval:
-        for line in run(args.url, args.rate, args.seconds, interval):
+        for line in run(args.url, args.rate, args.seconds, interval, args.into):
             print(line, flush=True)
 
 

@@ -178,6 +178,9 @@ class Index:
         stop: threading.Event | None = None,
         interval: float = 1.0,
         on_cycle: Callable[[FollowCycle], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        verify_rate: float | None = None,
+        exact_only: bool = False,
         encoder: str | None = None,
         encoder_url: str | None = None,
         passage_prompt: str | None = None,
@@ -185,15 +188,22 @@ class Index:
     ) -> WriteReport:
         """Embed `text_field` of every document already in a cluster index (one itlr did not
         make) and write the vectors into `vector_field`; re-runs embed only changed texts.
-        With `into`, mirror the source into that index instead (documents copied whole, those
-        gone from the source deleted; `alias` then points at it). Open the result with
-        `Index.open(..., vector_field=...)`.
+        With `into`, mirror the source into that index instead (created like the source plus
+        the vector field; documents copied whole, those gone from the source deleted; `alias`
+        then points at it); an existing `into` is written only if itlr made it as a copy of
+        this source (itlr.into). Open the result with `Index.open(..., vector_field=...)`.
 
         `follow=True` keeps running until `stop` is set: every `interval` seconds it embeds
-        the documents written since (no `itlr_hash`), calling `on_cycle` after each busy look,
-        and returns the follower's report (itlr.follow). `install_pipeline` makes itlr's hash
-        guard the index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard).
-        Either way the result is a WriteReport (itlr.write_report), as `add` returns."""
+        the documents written since (no `itlr_hash`), or with `into` copies every write of the
+        source, calling `on_cycle` after each busy look and `on_line` with its start, idle and
+        re-check lines, and returns the follower's report (itlr.follow). In place a hash sweep
+        re-reads `verify_rate` documents a second (default 1000; 0: none) to catch texts
+        changed without the hash noticing. `install_pipeline` makes itlr's hash guard the
+        index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard).
+        `exact_only` (OpenSearch, in place): the vector mapped without an ANN method, so an
+        index created without `index.knn` is back-filled where it is and searched with
+        `mode="exact"`. Either way the result is a WriteReport (itlr.write_report), as `add`
+        returns."""
         from itlr.backfill import backfill_spec
 
         spec = EngineSpec(
@@ -208,19 +218,20 @@ class Index:
             "passage_prompt": passage_prompt,
         }
         if follow:
-            from itlr.follow import follow_spec
+            from itlr.follow import VERIFY_RATE, follow_spec
 
-            if into:
-                raise ConfigurationError(
-                    "`follow` keeps an index current in place: not with `into`"
-                )
             return follow_spec(
                 spec,
                 model=model,
+                into=into,
+                alias=alias,
                 install_pipeline=install_pipeline,
                 interval=interval,
                 stop=stop,
                 on_cycle=on_cycle,
+                on_line=on_line,
+                verify_rate=VERIFY_RATE if verify_rate is None else verify_rate,
+                exact_only=exact_only,
                 **encoders,
             )
         return backfill_spec(
@@ -229,6 +240,7 @@ class Index:
             into=into,
             alias=alias,
             install_pipeline=install_pipeline,
+            exact_only=exact_only,
             **encoders,
         )
 

@@ -8,6 +8,7 @@ result is a sequence of its hits: `for hit in result`, `result[0]`, `len(result)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
@@ -21,37 +22,65 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Coverage:
     """Documents of `index`: all, with a text but no vector (back-fill can embed them), and
-    with neither (nothing to embed: no positive term can match them)."""
+    with neither (nothing to embed: no positive term can match them). Where a follower keeps
+    the index current (itlr.follow): documents whose text a write changed and that wait to be
+    embedded again (`unverified`: their vector may be of an old text), documents it could not
+    write (`failing`: it retries them), and the time before which every write has been
+    verified (`verified_through`, seconds since the epoch; None: not known)."""
 
     index: str
     total: int
     without_vector: int
     without_text: int
+    unverified: int = 0
+    failing: int = 0
+    verified_through: float | None = None
 
     @property
     def with_vector(self) -> int:
         return self.total - self.without_vector - self.without_text
 
     def to_dict(self) -> dict[str, Any]:
+        verified = self.verified_through
         return {
             "index": self.index,
             "documents": self.total,
             "with_vector": self.with_vector,
             "without_vector": self.without_vector,
             "without_text": self.without_text,
+            "unverified": self.unverified,
+            "failing": self.failing,
+            "verified_through": (
+                None
+                if verified is None
+                else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(verified))
+            ),
         }
 
     def warning(self, vector_field: str, text_field: str) -> str | None:
-        """The search's warning when documents it cannot score exist, with the command that
-        embeds them; None when every document with a text has a vector."""
-        if not self.without_vector:
-            return None
-        return (
-            f"{self.without_vector} of {self.total} documents of {self.index!r} have a "
-            f"{text_field!r} but no vector in {vector_field!r}, so no search can find them: "
-            f"embed them with `itlr backfill --url URL --index {self.index} --text-field "
-            f"{text_field} --vector-field {vector_field}` (add --follow to keep embedding new ones)"
-        )
+        """The search's warning when documents it cannot score (or may score by an old text)
+        exist, with what to do; None when every document with a text has a current vector."""
+        parts = []
+        if self.without_vector:
+            parts.append(
+                f"{self.without_vector} of {self.total} documents of {self.index!r} have a "
+                f"{text_field!r} but no vector in {vector_field!r}, so no search can find them: "
+                f"embed them with `itlr backfill --url URL --index {self.index} --text-field "
+                f"{text_field} --vector-field {vector_field}` (add --follow to keep embedding new "
+                "ones)"
+            )
+        if self.unverified:
+            parts.append(
+                f"{self.unverified} documents of {self.index!r} had their text changed and wait "
+                "to be embedded again (their vectors may be of the old text): is `itlr backfill "
+                "--follow` running?"
+            )
+        if self.failing:
+            parts.append(
+                f"{self.failing} documents of {self.index!r} could not be written by the "
+                "follower (it retries them; its report names them)"
+            )
+        return "; ".join(parts) or None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ class WriteReport:
     # Of the unchanged documents of a copy, those whose other fields were copied again.
     copied: int = 0
     deleted: int = 0
+    # A back-fill's or follower's documents rewritten or deleted between its read and its
+    # write: not written (never the vector of an old text), left for the next look.
+    changed_meanwhile: int = 0
     cycles: int = 0
     # How many documents the index holds when the run is over (where it was counted).
     count: int | None = None
@@ -88,7 +91,19 @@ class WriteReport:
         return line + self.first_failure
 
     def _backfill_line(self, failed: int) -> str:
-        rate = self.embedded / self.seconds if self.seconds else 0.0
+        read = self.seen / self.seconds if self.seconds else 0.0
+        # The embedding rate over the encoder's time: a re-run reads every document but embeds
+        # few, and their rate over the whole run says nothing about either.
+        embedding = (
+            f"; {self.embedded / self.encode_seconds:,.1f} embedded/s while encoding"
+            if self.embedded and self.encode_seconds
+            else ""
+        )
+        meanwhile = (
+            f", {self.changed_meanwhile} changed meanwhile (left for the next run)"
+            if self.changed_meanwhile
+            else ""
+        )
         if self.kind == "copy":
             middle = (
                 f"{self.unchanged} already current ({self.copied} of them with changed fields "
@@ -98,10 +113,10 @@ class WriteReport:
         else:
             middle = f"{self.unchanged} already current, {self.no_text} without text (no vector)"
         return (
-            f"back-filled {self.index}: {self.embedded} embedded, {middle}, "
+            f"back-filled {self.index}: {self.embedded} embedded, {middle}{meanwhile}, "
             f"{failed} failed of {self.seen} documents"
             + (f"; it holds {self.count}" if self.count is not None else "")
-            + f" in {self.seconds:.1f}s ({rate:,.1f} docs/s)"
+            + f" in {self.seconds:.1f}s ({read:,.1f} documents/s read{embedding})"
         )
 
     def to_dict(self) -> dict[str, Any]:

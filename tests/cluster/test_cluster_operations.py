@@ -97,3 +97,41 @@ def test_an_error_is_one_line_about_the_index_the_request_named(cluster) -> None
         with pytest.raises(IndexStateError, match=f"index '{name}' does not exist") as missing:
             request()
         assert "\n" not in str(missing.value)
+
+
+def test_a_refused_write_is_known_by_status_and_type_on_either_engine(cluster) -> None:
+    """A conditional write on a document changed since it was read is a conflict, and an
+    update of a missing one is missing, whatever words the engine uses (OpenSearch: "version
+    conflict, required seqNo ...")."""
+    operations, _, name = cluster
+    operations.create_index(name, {"index": {"number_of_shards": 1}}, {})
+    operations.bulk([{"_op_type": "index", "_index": name, "_id": "a", "n": 1}], name)
+    refused = operations.bulk_refusals(
+        [
+            {"_op_type": "update", "_index": name, "_id": "a", "doc": {"n": 2}}
+            | {"if_seq_no": 99, "if_primary_term": 1},
+            {"_op_type": "update", "_index": name, "_id": "gone", "doc": {"n": 2}},
+            {"_op_type": "index", "_index": name, "_id": "b", "n": "many"},
+        ],
+        name,
+    )
+    assert refused["a"].conflict and not refused["a"].missing
+    assert refused["gone"].missing and not refused["gone"].conflict
+    assert not refused["b"].conflict and not refused["b"].missing and "[n]" in refused["b"].reason
+
+
+def test_one_index_is_asked_of_a_name_that_names_several_in_one_line(cluster) -> None:
+    operations, _, name = cluster
+    for index in (name, f"{name}-b"):
+        operations.create_index(index, {"index": {"number_of_shards": 2}}, {})
+    assert [state.name for state in operations.describe(f"{name}*")] == [name, f"{name}-b"]
+    for several in (f"{name}*", f"{name},{name}-b"):
+        with pytest.raises(IndexStateError, match=r"names 2 indexes .*: give the name of one"):
+            operations.mapping(several)
+        with pytest.raises(IndexStateError, match=r"names 2 indexes"):
+            operations.settings(several)
+    (state,) = operations.describe(name)
+    assert state.uuid and state.settings["number_of_shards"] == "2"
+    operations.bulk([{"_op_type": "index", "_index": name, "_id": "r", "routing": "x"}], name)
+    assert operations.shard_checkpoints(name) in ({0: 0, 1: -1}, {0: -1, 1: 0})
+    assert operations.mget(name, ["r"], False, routing={"r": "x"}) == {"r": {}}

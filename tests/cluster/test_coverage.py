@@ -85,6 +85,9 @@ def test_the_service_warns_and_reports_coverage(opensearch_url, partly_embedded)
             "with_vector": 20,
             "without_vector": 3,
             "without_text": 1,
+            "unverified": 0,
+            "failing": 0,
+            "verified_through": None,
         }
         metrics = client.get("/metrics").text
         assert f'itlr_index_documents_without_vector{{index="{partly_embedded}"}} 3' in metrics
@@ -119,6 +122,9 @@ def test_the_proxy_reports_coverage_per_index(opensearch_url, partly_embedded, e
             "with_vector": 20,
             "without_vector": 3,
             "without_text": 1,
+            "unverified": 0,
+            "failing": 0,
+            "verified_through": None,
         }
         metrics = httpx.get(f"{url}/_itlr/metrics", timeout=60).text
         assert f'itlr_index_documents_without_vector{{index="{partly_embedded}"}} 3' in metrics

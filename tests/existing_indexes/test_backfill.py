@@ -166,3 +166,58 @@ def test_a_killed_backfill_resumes_with_no_document_lost_or_duplicated(
         check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, count)
     finally:
         delete_index(opensearch_url, name)
+
+
+def test_exact_only_backfills_an_index_without_knn_in_place_and_exact_search_reads_it(
+    opensearch_url, corpus, embedder
+) -> None:
+    """OpenSearch's default index (no index.knn) keeps its name and its writers: the vector is
+    mapped without an ANN method, exact searches read it, and a follower keeps it current."""
+    import threading
+
+    docs = documents(corpus, 12)
+    name = create_index(opensearch_url, "opensearch", docs[:10], knn=False)
+    try:
+        common = ["--url", opensearch_url, "--index", name, "--text-field", "body"]
+        result = CliRunner().invoke(
+            app, ["backfill", *common, "--vector-field", "vec", "--exact-only"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "10 embedded" in result.output
+        mapping = httpx.get(f"{opensearch_url}/{name}/_mapping", timeout=30).json()
+        vector = mapping[name]["mappings"]["properties"]["vec"]
+        assert vector["type"] == "knn_vector" and "method" not in vector
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 10)
+
+        stop = threading.Event()
+        follower = threading.Thread(
+            target=itlr.Index.backfill,
+            args=(name,),
+            kwargs={
+                "url": opensearch_url,
+                "text_field": "body",
+                "vector_field": "vec",
+                "follow": True,
+                "exact_only": True,
+                "stop": stop,
+                "interval": 0.2,
+            },
+            daemon=True,
+        )
+        follower.start()
+        changed = {**docs[10], "body": "Penguins huddle together on the Antarctic ice in winter."}
+        bulk(opensearch_url, name, [changed, docs[11]])
+        deadline = time.monotonic() + 120
+        while len([s for s in all_sources(opensearch_url, name).values() if HASH_FIELD in s]) < 12:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        stop.set()
+        follower.join(60)
+        check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 12)
+
+        with pytest.warns(UserWarning, match=r"not built for ANN search .* only `mode=\"exact\"`"):
+            index = itlr.Index.open(name, url=opensearch_url, vector_field="vec", text_field="body")
+        found = index.search('"penguins on ice"', k=1, mode="exact")
+        assert [h.id for h in found.hits] == [changed["_id"]] and found.exact is True
+    finally:
+        delete_index(opensearch_url, name)

@@ -229,8 +229,9 @@ def test_sigterm_finishes_the_batch_and_exits_0(opensearch_url, corpus) -> None:
         assert process.returncode == 0, stderr
         lines = stdout.strip().splitlines()
         assert lines[-1].startswith(f"followed {name} for ") and "10 embedded" in lines[-1]
-        # One line per busy cycle, counts only.
-        assert all(" embedded, " in line for line in lines[:-1])
+        # A line at the start, then one per busy cycle, counts only.
+        assert f"following {name!r} in place (10 documents)" in lines[0]
+        assert all(" embedded, " in line for line in lines[1:-1])
     finally:
         delete_index(opensearch_url, name)
 

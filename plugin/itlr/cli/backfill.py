@@ -35,9 +35,11 @@ def backfill(
     into: Annotated[
         str | None,
         typer.Option(
-            help="Mirror the index into this one, each document with its vector (for an "
-            "OpenSearch index created without index.knn); a re-run copies changes and deletes "
-            "what the source no longer holds."
+            help="Mirror the index into this new one (created like it, plus index.knn), each "
+            "document with its vector (for an OpenSearch index created without index.knn); a "
+            "re-run copies changes and deletes what the source no longer holds. An existing "
+            "index is written only if itlr made it as a copy of this source; with --follow the "
+            "copy is kept current."
         ),
     ] = None,
     alias: Annotated[
@@ -49,7 +51,8 @@ def backfill(
         typer.Option(
             "--follow",
             help="Keep running: embed the documents written since (no itlr_hash) every "
-            "--interval seconds, until SIGINT/SIGTERM (the batch under way is finished).",
+            "--interval seconds (with --into: copy every write of the source), until "
+            "SIGINT/SIGTERM (the batch under way is finished).",
         ),
     ] = False,
     install_pipeline: Annotated[
@@ -63,6 +66,23 @@ def backfill(
     interval: Annotated[
         float, typer.Option(min=0.05, max=3600, help="--follow: seconds between idle looks.")
     ] = 1.0,
+    verify_rate: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1_000_000,
+            help="--follow in place: documents a second the hash sweep re-reads to catch texts "
+            "changed without the hash noticing (a _bulk update); 0 turns it off.",
+        ),
+    ] = 1000.0,
+    exact_only: Annotated[
+        bool,
+        typer.Option(
+            "--exact-only",
+            help="In place on an OpenSearch index created without index.knn: map the vector "
+            "without an ANN method, so only --mode exact searches it (no copy needed).",
+        ),
+    ] = False,
 ) -> None:
     """Give every document of an existing index a vector of its --text-field, written into
     --vector-field beside a content hash: a re-run (or a resumed one after a kill) embeds only
@@ -71,7 +91,7 @@ def backfill(
     from itlr.errors import ConfigurationError
     from itlr.progress import document_progress
 
-    encoders = {
+    encoders: dict[str, Any] = {
         "encoder": encoder.value if encoder else None,
         "encoder_url": encoder_url,
         "passage_prompt": passage_prompt,
@@ -83,9 +103,16 @@ def backfill(
         if spec.engine == "memory":
             raise ConfigurationError("backfill works on a cluster index: give --url")
         if follow:
-            if into:
-                raise ConfigurationError("--follow keeps an index current in place: not --into")
-            return follow_index(spec, model, install_pipeline, batch_size, interval, encoders)
+            options = {
+                "into": into,
+                "alias": alias,
+                "install_pipeline": install_pipeline,
+                "batch_size": batch_size,
+                "interval": interval,
+                "verify_rate": verify_rate,
+                "exact_only": exact_only,
+            }
+            return follow_index(spec, model, options, encoders)
         with document_progress(err) as progress:
             task = progress.add_task("back-filling", total=None)
             report = backfill_spec(
@@ -98,6 +125,7 @@ def backfill(
                 on_batch=lambda n: progress.advance(task, n),
                 on_total=lambda n: progress.update(task, total=n),
                 install_pipeline=install_pipeline,
+                exact_only=exact_only,
             )
         for doc_id, reason in list(report.failed.items())[:20]:
             say(err, "failed", "red", f"{doc_id}: {reason}")
@@ -109,15 +137,12 @@ def backfill(
 
 
 def follow_index(
-    spec: Any,
-    model: str | None,
-    install_pipeline: bool,
-    batch_size: int,
-    interval: float,
-    encoders: dict[str, Any],
+    spec: Any, model: str | None, options: dict[str, Any], encoders: dict[str, Any]
 ) -> None:
-    """`--follow`: one line per busy cycle on stdout, a live count on a terminal, a summary at
-    the end; SIGINT and SIGTERM stop it after the batch under way (exit 0)."""
+    """`--follow`: a line at the start, one per busy cycle and one a minute while idle on
+    stdout, a live count on a terminal, a summary at the end; SIGINT and SIGTERM stop it after
+    the batch under way (exit 0). A change it cannot handle stops it: the summary, then the
+    one-line error (exit 2)."""
     import signal
     import threading
 
@@ -132,15 +157,14 @@ def follow_index(
             report = follow_spec(
                 spec,
                 model=model,
-                install_pipeline=install_pipeline,
-                batch_size=batch_size,
-                interval=interval,
                 stop=stop,
                 on_cycle=lambda c: out.print(
                     c.line(spec.index_name), highlight=False, soft_wrap=True
                 ),
                 on_batch=lambda n: progress.advance(task, n),
                 on_error=lambda line: say(err, "retrying", "yellow", line),
+                on_line=lambda line: out.print(line, highlight=False, soft_wrap=True),
+                **options,
                 **encoders,
             )
     finally:

@@ -28,7 +28,7 @@ from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.painless import StoredScript
 from itlr.engines.remembered_stats import RememberedStats
-from itlr.errors import IndexStateError
+from itlr.errors import EngineError, IndexStateError
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.results import Coverage
@@ -239,13 +239,20 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
     # -- coverage ------------------------------------------------------------------------
 
     def coverage(self) -> Coverage:
-        """How many documents have a text but no vector (no search can find them): one count,
-        reused for a few seconds."""
+        """How many documents have a text but no vector (no search can find them), how many
+        wait to be embedded again, and what a follower recorded: one count and one mapping
+        read, reused for a few seconds."""
 
         def count() -> Coverage:
             body = coverage_body(self.layout.vector_field, self.layout.text_field)
             with self._errors():
                 response = self.client.search(index=self.index_name, body=body)
-            return parse_coverage(self.index_name, dict(response))
+            # What a follower records: how far it verified, what it could not write (a user
+            # who may not read the mapping gets the counts without it).
+            mappings: list[dict[str, Any]] | None = None
+            with contextlib.suppress(EngineError), self._errors():
+                answer = dict(self.client.indices.get_mapping(index=self.index_name))
+                mappings = [dict(found.get("mappings") or {}) for found in answer.values()]
+            return parse_coverage(self.index_name, dict(response), mappings)
 
         return self.coverage_cache.get(self.index_name, count)

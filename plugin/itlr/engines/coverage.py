@@ -11,32 +11,69 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.results import Coverage
+
+# The `_meta` key of the follower's state in the index it writes (itlr.changes keeps it).
+FOLLOW_META = "itlr_follow"
 
 # Seconds a count is reused: a document written since is missed for at most this long.
 COVERAGE_TTL = 5.0
 
 
 def coverage_body(vector_field: str, text_field: str) -> dict[str, Any]:
-    """One size-0 search: the total, and the documents without a vector split by whether they
-    have a text."""
+    """One size-0 search: the total, the documents without a vector split by whether they
+    have a text, and those with a vector whose text a write changed since it was embedded
+    (the hash guard or the follower's sweep moved their hash aside: itlr.follow)."""
     no_vector = {"bool": {"must_not": [{"exists": {"field": vector_field}}]}}
+    unverified = {
+        "bool": {
+            "filter": [
+                {"exists": {"field": text_field}},
+                {"exists": {"field": vector_field}},
+                {"exists": {"field": PREVIOUS_HASH_FIELD}},
+            ],
+            "must_not": [{"exists": {"field": HASH_FIELD}}],
+        }
+    }
     return {
         "size": 0,
         "track_total_hits": True,
         "query": no_vector,
         "aggs": {
             "with_text": {"filter": {"exists": {"field": text_field}}},
-            "everything": {"global": {}},
+            "everything": {"global": {}, "aggs": {"unverified": {"filter": unverified}}},
         },
     }
 
 
-def parse_coverage(index: str, response: dict[str, Any]) -> Coverage:
+def parse_coverage(
+    index: str, response: dict[str, Any], mappings: list[dict[str, Any]] | None = None
+) -> Coverage:
+    """The counts of `coverage_body`'s answer, and from the indexes' `mappings` (where read)
+    what a follower recorded in `_meta.itlr_follow`."""
     missing = int(response["hits"]["total"]["value"])
     with_text = int(response["aggregations"]["with_text"]["doc_count"])
-    total = int(response["aggregations"]["everything"]["doc_count"])
-    return Coverage(index, total, with_text, missing - with_text)
+    everything = response["aggregations"]["everything"]
+    total = int(everything["doc_count"])
+    unverified = int((everything.get("unverified") or {}).get("doc_count", 0))
+    failing, verified_through = followed(mappings or [])
+    return Coverage(
+        index, total, with_text, missing - with_text, unverified, failing, verified_through
+    )
+
+
+def followed(mappings: list[dict[str, Any]]) -> tuple[int, float | None]:
+    """(documents the followers could not write, the time before which every write of every
+    index was verified) from the follower state in each index's `_meta` (itlr.changes); no
+    state in one of them: no time."""
+    states = [((m.get("_meta") or {}).get(FOLLOW_META)) for m in mappings]
+    kept = [s for s in states if isinstance(s, dict)]
+    failing = sum(int(s.get("failing") or 0) for s in kept)
+    times = [s.get("verified_through") for s in states if isinstance(s, dict)]
+    if not states or len(kept) < len(states) or any(t is None for t in times):
+        return failing, None
+    return failing, float(min(t for t in times if t is not None))
 
 
 class CoverageCache:

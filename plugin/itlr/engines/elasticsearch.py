@@ -128,6 +128,9 @@ class ElasticsearchOperations(ClusterOperations):
     def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
         return self.client.mget(index=index, ids=ids, source_excludes=excludes)
 
+    def _mget_docs(self, index: str, docs: list[dict[str, Any]], source: list[str] | bool) -> Any:
+        return self.client.mget(index=index, docs=docs, source=source)
+
     def _count(self, index: str, query: dict[str, Any]) -> Any:
         return self.client.count(index=index, query=query)
 
@@ -137,8 +140,14 @@ class ElasticsearchOperations(ClusterOperations):
     def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
         self.client.indices.put_settings(index=index, settings=settings)
 
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, meta=meta)
+
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         self.client.ingest.put_pipeline(id=pipeline_id, **body)
+
+    def _get_pipeline(self, pipeline_id: str) -> Any:
+        return self.client.options(ignore_status=404).ingest.get_pipeline(id=pipeline_id)
 
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(actions=actions)

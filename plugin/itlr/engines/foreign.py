@@ -44,24 +44,37 @@ def itlr_fields() -> dict[str, Any]:
     }
 
 
-def vector_mapping(backend: ClusterTarget, dims: int, model: str) -> dict[str, Any]:
-    """The vector field's mapping as itlr makes it for this engine."""
+def vector_mapping(
+    backend: ClusterTarget, dims: int, model: str, exact_only: bool = False
+) -> dict[str, Any]:
+    """The vector field's mapping as itlr makes it for this engine; `exact_only`: without an
+    ANN `method` (OpenSearch adds such a `knn_vector` to an index without `index.knn`; only
+    exact, script-scored searches read it)."""
     body = backend.dialect.mapping(dims, model)
-    return dict(body["mappings"]["properties"][backend.layout.vector_field])
+    vector = dict(body["mappings"]["properties"][backend.layout.vector_field])
+    if exact_only:
+        vector.pop("method", None)
+    return vector
 
 
 def add_itlr_fields(
-    backend: ClusterTarget, dims: int, model: str, also: dict[str, Any] | None = None
+    backend: ClusterTarget,
+    dims: int,
+    model: str,
+    also: dict[str, Any] | None = None,
+    exact_only: bool = False,
 ) -> dict[str, Any]:
     """Add the vector field and itlr's own fields (and `also`) to the index's mapping where
     they are missing, or say in one line why not, before changing anything. Returns what was
-    added."""
+    added. `exact_only`: the vector field without an ANN method (`vector_mapping`)."""
     operations = backend.operations
     properties = operations.mapping(backend.index_name).get("properties", {})
     field_name = backend.layout.vector_field
     if field_name in properties:
         backend.check_index()  # the right type and dimension, or a one-line refusal
-    elif refusal := operations.vector_field_refusal(backend.index_name, field_name):
+    elif not exact_only and (
+        refusal := operations.vector_field_refusal(backend.index_name, field_name)
+    ):
         raise IndexStateError(refusal)
     wanted = itlr_fields()
     clashes = [
@@ -74,7 +87,11 @@ def add_itlr_fields(
             f"index {backend.index_name!r} already maps fields itlr writes, with other types "
             f"({'; '.join(clashes)}): itlr cannot write there; use another index"
         )
-    new = {} if field_name in properties else {field_name: vector_mapping(backend, dims, model)}
+    new = (
+        {}
+        if field_name in properties
+        else {field_name: vector_mapping(backend, dims, model, exact_only)}
+    )
     new.update({k: v for k, v in {**wanted, **(also or {})}.items() if k not in properties})
     if new:
         operations.put_mapping(backend.index_name, new)

@@ -67,7 +67,8 @@ class OpenSearchOperations(ClusterOperations):
         return (
             f"index {index!r} was created without `index.knn: true`, so OpenSearch cannot add "
             f"the knn_vector field {field!r} in place: back-fill into a new index with "
-            "`--into NEW_INDEX` (and `--alias NAME` to switch readers over)"
+            "`--into NEW_INDEX` (and `--alias NAME` to switch readers over), or in place for "
+            "exact searches only with `--exact-only`"
         )
 
     def _helpers(self) -> ModuleType:
@@ -84,6 +85,9 @@ class OpenSearchOperations(ClusterOperations):
     def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
         return self.client.mget(index=index, body={"ids": ids}, _source_excludes=excludes)
 
+    def _mget_docs(self, index: str, docs: list[dict[str, Any]], source: list[str] | bool) -> Any:
+        return self.client.mget(index=index, body={"docs": docs}, _source=source)
+
     def _count(self, index: str, query: dict[str, Any]) -> Any:
         return self.client.count(index=index, body={"query": query})
 
@@ -93,8 +97,14 @@ class OpenSearchOperations(ClusterOperations):
     def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
         self.client.indices.put_settings(index=index, body=settings)
 
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, body={"_meta": meta})
+
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         self.client.ingest.put_pipeline(id=pipeline_id, body=body)
+
+    def _get_pipeline(self, pipeline_id: str) -> Any:
+        return self.client.ingest.get_pipeline(id=pipeline_id, ignore=404)
 
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(body={"actions": actions})
@@ -112,6 +122,14 @@ class OpenSearchBackend(ClusterBackend):
 
     def mapped_dims(self, vector: dict[str, Any]) -> int:
         return int(vector.get("dimension", 0))
+
+    def _check_vector(self, vector: dict[str, Any]) -> None:
+        if "method" not in vector and "model_id" not in vector:
+            self._warn(
+                f"field {self.layout.vector_field!r} of index {self.index_name!r} is not built "
+                'for ANN search (no `method`: back-filled with --exact-only): only `mode="exact"` '
+                "can search it"
+            )
 
     def _not_found_error(self) -> type[Exception]:
         from opensearchpy import NotFoundError

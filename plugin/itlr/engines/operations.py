@@ -15,14 +15,48 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from itlr.engines.connection import error_reason, missing_index
-from itlr.errors import EngineError
+from itlr.errors import EngineError, IndexStateError
 
 # How long a scroll context lives between two pages of a scan.
 SCROLL = "5m"
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """One concrete index as `GET /NAME` describes it: a name may be an alias or a pattern
+    that resolves to several (itlr.into and the follower compare these between looks)."""
+
+    name: str
+    uuid: str
+    settings: dict[str, Any]
+    mappings: dict[str, Any]
+    aliases: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the engine refused one bulk action: its HTTP status, error type and reason."""
+
+    status: int
+    type: str
+    reason: str
+
+    @property
+    def conflict(self) -> bool:
+        """The document changed since it was read (`if_seq_no` no longer matches). Known by
+        status and type: the words differ (Elasticsearch "version_conflict_engine_exception",
+        OpenSearch "version conflict, required seqNo ...")."""
+        return self.status == 409 or self.type == "version_conflict_engine_exception"
+
+    @property
+    def missing(self) -> bool:
+        """The document is gone (a delete or an update of an id the index no longer holds)."""
+        return self.status == 404 or self.type == "document_missing_exception"
 
 
 class ClusterOperations:
@@ -55,6 +89,10 @@ class ClusterOperations:
     def _mget_excluding(self, index: str, ids: list[str], excludes: list[str]) -> Any:
         raise NotImplementedError
 
+    def _mget_docs(self, index: str, docs: list[dict[str, Any]], source: list[str] | bool) -> Any:
+        """mget of `{"_id", "routing"}` entries (documents written with a routing)."""
+        raise NotImplementedError
+
     def _count(self, index: str, query: dict[str, Any]) -> Any:
         raise NotImplementedError
 
@@ -62,6 +100,13 @@ class ClusterOperations:
         raise NotImplementedError
 
     def _put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _get_pipeline(self, pipeline_id: str) -> Any:
+        """{id: pipeline} of a stored pipeline; empty when there is none (a 404 is no error)."""
         raise NotImplementedError
 
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
@@ -77,18 +122,46 @@ class ClusterOperations:
             return bool(self.client.indices.exists(index=index))
 
     def mapping(self, index: str) -> dict[str, Any]:
-        """The `mappings` object of one index."""
+        """The `mappings` object of one index (an alias of one index: of that one)."""
         with self.errors(index):
             answer = dict(self.client.indices.get_mapping(index=index))
-        (body,) = answer.values()
-        return dict(body["mappings"])
+        return dict(one_index(index, answer)["mappings"])
 
     def settings(self, index: str) -> dict[str, Any]:
-        """The `settings.index` object of one index."""
+        """The `settings.index` object of one index (an alias of one index: of that one)."""
         with self.errors(index):
             answer = dict(self.client.indices.get_settings(index=index))
-        (body,) = answer.values()
-        return dict(body["settings"]["index"])
+        return dict(one_index(index, answer)["settings"]["index"])
+
+    def describe(self, index: str) -> list[IndexState]:
+        """Every concrete index `index` names (itself, an alias's indexes, a pattern's
+        matches), with its settings, mappings and aliases, in one request."""
+        with self.errors(index):
+            answer = dict(self.client.indices.get(index=index))
+        return [
+            IndexState(
+                name,
+                str(body["settings"]["index"].get("uuid", "")),
+                dict(body["settings"]["index"]),
+                dict(body.get("mappings") or {}),
+                frozenset(body.get("aliases") or {}),
+            )
+            for name, body in sorted(answer.items())
+        ]
+
+    def shard_checkpoints(self, index: str) -> dict[int, int]:
+        """{shard number: global checkpoint} of one index: every operation up to that
+        sequence number is done on every in-sync copy, so a refresh after this read shows
+        them all (itlr.changes reads the index in `_seq_no` order up to it)."""
+        with self.errors(index):
+            answer = dict(self.client.indices.stats(index=index, level="shards", metric="docs"))
+        shards = one_index(index, answer["indices"])["shards"]
+        return {
+            int(number): int(copy["seq_no"]["global_checkpoint"])
+            for number, copies in shards.items()
+            for copy in copies
+            if copy["routing"]["primary"]
+        }
 
     def count(self, index: str, query: dict[str, Any] | None = None) -> int:
         """How many documents `index` holds (that match `query`), as last refreshed."""
@@ -97,18 +170,34 @@ class ClusterOperations:
                 return int(self.client.count(index=index)["count"])
             return int(self._count(index, query)["count"])
 
-    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
+    def search(
+        self, index: str, body: dict[str, Any], preference: str | None = None
+    ) -> dict[str, Any]:
+        """One search; `preference` (e.g. `_shards:0`) picks the shards that answer."""
         with self.errors(index):
-            return dict(self.client.search(index=index, body=body))
+            if preference is None:
+                return dict(self.client.search(index=index, body=body))
+            return dict(self.client.search(index=index, body=body, preference=preference))
 
-    def scan(self, index: str, source: list[str] | bool = True, size: int = 256) -> Iterator[Any]:
+    def pipeline_exists(self, pipeline_id: str, index: str) -> bool:
+        """Whether the ingest pipeline is stored (an error names `index`, the one it is for)."""
+        with self.errors(index):
+            return pipeline_id in dict(self._get_pipeline(pipeline_id) or {})
+
+    def scan(
+        self, index: str, source: list[str] | bool = True, size: int = 256, seq_no: bool = False
+    ) -> Iterator[Any]:
         """Every document of `index` (these `_source` fields; True: whole, False: none), read
-        with the client's scrolling `helpers.scan` in pages of `size`."""
+        with the client's scrolling `helpers.scan` in pages of `size`; `seq_no`: each hit with
+        its `_seq_no` and `_primary_term` (for a write conditional on them)."""
+        query: dict[str, Any] = {"query": {"match_all": {}}, "_source": source}
+        if seq_no:
+            query["seq_no_primary_term"] = True
         with self.errors(index):
             yield from self._helpers().scan(
                 self.client,
                 index=index,
-                query={"query": {"match_all": {}}, "_source": source},
+                query=query,
                 size=size,
                 scroll=SCROLL,
             )
@@ -119,14 +208,22 @@ class ClusterOperations:
         ids: list[str],
         source: list[str] | bool = True,
         excludes: list[str] | None = None,
+        routing: dict[str, str] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """{id: _source} of the ids `index` holds: these fields (True: whole, False: none), or
-        the whole but `excludes`. A document the engine could not read (a missing index, a
-        failed shard) is an error, never taken for one the index does not hold."""
+        the whole but `excludes`; `routing` gives the routing of ids written with one (without
+        it the engine looks on another shard and does not find them). A document the engine
+        could not read (a missing index, a failed shard) is an error, never taken for one the
+        index does not hold."""
         if not ids:
             return {}
         with self.errors(index):
-            if excludes is not None:
+            if routing:
+                docs = [
+                    {"_id": i, **({"routing": routing[i]} if i in routing else {})} for i in ids
+                ]
+                found = self._mget_docs(index, docs, source)
+            elif excludes is not None:
                 found = self._mget_excluding(index, ids, excludes)
             else:
                 found = self._mget(index, ids, source)
@@ -160,6 +257,11 @@ class ClusterOperations:
         with self.errors(index):
             self._put_settings(index, settings)
 
+    def put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        """Replace the index's mapping `_meta` (the engines replace it whole: merge first)."""
+        with self.errors(index):
+            self._put_meta(index, meta)
+
     def put_pipeline(self, pipeline_id: str, body: dict[str, Any], index: str) -> None:
         """Store an ingest pipeline (an error names `index`, the one it is put for)."""
         with self.errors(index):
@@ -181,7 +283,15 @@ class ClusterOperations:
         """Send bulk actions (a generator streams them) written into `index`; returns
         {id: reason} of every action the engine refused ("not found" for a delete or an update
         of a missing document). A failure of the whole request is a one-line EngineError."""
-        failures: dict[str, str] = {}
+        refused = self.bulk_refusals(actions, index, chunk_size)
+        return {doc_id: refusal.reason for doc_id, refusal in refused.items()}
+
+    def bulk_refusals(
+        self, actions: Iterable[dict[str, Any]], index: str, chunk_size: int = 500
+    ) -> dict[str, Refusal]:
+        """`bulk`, with each refused action's status and error type (a conflict is known by
+        them, not by the engine's words)."""
+        failures: dict[str, Refusal] = {}
         with self.errors(index):
             # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
             # tries); the client retries 5xx and time-outs.
@@ -197,8 +307,33 @@ class ClusterOperations:
             ):
                 if not ok:
                     (result,) = item.values()
-                    failures[str(result.get("_id"))] = refused_reason(result)
+                    failures[str(result.get("_id"))] = refusal(result)
         return failures
+
+
+def one_index(name: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The one index's part of an answer keyed by index name; a name that resolves to several
+    (an alias of many, `*`, `_all`, `a,b`) is refused in one line."""
+    if len(answer) == 1:
+        return dict(next(iter(answer.values())))
+    if not answer:
+        # A pattern that matches nothing, or an index just created whose shards have not
+        # started (its statistics are empty for a moment): a follower tries again.
+        raise EngineError(
+            f"{name!r} names no index with started shards: give the name of one index"
+        )
+    names = sorted(answer)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise IndexStateError(
+        f"{name!r} names {len(names)} indexes ({shown}): give the name of one index"
+    )
+
+
+def refusal(result: dict[str, Any]) -> Refusal:
+    """One refused bulk action's status, error type and reason."""
+    error = result.get("error", {})
+    kind = str(error.get("type", "")) if isinstance(error, dict) else ""
+    return Refusal(int(result.get("status") or 0), kind, refused_reason(result))
 
 
 def refused_reason(result: dict[str, Any]) -> str:

@@ -1,0 +1,210 @@
+"""Following into a copy (`itlr backfill --follow --into COPY`): for a source index the engine
+cannot add a vector field to (an OpenSearch index created without `index.knn`), the team's
+application keeps writing where it writes, and the follower keeps itlr's copy of it (itlr.into)
+current.
+
+At the start a whole copy is made (itlr.backfill, into), the source's shard checkpoints read
+before it; then the change feed (itlr.changes) reads every write of the source since, in
+`_seq_no` order, and copies each document (re-embedded only when its text changed, else with
+the vector the copy holds). A write the copy refuses is retried (read again from the source by
+id). Deletions leave no trace in the feed: once the copy is current, a copy holding more
+documents than the source has documents to delete, found by asking the source for the copy's
+ids (itlr.backfill.delete_gone). The feed's cursors live in the copy's `_meta.itlr_follow`: a
+restarted follower resumes there. The source recreated or its alias moved: the copy is
+mirrored from the start; fields the source maps anew are mapped in the copy.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from itlr.backfill import (
+    backfill,
+    check_before_backfill,
+    copy_actions,
+    delete_gone,
+    prepare_copy,
+    require_vector_field,
+    routing,
+)
+from itlr.changes import saved_state
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
+from itlr.follow import FollowCycle, Follower, Retry
+from itlr.follow_watch import Changes, Snapshot
+from itlr.ingest import batched
+from itlr.into import plan_copy
+from itlr.write_report import WriteReport
+
+
+class CopyFollower(Follower):
+    """A Follower whose writes go into `into`, itlr's copy of the source."""
+
+    into: str
+    # The copy's uuid once made or found: writes go only into that index (a copy deleted
+    # meanwhile would be created again by the first write, with every field mapped by guess).
+    copy_uuid: str = ""
+
+    def _prepare_target(self) -> None:
+        if self.guarded:
+            raise ConfigurationError(
+                "--install-pipeline guards an index followed in place: following into a "
+                "copy reads every write of the source, no guard needed"
+            )
+        self._prepare_copy()
+
+    def _work(self, cycle: FollowCycle) -> None:
+        self._copy_changes(cycle)
+        self._retry_copies(cycle)
+        self._mirror_deletes(cycle)
+
+    def _prepare_copy(self) -> None:
+        assert self.into is not None
+        backend, embedder = self.backend, self.embedder
+        plan = plan_copy(backend.operations, backend.index_name, self.into, None)
+        state = saved_state(backend.operations, self.into) if plan.copy is not None else None
+        if plan.copy is not None and self.feed.resume(state, plan.source.uuid):
+            check_before_backfill(backend, self.text_field, embedder.dims, embedder.name, plan)
+            prepare_copy(backend, plan, self.into, self.transform)
+            require_vector_field(backend, self.into, embedder.dims, embedder.name)
+            self.say(f"resuming the copy of {backend.index_name!r} where it stopped")
+            self.snapshot = self._take()
+            self.copy_uuid = self._copy_uuid()
+            return
+        # A whole copy first; the feed then starts from the checkpoints read before it, so
+        # nothing written while it ran is missed.
+        checkpoints = backend.operations.shard_checkpoints(backend.index_name)
+        started = time.time()
+        copied = backfill(
+            backend, embedder, self.text_field, into=self.into, batch_size=self.batch_size
+        )
+        for name in ("embedded", "unchanged", "copied", "deleted", "no_text", "seen"):
+            setattr(self.report, name, getattr(self.report, name) + getattr(copied, name))
+        self.report.encode_seconds += copied.encode_seconds
+        for doc_id, reason in copied.failed.items():
+            self.failing[doc_id] = Retry(1, time.monotonic() + 1.0, reason)
+            self.report.failed[doc_id] = reason
+        self.feed.start_over(plan.source.uuid)
+        self.feed.cursors = dict(checkpoints)
+        self.feed.verified_through, self.feed.pass_started = started, None
+        self.snapshot = self._take()
+        self.copy_uuid = self._copy_uuid()
+        self._save_state(force=True)
+        self.say(f"copied {backend.index_name!r} into {self.into!r}: {copied.summary()}")
+
+    # -- into a copy ---------------------------------------------------------------------
+
+    def _copy_changes(self, cycle: FollowCycle) -> None:
+        if self.feed.caught_up:
+            self.feed.look()
+        for page in self.feed.pages():
+            known = self.snapshot
+            if known is not None and any(h.get("_index") != known.name for h in page.hits):
+                self._next_check = 0.0  # another index answers by the source's name: check
+                return
+            for hits in batched(page.hits, self.batch_size):
+                self._copy(list(hits), cycle)
+            self.feed.done(page)
+            if self.on_batch is not None:
+                self.on_batch(len(page.hits))
+            if self.stop.is_set():
+                break
+
+    def _copy(self, hits: list[dict[str, Any]], cycle: FollowCycle) -> None:
+        assert self.into is not None
+        ids = [hit["_id"] for hit in hits]
+        copies = self.call(self.operations.mget, self.into, ids, True, None, routing(hits))
+        embedded: set[str] = set()
+        found = WriteReport()  # what reading found; what was written is counted below
+        actions = copy_actions(hits, copies, self.transform, self.into, found, embedded)
+        self.report.unchanged += found.unchanged
+        self.report.no_text += found.no_text
+        if actions and self._copy_uuid() != self.copy_uuid:
+            self._next_check = 0.0
+            raise EngineError(f"the copy {self.into!r} changed under the follower: checking it")
+        refused = self._write(actions, self.into, cycle) if actions else {}
+        for action in actions:
+            if action["_id"] in refused:
+                continue
+            if action["_id"] in embedded:
+                cycle.embedded += 1
+                self.report.embedded += 1
+            else:
+                cycle.copied += 1
+                self.report.copied += 1
+
+    def _retry_copies(self, cycle: FollowCycle) -> None:
+        now = time.monotonic()
+        due = [i for i, retry in self.failing.items() if retry.due <= now][: self.batch_size]
+        if not due:
+            return
+        body = {"size": len(due), "query": {"ids": {"values": due}}}
+        hits = self.call(self.operations.search, self.backend.index_name, body)["hits"]["hits"]
+        for gone in set(due) - {hit["_id"] for hit in hits}:
+            self._succeeded(gone)  # deleted from the source since: the delete pass follows
+        if hits:
+            self._copy(hits, cycle)
+
+    def _mirror_deletes(self, cycle: FollowCycle) -> None:
+        """Documents deleted from the source leave no trace in the feed: once the copy is
+        current, a copy holding more documents than the source has some to delete."""
+        assert self.into is not None
+        now = time.monotonic()
+        if not self.feed.caught_up or self.failing or now - self._deletes_checked < self.recheck:
+            return
+        self._deletes_checked = now
+        self.call(self.operations.refresh, self.into)
+        source = self.call(self.operations.count, self.backend.index_name)
+        held = self.call(self.operations.count, self.into)
+        if held > source:
+            budget = self.call.seconds * 10
+            cycle.deleted += self.call.within(
+                budget, delete_gone, self.backend, self.into, self.batch_size * 16, self.report
+            )
+            self.report.deleted += cycle.deleted
+
+    # -- the source changing -------------------------------------------------------------
+
+    def _copy_uuid(self) -> str:
+        """The uuid of the index the copy's name names now ("" when there is none)."""
+        if not self.call(self.operations.exists, self.into):
+            return ""
+        states = self.call(self.operations.describe, self.into)
+        return states[0].uuid if len(states) == 1 and states[0].name == self.into else "?"
+
+    def _target_intact(self, now: Snapshot) -> bool:
+        uuid = self._copy_uuid()
+        if uuid == self.copy_uuid:
+            return True
+        if uuid:
+            self.say(f"the copy {self.into!r} was replaced: checking it is still itlr's copy")
+        else:
+            self.say(f"the copy {self.into!r} is gone: copying {now.name!r} again")
+        self.feed.start_over(now.uuid)
+        self._prepare_copy()  # refuses, in one line, an index that is not itlr's copy
+        return False
+
+    def _wanted(self) -> dict[str, dict[str, Any]]:
+        return {}  # the source holds none of itlr's fields
+
+    def _replaced(self, found: Changes) -> None:
+        backend, embedder = self.backend, self.embedder
+        plan = plan_copy(backend.operations, backend.index_name, self.into, None)
+        check_before_backfill(backend, self.text_field, embedder.dims, embedder.name, plan)
+        prepare_copy(backend, plan, self.into, self.transform)
+        self._deletes_checked = 0.0
+        self.say(f"{found.replaced}: copying it from the start")
+
+    def _handle(self, found: Changes, now: Snapshot) -> None:
+        super()._handle(found, now)
+        if found.remapped:
+            fields = {name: now.properties[name] for name in found.remapped}
+            try:
+                self.call(self.operations.put_mapping, self.into, fields)
+            except EngineError as refused:
+                raise IndexStateError(
+                    f"{now.name!r} now maps {', '.join(found.remapped)} in a way the copy "
+                    f"{self.into!r} cannot take ({refused}): the follower stops; delete the copy "
+                    "and follow again to copy the source anew"
+                ) from None
+            self.say(f"{now.name!r} maps {', '.join(found.remapped)} anew: mapped in the copy too")
