@@ -18,12 +18,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote_plus
 
+from itlr.proxy.bodies import unwrapped
 from itlr.proxy.clause import (
     ClauseError,
     LogicalSearch,
     field_pattern,
     find_logical_search,
     mentions_clause,
+    value_mentions,
 )
 from itlr.proxy.codec import BadBody, decode_json, encode_json
 
@@ -75,6 +77,18 @@ def mentions(query: Any, field: str) -> bool:
         if mentions(value, field):
             return True
     return False
+
+
+def names_field(value: Any, field: str) -> bool:
+    """Whether a decoded body names the field anywhere: in a query (`mentions`), as a clause
+    in any text (`value_mentions`: a search template's source too), or inside a `wrapper`
+    query that holds one."""
+    value = unwrapped(value, field, _names_field_here)
+    return _names_field_here(value, field)
+
+
+def _names_field_here(value: Any, field: str) -> bool:
+    return mentions(value, field) or value_mentions(value, field)
 
 
 def _aggregation_places(aggs: Any, path: str) -> Iterator[tuple[str, Any]]:
