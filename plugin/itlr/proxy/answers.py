@@ -21,7 +21,9 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,17 @@ class AnswerPlan:
         return root not in self.asked and (
             root == self.vector_field or root.startswith(ITLR_PREFIX)
         )
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A rewritten request: the body to forward, the query string (None: as sent), what to fix
+    in the answer by search (0, or an `_msearch` pair's ordinal) and the indexes searched."""
+
+    content: bytes
+    query: bytes | None
+    plans: dict[int, AnswerPlan]
+    targets: list[str]
 
 
 def _comb(names: Any, plan: AnswerPlan) -> Any:
@@ -155,11 +168,11 @@ def is_json(content_type: str | None) -> bool:
 
 def fixed_body(
     content: bytes, headers: dict[str, str], plans: dict[int, AnswerPlan], api: str
-) -> bytes | None:
-    """The fixed answer body (sent uncompressed), or None to send `content` as it came: an
-    answer that is not JSON, or that the proxy cannot read."""
+) -> tuple[bytes | None, Any]:
+    """The fixed answer body (sent uncompressed) and the answer read, or (None, None) to send
+    `content` as it came: an answer that is not JSON, or that the proxy cannot read."""
     if not plans or not is_json(headers.get("content-type")):
-        return None
+        return None, None
     encoding = headers.get("content-encoding", "").strip().lower()
     data = content
     if encoding in ("gzip", "x-gzip", "deflate", "x-deflate"):
@@ -169,15 +182,43 @@ def fixed_body(
             try:
                 data = zlib.decompress(content, -zlib.MAX_WBITS)
             except zlib.error:
-                return None
+                return None, None
     elif encoding not in ("", "identity"):
-        return None
+        return None, None
     try:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None
+        return None, None
     fix_answer(answer, plans, api)
-    return encode_json(answer)
+    return encode_json(answer), answer
+
+
+class AsyncSearches:
+    """The rewrites of the async searches the proxy submitted, by the id the upstream gave
+    them, so that their polls (`GET _async_search/<id>`) are fixed as the submit's answer was
+    and carry its coverage warning. Bounded: the `MAX_KEPT` most recent, each for at most
+    `MAX_AGE_SECONDS` (a UI polls within seconds; a forgotten one is polled unfixed)."""
+
+    MAX_KEPT = 1024
+    MAX_AGE_SECONDS = 3600.0
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[float, Rewrite]] = OrderedDict()
+
+    def remember(self, search_id: str, done: Rewrite) -> None:
+        self._kept[search_id] = (time.monotonic(), done)
+        self._kept.move_to_end(search_id)
+        while len(self._kept) > self.MAX_KEPT:
+            self._kept.popitem(last=False)
+
+    def recall(self, search_id: str) -> Rewrite | None:
+        kept = self._kept.get(search_id)
+        if kept is None:
+            return None
+        if time.monotonic() - kept[0] > self.MAX_AGE_SECONDS:
+            del self._kept[search_id]
+            return None
+        return kept[1]
 
 
 def asked_fields(body: dict[str, Any], source_includes: Iterable[str]) -> frozenset[str]:

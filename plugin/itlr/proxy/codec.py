@@ -13,7 +13,7 @@ import orjson
 from starlette.responses import JSONResponse
 
 from itlr.engines.integrity import ScriptMismatch
-from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.errors import EmbeddingError, EngineError, ItlrError, QuerySyntaxError
 from itlr.limits import LimitError
 from itlr.proxy.clause import ClauseError
 from itlr.proxy.upstream import UpstreamTimeout
@@ -55,7 +55,31 @@ def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
 
 
 def bad_body(bad: BadBody) -> JSONResponse:
-    return error_response(400, "itlr_bad_request", f"itlr: {bad}")
+    """400; 415 for a body in a format or encoding the proxy cannot judge, 406 for an answer
+    asked in a format it cannot read (itlr.proxy.bodies)."""
+    status = {"UnreadableBody": 415, "NotAcceptable": 406}.get(type(bad).__name__, 400)
+    kind = {415: "itlr_unsupported_media_type", 406: "itlr_not_acceptable"}.get(
+        status, "itlr_bad_request"
+    )
+    return error_response(status, kind, f"itlr: {bad}")
+
+
+def _timed_out(failed: BaseException) -> bool:
+    """Whether a failure came from a time-out (its own type, or what it was raised over)."""
+    seen: BaseException | None = failed
+    while seen is not None:
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def encoder_failure(failed: EmbeddingError) -> JSONResponse:
+    """The encoder (the model, or an embedding endpoint) failed a search's terms: not the
+    request's fault, a 502 (504 when it did not answer in time), with its cause."""
+    status = 504 if _timed_out(failed) else 502
+    kind = "itlr_encoder_timeout" if status == 504 else "itlr_encoder_error"
+    return error_response(status, kind, f"itlr proxy: cannot embed the query's terms: {failed}")
 
 
 def script_mismatch(foreign: ScriptMismatch) -> JSONResponse:
@@ -142,6 +166,8 @@ def refusal(failed: ItlrError) -> JSONResponse:
     its size, 502 / 504 for the upstream's."""
     if isinstance(failed, BadBody):
         return bad_body(failed)
+    if isinstance(failed, EmbeddingError):
+        return encoder_failure(failed)
     if isinstance(failed, LimitError):
         kind = "itlr_request_too_large" if failed.is_size else "itlr_limit_exceeded"
         return error_response(413 if failed.is_size else 400, kind, f"itlr: {failed}")
