@@ -37,7 +37,7 @@ from itlr.engines.integrity import (
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, ItlrError
+from itlr.errors import EngineError, IndexStateError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
@@ -322,7 +322,12 @@ class QueryBarProxy:
         plans: dict[int, AnswerPlan] = {}
         targets: list[str] = []
         for found in placement.msearch_searches(lines, target, self.field):
-            done = await self._rewrite_one(found.body, found.index, headers, counted)
+            try:
+                done = await self._rewrite_one(found.body, found.index, headers, counted)
+            except IndexStateError as failed:  # which search of many, on which index
+                raise IndexStateError(
+                    f"_msearch search {found.ordinal + 1} (on {found.index!r}): {failed}"
+                ) from None
             if done is not None:
                 refuse_terminate_after(
                     found.header.get("terminate_after"),
