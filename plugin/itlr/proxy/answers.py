@@ -193,6 +193,22 @@ def fixed_body(
     return encode_json(answer), answer
 
 
+def fixed_answer(
+    content: bytes, headers: dict[str, str], done: Rewrite, api: str, kept: AsyncSearches
+) -> bytes:
+    """The answer's body to send for a rewritten search (`headers` set to match: no
+    Content-Encoding, its length), or `content` as it came when it cannot be read; an async
+    search's id kept for its polls."""
+    fixed, answer = fixed_body(content, headers, done.plans, api)
+    if fixed is None:
+        return content
+    if api == "_async_search" and isinstance(answer, dict) and isinstance(answer.get("id"), str):
+        kept.remember(answer["id"], done)
+    headers.pop("content-encoding", None)
+    headers["content-length"] = str(len(fixed))
+    return fixed
+
+
 class AsyncSearches:
     """The rewrites of the async searches the proxy submitted, by the id the upstream gave
     them, so that their polls (`GET _async_search/<id>`) are fixed as the submit's answer was

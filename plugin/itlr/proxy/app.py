@@ -42,15 +42,12 @@ from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.proxy import placement, stages
-from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fixed_body
+from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fixed_answer
 from itlr.proxy.bodies import (
     JSON,
-    SMILE,
     RequestBody,
     not_json,
     read_body,
-    smile_may_name,
-    values_of,
 )
 from itlr.proxy.clause import ClauseError, LogicalSearch
 from itlr.proxy.codec import (
@@ -281,19 +278,6 @@ class QueryBarProxy:
             )
         return rewritten, plan, query_left
 
-    def _refuse_other_formats(self, body: RequestBody, api: str) -> None:
-        """A logical search comes as JSON: one in YAML, CBOR or SMILE that names the field
-        is refused (one without passes through untouched)."""
-        if body.kind == JSON:
-            return
-        if body.kind == SMILE:
-            named = smile_may_name(body.data, self.field)
-        else:
-            values = values_of(body.data, body.kind, f"the {api} body")
-            named = any(placement.names_field(value, self.field) for value in values)
-        if named:
-            raise not_json(body.kind, self.field)
-
     async def _rewrite_search(
         self, raw: bytes, target: str | None, headers: dict[str, str], query: bytes
     ) -> Rewrite | None:
@@ -346,7 +330,10 @@ class QueryBarProxy:
         if request.method not in ("GET", "POST"):
             return None
         target, api = match.group("target"), match.group("api")
-        self._refuse_other_formats(body, api)
+        if body.kind != JSON:
+            if placement.body_names_field(body, self.field, f"the {api} body"):
+                raise not_json(body.kind, self.field)
+            return None  # it names no field: the engine reads it as it is
         headers = auth_headers(request.headers)
         if api == "_msearch":
             done = await self._rewrite_msearch(body.data, target, headers)
@@ -624,28 +611,13 @@ class QueryBarProxy:
             response_headers["warning"] = ", ".join(filter(None, [previous, *shown]))
 
     def _fixed_answer(
-        self,
-        content: bytes,
-        status: int,
-        response_headers: dict[str, str],
-        done: Rewrite,
-        api: str,
+        self, content: bytes, status: int, headers: dict[str, str], done: Rewrite, api: str
     ) -> Response:
         """The answer to a rewritten search with itlr's fields hidden and a true hits.total
         (itlr.proxy.answers); an async search's id remembered for its polls."""
         with stages.span("fix answer"):
-            fixed, answer = fixed_body(content, response_headers, done.plans, api)
-        if fixed is None:
-            return Response(content, status, response_headers)
-        if (
-            api == "_async_search"
-            and isinstance(answer, dict)
-            and isinstance(answer.get("id"), str)
-        ):
-            self.async_searches.remember(answer["id"], done)
-        response_headers.pop("content-encoding", None)
-        response_headers["content-length"] = str(len(fixed))
-        return Response(fixed, status, response_headers)
+            content = fixed_answer(content, headers, done, api, self.async_searches)
+        return Response(content, status, headers)
 
     def _timed_out(self) -> JSONResponse:
         return upstream_timeout(UpstreamTimeout(self.connection.url, timeout_seconds(self.client)))

@@ -53,9 +53,15 @@ BINARY_SEPARATOR = b"\xff"
 class UnreadableBody(BadBody):
     """A body the proxy cannot judge, where a clause could hide (415)."""
 
+    status = 415
+    kind = "itlr_unsupported_media_type"
+
 
 class NotAcceptable(BadBody):
     """A logical search that asks for its answer in another format than JSON (406)."""
+
+    status = 406
+    kind = "itlr_not_acceptable"
 
 
 def body_format(content_type: str | None) -> str:

@@ -25,7 +25,10 @@ MAX_DOUBLE = sys.float_info.max
 
 
 class BadBody(ItlrError):
-    """A body the proxy cannot read or pass on faithfully (400)."""
+    """A body the proxy cannot read or pass on faithfully (400, or the subclass' `status`)."""
+
+    status = 400
+    kind = "itlr_bad_request"
 
 
 def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
@@ -55,19 +58,15 @@ def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
 
 
 def bad_body(bad: BadBody) -> JSONResponse:
-    """400; 415 for a body in a format or encoding the proxy cannot judge, 406 for an answer
-    asked in a format it cannot read (itlr.proxy.bodies)."""
-    status = {"UnreadableBody": 415, "NotAcceptable": 406}.get(type(bad).__name__, 400)
-    kind = {415: "itlr_unsupported_media_type", 406: "itlr_not_acceptable"}.get(
-        status, "itlr_bad_request"
-    )
-    return error_response(status, kind, f"itlr: {bad}")
+    return error_response(bad.status, bad.kind, f"itlr: {bad}")
 
 
 def _timed_out(failed: BaseException) -> bool:
     """Whether a failure came from a time-out (its own type, or what it was raised over)."""
     seen: BaseException | None = failed
-    while seen is not None:
+    for _ in range(16):  # a chain of causes is short; never follow a cycle
+        if seen is None:
+            return False
         if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
             return True
         seen = seen.__cause__ or seen.__context__
