@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 import cbor2
 import httpx
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from itlr.engines.connection import Connection
 from itlr.proxy import create_proxy_app, serving
@@ -443,3 +447,75 @@ def test_a_logical_search_asking_for_another_answer_format_is_a_406(client, inde
     refused(response, 406, "YAML", "ask for JSON")
     response = client.post(f"/{index}/_search", params={"format": "cbor"}, json=SEARCH)
     refused(response, 406, "CBOR")
+
+
+# -- arbitrary bodies in every spelling ---------------------------------------------------------
+
+# Read-only paths only: a body without a clause passes through, and on _delete_by_query an
+# arbitrary one could be a match_all.
+READ_PATHS = [
+    "/{index}/_search",
+    "/{index}/_async_search",
+    "/_msearch",
+    "/{index}/_count",
+    "/{index}/_explain/d001",
+    "/{index}/_validate/query",
+    "/{index}/_search/template",
+    "/{index}/_rank_eval",
+    "/{index}/_field_caps",
+]
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.sampled_from([f"itlr:({LOGICAL})", "itlr:(", "itlr:(a) OR b", "itlr"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["query", "bool", "must", "query_string", "match", "itlr", "wrapper"])
+            | st.text(max_size=4),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+def spelled(body: Any, content_type: str) -> bytes:
+    if content_type == "application/yaml":
+        return yaml.safe_dump(body).encode()
+    if content_type == "application/cbor":
+        return bytes(cbor2.dumps(body))
+    return json.dumps(body).encode()
+
+
+@settings(
+    max_examples=int(os.environ.get("ITLR_PROXY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    path=st.sampled_from(READ_PATHS),
+    content_type=st.sampled_from(["application/json", "application/yaml", "application/cbor"]),
+    encoding=st.sampled_from(["", "gzip", "deflate", "br"]),
+    body=VALUES,
+)
+def test_no_body_in_any_format_or_encoding_makes_the_proxy_fail_on_its_own(
+    client, index, path, content_type, encoding, body
+) -> None:
+    data = spelled(body, content_type)
+    if encoding == "gzip":
+        data = gzip.compress(data)
+    elif encoding == "deflate":
+        data = zlib.compress(data)
+    headers = {"content-type": content_type, **({"content-encoding": encoding} if encoding else {})}
+    response = client.post(path.replace("{index}", index), content=data, headers=headers)
+    if response.status_code >= 400 and response.headers.get("content-type", "").startswith(
+        "application/json"
+    ):
+        error = response.json().get("error")
+        kind = error.get("type", "") if isinstance(error, dict) else ""
+        assert not (response.status_code >= 500 and kind.startswith("itlr_")), response.text[:300]
+        assert "Traceback" not in response.text
