@@ -260,6 +260,13 @@ def test_hits_total_follows_track_total_hits_and_its_int_form(
     assert answer["hits"]["total"] == {"value": every, "relation": "eq"}
 
 
+def test_hits_total_is_counted_with_typed_keys_too(client, two_shards, opensearch_url) -> None:
+    body = {"size": 5, "query": CLAUSE, "aggs": {"topics": {"terms": {"field": "metadata.topic"}}}}
+    response = client.post(f"/{two_shards}/_search", params={"typed_keys": "true"}, json=body)
+    assert total_of(response) == {"value": counted(opensearch_url, two_shards), "relation": "eq"}
+    assert list(response.json()["aggregations"]) == ["sterms#topics"]
+
+
 def test_hits_total_is_a_lower_bound_where_the_count_cannot_be_known(client, two_shards) -> None:
     # A min_score on the logical score: documents outside the candidates may pass it too.
     body = {"size": 5, "query": CLAUSE, "min_score": 0.1}

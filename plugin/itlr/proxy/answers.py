@@ -109,12 +109,15 @@ def _fix_total(response: dict[str, Any], plan: AnswerPlan) -> None:
         return
     aggregations = response.get("aggregations")
     counted = None
-    if isinstance(aggregations, dict) and COUNT_AGGREGATION in aggregations:
-        own = aggregations.pop(COUNT_AGGREGATION)
-        with contextlib.suppress(AttributeError, KeyError, TypeError, ValueError):
-            counted = int(own[COUNTED]["doc_count"])
-        if not aggregations and not plan.own_aggregations:
-            del response["aggregations"]
+    # With `typed_keys` the names come prefixed by their types (`global#itlr_total_hits`).
+    for name in (COUNT_AGGREGATION, f"global#{COUNT_AGGREGATION}"):
+        if isinstance(aggregations, dict) and name in aggregations:
+            own = aggregations.pop(name)
+            with contextlib.suppress(AttributeError, KeyError, TypeError, ValueError):
+                matched = own.get(COUNTED, own.get(f"filter#{COUNTED}"))
+                counted = int(matched["doc_count"])
+            if not aggregations and not plan.own_aggregations:
+                del response["aggregations"]
     hits = response.get("hits")
     if not isinstance(hits, dict) or "total" not in hits:
         return
