@@ -17,6 +17,7 @@ from itlr.errors import ConfigurationError
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.proxy import ClauseError, check_exposure, find_logical_search
+from itlr.proxy.answers import COUNT_AGGREGATION
 from itlr.proxy.clause import LogicalSearch
 from itlr.proxy.rewrite import rewrite_body
 from itlr.query import parse
@@ -140,8 +141,12 @@ def test_the_rewritten_body_keeps_what_the_ui_sent_and_ranks_by_the_logical_scor
     assert found is not None
     vectors = np.eye(len(found.query.terms), 4, dtype=np.float32)
     rewritten = rewrite_body(body, found, _dialect(engine), vectors, SearchOptions(), STATISTICS)
-    for kept in ("size", "aggs", "fields", "docvalue_fields"):
+    for kept in ("size", "fields", "docvalue_fields"):
         assert rewritten.get(kept) == body.get(kept)
+    # The UI's aggregations are kept; the proxy's own counts hits.total (itlr.proxy.answers).
+    aggregations = dict(rewritten.get("aggs") or {})
+    assert "global" in aggregations.pop(COUNT_AGGREGATION)
+    assert aggregations == (body.get("aggs") or {})
     # _source keeps what the UI excluded and leaves out itlr's own fields besides.
     if body.get("_source", True) is False:  # Kibana 8 reads `fields` instead
         assert rewritten["_source"] is False

@@ -16,6 +16,9 @@ from itlr.options import SearchOptions
 from itlr.query import Query
 from itlr.results import Hit, Ranking
 
+# What itlr writes beside a document (itlr_hash, itlr_hash_was, the token fields, ...).
+ITLR_FIELD_PREFIX = "itlr_"
+
 
 def hits_from_response(
     response: dict[str, Any],
@@ -91,11 +94,16 @@ def _lexical_row(
 
 def _fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
     """itlr's own documents keep their fields under the metadata field; an index made
-    elsewhere has them at the top of _source: all of them but the text, vector and hash."""
+    elsewhere has them at the top of _source: all of them but the text, the vector and
+    whatever itlr wrote beside them (every `itlr_` field, named in a list or not)."""
     metadata = source.get(layout.metadata_field)
     if layout.tiebreak == "doc_id" and isinstance(metadata, dict):
         return dict(metadata)
-    return own_fields(source, layout)
+    return {
+        name: value
+        for name, value in own_fields(source, layout).items()
+        if not name.startswith(ITLR_FIELD_PREFIX)
+    }
 
 
 def _score(raw: dict[str, Any]) -> float:

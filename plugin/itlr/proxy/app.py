@@ -37,12 +37,19 @@ from itlr.engines.integrity import (
     is_script_error,
     reinstall_command,
 )
-from itlr.errors import EngineError, ItlrError
+from itlr.errors import EngineError, IndexStateError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.proxy import placement, stages
-from itlr.proxy.clause import ClauseError, LogicalSearch, mentions_clause
+from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fixed_answer
+from itlr.proxy.bodies import (
+    JSON,
+    RequestBody,
+    not_json,
+    read_body,
+)
+from itlr.proxy.clause import ClauseError, LogicalSearch
 from itlr.proxy.codec import (
     decode_json,
     encode_json,
@@ -54,7 +61,7 @@ from itlr.proxy.codec import (
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
-from itlr.proxy.rewrite import rewrite_body
+from itlr.proxy.rewrite import refuse_terminate_after, rewrite_search
 from itlr.proxy.statistics import CallerStatistics, changes_documents
 from itlr.proxy.upstream import (
     IndexConfig,
@@ -103,11 +110,22 @@ SEARCH_PATH = re.compile(
     r"^/(?:(?P<target>_all|[^/_][^/]*)/)?(?P<api>_search|_msearch|_async_search)/?$"
 )
 # APIs that take a query but cannot rank by the logical score: a clause there would pass
-# through verbatim and match nothing, so it is refused instead.
+# through verbatim and match nothing, so it is refused instead. Every API of both engines whose
+# body (or `q=`) holds a query: searches of another kind (templates, rank evaluation, EQL,
+# SQL, PPL, ES|QL, graph, vector tiles, OpenSearch's asynchronous search plugin, the fleet
+# searches, rollups), counts, explanations, validations, field and term listings filtered by a
+# query, Painless' execute API (a score context holds a query) and the writes a query selects
+# (`_delete_by_query`, `_update_by_query`, `_reindex`).
 QUERY_API_PATH = re.compile(
     r"^/(?:[^/]+/)?(?P<api>_count|_search/template|_msearch/template|_render/template"
-    r"|_validate/query|_explain|_delete_by_query|_update_by_query)(?:/[^/_][^/]*)?/?$"
+    r"|_validate/query|_explain|_delete_by_query|_update_by_query|_rank_eval|_reindex"
+    r"|_field_caps|_terms_enum|_knn_search|_eql/search|_graph/explore|_mvt|_rollup_search"
+    r"|_fleet/_fleet_search|_fleet/_fleet_msearch|_scripts/painless/_execute"
+    r"|_query|_sql|_sql/translate|_plugins/_sql|_plugins/_ppl|_opendistro/_sql"
+    r"|_plugins/_asynchronous_search)(?:/[^?]*)?$"
 )
+# A poll of an async search by its id (not `status/<id>`, which holds no hits).
+ASYNC_POLL_PATH = re.compile(r"^/_async_search/(?P<id>(?!status/)[^/]+)/?$")
 
 
 SCRIPT_WRITE_PATH = re.compile(rf"^/_scripts/{SCRIPT_ID_PREFIX}[^/]*(?:/[^/]*)?/?$")
@@ -193,6 +211,8 @@ class QueryBarProxy:
         self.coverage = CoverageReport(self.upstream, connection)
         # Hybrid truths' token statistics, per target and caller (itlr.proxy.statistics).
         self.statistics = CallerStatistics()
+        # What to fix in the polls of the async searches the proxy rewrote, by their ids.
+        self.async_searches = AsyncSearches()
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
 
@@ -224,13 +244,23 @@ class QueryBarProxy:
         target: str | None,
         headers: dict[str, str],
         counted: Counted,
-    ) -> dict[str, Any] | None:
-        """The rewritten body, or None when it holds no itlr clause. `counted`: the statistics
-        this request has counted so far (an `_msearch` shares them between its searches)."""
+        query: bytes = b"",
+    ) -> tuple[dict[str, Any], AnswerPlan, bytes | None] | None:
+        """The rewritten body, what to fix in its answer and the query string left to forward
+        (None: unchanged), or None when it holds no itlr clause. `counted`: the statistics this
+        request has counted so far (an `_msearch` shares them between its searches); `query`:
+        the search's query string, whose search parameters (size, sort, _source, ...) win over
+        the body's: folded into it, so the rewrite ranks the page they ask for and they cannot
+        undo it."""
         with stages.span("find + parse clause"):
+            body = placement.unwrap(body, self.field)
             found: LogicalSearch | None = placement.walk(body, self.field)
         if found is None:
             return None
+        refuse_terminate_after(
+            dict(placement.parameters(query)).get("terminate_after"), "a URL parameter"
+        )
+        body, query_left = placement.folded_url_parameters(body, query)
         if not target:
             raise ClauseError(
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
@@ -243,13 +273,14 @@ class QueryBarProxy:
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
-            return rewrite_body(
+            rewritten, plan = rewrite_search(
                 body, found, searched.dialect, vectors, self.defaults, lexical, target
             )
+        return rewritten, plan, query_left
 
     async def _rewrite_search(
-        self, raw: bytes, target: str | None, headers: dict[str, str]
-    ) -> bytes | None:
+        self, raw: bytes, target: str | None, headers: dict[str, str], query: bytes
+    ) -> Rewrite | None:
         with stages.span("parse JSON"):
             LIMITS.check_json_depth(raw, "the search body")
             try:
@@ -258,39 +289,59 @@ class QueryBarProxy:
                 return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
-        rewritten = await self._rewrite_one(body, target, headers, {})
-        if rewritten is None:
+        done = await self._rewrite_one(body, target, headers, {}, query)
+        if done is None:
             return None
         with stages.span("serialise upstream body"):
-            return encode_json(rewritten)
+            return Rewrite(encode_json(done[0]), done[2], {0: done[1]}, [str(target)])
 
     async def _rewrite_msearch(
         self, raw: bytes, target: str | None, headers: dict[str, str]
-    ) -> bytes | None:
+    ) -> Rewrite | None:
         """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
         LIMITS.check_json_depth(raw, "the _msearch body")
         lines = raw.split(b"\n")
         LIMITS.check_msearch(sum(1 for line in lines if line.strip()) // 2)
         counted: Counted = {}
-        changed = False
-        for position, index, body in placement.msearch_searches(lines, target, self.field):
-            rewritten = await self._rewrite_one(body, index, headers, counted)
-            if rewritten is not None:
-                lines[position + 1] = encode_json(rewritten)
-                changed = True
-        return b"\n".join(lines) if changed else None
+        plans: dict[int, AnswerPlan] = {}
+        targets: list[str] = []
+        for found in placement.msearch_searches(lines, target, self.field):
+            try:
+                done = await self._rewrite_one(found.body, found.index, headers, counted)
+            except IndexStateError as failed:  # which search of many, on which index
+                raise IndexStateError(
+                    f"_msearch search {found.ordinal + 1} (on {found.index!r}): {failed}"
+                ) from None
+            if done is not None:
+                refuse_terminate_after(
+                    found.header.get("terminate_after"),
+                    f"in the header of _msearch search {found.ordinal + 1}",
+                )
+                lines[found.position + 1] = encode_json(done[0])
+                plans[found.ordinal] = done[1]
+                targets.append(str(found.index))
+        return Rewrite(b"\n".join(lines), None, plans, targets) if plans else None
 
     async def _body_to_send(
-        self, request: Request, match: re.Match[str], raw: bytes
-    ) -> bytes | None:
-        """The body to forward in place of `raw`, or None to forward `raw` itself."""
+        self, request: Request, match: re.Match[str], body: RequestBody, query: bytes
+    ) -> Rewrite | None:
+        """What to forward in place of the request's body (and query string), or None to
+        forward them as they came."""
         if request.method not in ("GET", "POST"):
             return None
         target, api = match.group("target"), match.group("api")
+        if body.kind != JSON:
+            if placement.body_names_field(body, self.field, f"the {api} body"):
+                raise not_json(body.kind, self.field)
+            return None  # it names no field: the engine reads it as it is
         headers = auth_headers(request.headers)
         if api == "_msearch":
-            return await self._rewrite_msearch(raw, target, headers)
-        return await self._rewrite_search(raw, target, headers)
+            done = await self._rewrite_msearch(body.data, target, headers)
+        else:
+            done = await self._rewrite_search(body.data, target, headers, query)
+        if done is not None:
+            placement.refuse_other_answer_formats(query, request.headers.get("accept"), self.field)
+        return done
 
     # -- forwarding ------------------------------------------------------------------------
 
@@ -385,58 +436,27 @@ class QueryBarProxy:
         search: re.Match[str] | None = None
         forward_query: bytes | None = None
         query_api = QUERY_API_PATH.match(request.url.path)
+        done: Rewrite | None = None
+        answer_api = ""
         if query_api:
             try:
-                raw = await self._read_search_body(request)
+                content = await self._query_api_body(request, query_api.group("api"))
             except _Refused as refused:
                 return refused.response
-            pairs = placement.parameters(request.scope.get("query_string") or b"")
-            try:
-                named = (
-                    mentions_clause(raw, self.field)
-                    or placement.url_mentions(pairs, self.field)
-                    or (
-                        "template" in query_api.group("api")
-                        and await self.upstream.stored_template_mentions(
-                            raw, self.field, auth_headers(request.headers)
-                        )
-                    )
-                )
-            except ItlrError as failed:
-                return refusal(failed)
-            if named:
-                return error_response(
-                    400,
-                    "itlr_query_error",
-                    f"itlr: {query_api.group('api')} cannot rank by a "
-                    f"{self.field}:(...) clause: send it to _search, _msearch or _async_search",
-                )
-            content = raw if raw or "content-length" in request.headers else None
         elif search := SEARCH_PATH.match(request.url.path):
             try:
-                raw = await self._read_search_body(request)
-                raw, forward_query = placement.url_body(
-                    request.scope.get("query_string") or b"", raw, search.group("api"), self.field
+                content, headers, forward_query, done = await self._search_to_send(
+                    request, search, headers
                 )
-                replaced = await self._body_to_send(request, search, raw)
             except _Refused as refused:
                 return refused.response
-            except UpstreamDenied as denied:
-                return Response(denied.content, denied.status_code, media_type=denied.media_type)
-            except ItlrError as failed:
-                return refusal(failed)
-            if replaced is not None:
-                rewritten = True
-                raw = replaced
-            if replaced is not None or forward_query is not None:
-                moved = {"content-length"} | (
-                    {"content-type"} if forward_query is not None else set()
-                )
-                headers = [(k, v) for k, v in headers if k.lower() not in moved]
-                headers.append(("content-length", str(len(raw))))
-                if forward_query is not None:
-                    headers.append(("content-type", "application/json"))
-            content = raw
+            rewritten = done is not None
+            answer_api = search.group("api")
+        elif request.method == "GET" and (poll := ASYNC_POLL_PATH.match(request.url.path)):
+            # A poll of an async search the proxy rewrote: its answer is fixed as the submit's.
+            done = self.async_searches.recall(poll.group("id"))
+            answer_api = "_async_search"
+            content = request.stream() if "content-length" in request.headers else None
         elif "content-length" in request.headers or "transfer-encoding" in request.headers:
             content = request.stream()
         else:
@@ -478,12 +498,14 @@ class QueryBarProxy:
                 if foreign is not None:
                     return foreign
             response_headers = {k: v for k, v in upstream.headers.items() if k not in HOP_BY_HOP}
-            if rewritten and upstream.status_code < 400 and search and search.group("target"):
+            if done is not None and upstream.status_code < 400:
                 # Documents without a vector cannot be found: say so as engines say deprecations.
-                note = await self.coverage.warning(request, search.group("target"))
-                if note:
-                    previous = response_headers.get("warning")
-                    response_headers["warning"] = ", ".join(filter(None, [previous, note]))
+                await self._add_coverage_warnings(request, done.targets, response_headers)
+                with stages.span("relay response body"):
+                    content = await upstream.read()
+                return self._fixed_answer(
+                    content, upstream.status_code, response_headers, done, answer_api
+                )
             content = upstream.content
             if content is None:
                 declared = upstream.headers.get("content-length", "")
@@ -511,6 +533,91 @@ class QueryBarProxy:
                 await upstream.aclose()
         # The bytes as sent (still compressed if they were): its content-length holds.
         return Response(content, upstream.status_code, response_headers)
+
+    async def _query_api_body(self, request: Request, api: str) -> bytes | None:
+        """The body of a request to an API that takes a query but cannot rank by the logical
+        score (`_count`, `_explain`, `_reindex`, ...), to forward as it came; refused
+        (`_Refused`) when it names the field anywhere the engine would read: its body in any
+        format or encoding, its `q=` / `source=` parameters, a stored template it renders."""
+        raw = await self._read_search_body(request)
+        query = request.scope.get("query_string") or b""
+        try:
+            body = read_body(raw, request.headers)
+            named = (
+                placement.body_names_field(body, self.field, f"the {api} body")
+                or placement.url_mentions(query, self.field)
+                or (
+                    "template" in api
+                    and body.kind == JSON
+                    and await self.upstream.stored_template_mentions(
+                        body.data, self.field, auth_headers(request.headers)
+                    )
+                )
+            )
+        except ItlrError as failed:
+            raise _Refused(refusal(failed)) from None
+        if named:
+            raise _Refused(
+                error_response(
+                    400,
+                    "itlr_query_error",
+                    f"itlr: {api} cannot rank by a {self.field}:(...) clause: send it to "
+                    "_search, _msearch or _async_search",
+                )
+            )
+        return raw if raw or "content-length" in request.headers else None
+
+    async def _search_to_send(
+        self, request: Request, search: re.Match[str], headers: list[tuple[str, str]]
+    ) -> tuple[bytes, list[tuple[str, str]], bytes | None, Rewrite | None]:
+        """(body, headers, query string or None for the UI's own, the rewrite or None) to
+        forward for a search: the UI's bytes and headers as they came unless rewritten."""
+        received = await self._read_search_body(request)
+        query = request.scope.get("query_string") or b""
+        try:
+            body = read_body(received, request.headers)
+            body, from_url = placement.url_body(query, body, search.group("api"), self.field)
+            done = await self._body_to_send(
+                request, search, body, query if from_url is None else from_url
+            )
+        except UpstreamDenied as denied:
+            raise _Refused(
+                Response(denied.content, denied.status_code, media_type=denied.media_type)
+            ) from None
+        except ItlrError as failed:
+            raise _Refused(refusal(failed)) from None
+        if done is None and from_url is None:
+            return received, headers, None, None  # as sent, byte for byte
+        content = body.data if done is None else done.content
+        forward_query = from_url if done is None or done.query is None else done.query
+        # What goes is JSON as the engine reads it: no Content-Encoding, its own length.
+        moved = {"content-length", "content-encoding"} | (
+            {"content-type"} if from_url is not None else set()
+        )
+        headers = [(k, v) for k, v in headers if k.lower() not in moved]
+        headers.append(("content-length", str(len(content))))
+        if from_url is not None:
+            headers.append(("content-type", "application/json"))
+        return content, headers, forward_query, done
+
+    async def _add_coverage_warnings(
+        self, request: Request, targets: list[str], response_headers: dict[str, str]
+    ) -> None:
+        """The coverage `Warning` of every index a logical search of the request searched."""
+        notes = [await self.coverage.warning(request, target) for target in dict.fromkeys(targets)]
+        shown = [note for note in notes if note]
+        if shown:
+            previous = response_headers.get("warning")
+            response_headers["warning"] = ", ".join(filter(None, [previous, *shown]))
+
+    def _fixed_answer(
+        self, content: bytes, status: int, headers: dict[str, str], done: Rewrite, api: str
+    ) -> Response:
+        """The answer to a rewritten search with itlr's fields hidden and a true hits.total
+        (itlr.proxy.answers); an async search's id remembered for its polls."""
+        with stages.span("fix answer"):
+            content = fixed_answer(content, headers, done, api, self.async_searches)
+        return Response(content, status, headers)
 
     def _timed_out(self) -> JSONResponse:
         return upstream_timeout(UpstreamTimeout(self.connection.url, timeout_seconds(self.client)))

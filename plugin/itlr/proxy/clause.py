@@ -416,12 +416,24 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def mentions_clause(raw: bytes, field: str) -> bool:
-    """Whether a request body (JSON or NDJSON) holds a clause on the field anywhere: as Lucene
-    text, as a KQL/DQL match, or inside a search template's source string."""
+def value_mentions(body: Any, field: str) -> bool:
+    """Whether a decoded body (or query) holds a clause on the field anywhere: as Lucene text,
+    as a KQL/DQL match, or inside a search template's source string."""
+    if _mentions(body, field):
+        return True
     lucene = field_pattern(field)
     # A template's source is JSON text with mustache holes: a key naming the field is enough.
     keyed = re.compile(rf'"{re.escape(field)}"\s*:')
+    return any(lucene.search(text) or keyed.search(text) for text in _strings(body))
+
+
+def mentions_clause(raw: bytes, field: str) -> bool:
+    """Whether a request body (JSON or NDJSON) names the field anywhere (`placement.names_field`:
+    a clause, a query on the field, a template's source, a `wrapper` query holding one). A body nested deeper than max_depth is a LimitError (before any parser recurses)."""
+    from itlr.limits import LIMITS
+    from itlr.proxy.placement import names_field
+
+    LIMITS.check_json_depth(raw, "the request body")
     try:
         bodies = [json.loads(raw)]
     except ValueError:  # NDJSON (a template _msearch), or not ours to judge
@@ -429,9 +441,4 @@ def mentions_clause(raw: bytes, field: str) -> bool:
         for line in raw.splitlines():
             with contextlib.suppress(ValueError):
                 bodies.append(json.loads(line))
-    for body in bodies:
-        if _mentions(body, field):
-            return True
-        if any(lucene.search(text) or keyed.search(text) for text in _strings(body)):
-            return True
-    return False
+    return any(names_field(body, field) for body in bodies)

@@ -13,7 +13,7 @@ import orjson
 from starlette.responses import JSONResponse
 
 from itlr.engines.integrity import ScriptMismatch
-from itlr.errors import EngineError, ItlrError, QuerySyntaxError
+from itlr.errors import EmbeddingError, EngineError, ItlrError, QuerySyntaxError
 from itlr.limits import LimitError
 from itlr.proxy.clause import ClauseError
 from itlr.proxy.upstream import UpstreamTimeout
@@ -25,7 +25,10 @@ MAX_DOUBLE = sys.float_info.max
 
 
 class BadBody(ItlrError):
-    """A body the proxy cannot read or pass on faithfully (400)."""
+    """A body the proxy cannot read or pass on faithfully (400, or the subclass' `status`)."""
+
+    status = 400
+    kind = "itlr_bad_request"
 
 
 def error_body(status: int, kind: str, reason: str, **extra: Any) -> dict[str, Any]:
@@ -55,7 +58,27 @@ def clause_error(bad: ClauseError | QuerySyntaxError) -> JSONResponse:
 
 
 def bad_body(bad: BadBody) -> JSONResponse:
-    return error_response(400, "itlr_bad_request", f"itlr: {bad}")
+    return error_response(bad.status, bad.kind, f"itlr: {bad}")
+
+
+def _timed_out(failed: BaseException) -> bool:
+    """Whether a failure came from a time-out (its own type, or what it was raised over)."""
+    seen: BaseException | None = failed
+    for _ in range(16):  # a chain of causes is short; never follow a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def encoder_failure(failed: EmbeddingError) -> JSONResponse:
+    """The encoder (the model, or an embedding endpoint) failed a search's terms: not the
+    request's fault, a 502 (504 when it did not answer in time), with its cause."""
+    status = 504 if _timed_out(failed) else 502
+    kind = "itlr_encoder_timeout" if status == 504 else "itlr_encoder_error"
+    return error_response(status, kind, f"itlr proxy: cannot embed the query's terms: {failed}")
 
 
 def script_mismatch(foreign: ScriptMismatch) -> JSONResponse:
@@ -142,6 +165,8 @@ def refusal(failed: ItlrError) -> JSONResponse:
     its size, 502 / 504 for the upstream's."""
     if isinstance(failed, BadBody):
         return bad_body(failed)
+    if isinstance(failed, EmbeddingError):
+        return encoder_failure(failed)
     if isinstance(failed, LimitError):
         kind = "itlr_request_too_large" if failed.is_size else "itlr_limit_exceeded"
         return error_response(413 if failed.is_size else 400, kind, f"itlr: {failed}")

@@ -15,15 +15,30 @@ of a request) names the field at all, so nothing slips past the walk unrewritten
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, unquote_to_bytes
 
+from itlr.proxy.bodies import (
+    CBOR,
+    JSON,
+    SMILE,
+    YAML,
+    NotAcceptable,
+    RequestBody,
+    body_format,
+    not_json,
+    smile_may_name,
+    unwrapped,
+    values_of,
+)
 from itlr.proxy.clause import (
     ClauseError,
     LogicalSearch,
     field_pattern,
     find_logical_search,
     mentions_clause,
+    value_mentions,
 )
 from itlr.proxy.codec import BadBody, decode_json, encode_json
 
@@ -75,6 +90,24 @@ def mentions(query: Any, field: str) -> bool:
         if mentions(value, field):
             return True
     return False
+
+
+def names_field(value: Any, field: str) -> bool:
+    """Whether a decoded body names the field anywhere: in a query (`mentions`), as a clause
+    in any text (`value_mentions`: a search template's source too), or inside a `wrapper`
+    query that holds one."""
+    value = unwrapped(value, field, _names_field_here)
+    return _names_field_here(value, field)
+
+
+def _names_field_here(value: Any, field: str) -> bool:
+    return mentions(value, field) or value_mentions(value, field)
+
+
+def unwrap(body: Any, field: str) -> Any:
+    """`body` with every `wrapper` query that names the field written out (itlr.proxy.bodies),
+    so the walk places, rewrites or refuses the clause inside as any other."""
+    return unwrapped(body, field, _names_field_here)
 
 
 def _aggregation_places(aggs: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -213,14 +246,53 @@ def raw_mentions(raw: bytes, field: str) -> bool:
     return bool(field_pattern(field).search(text)) or f'"{field}"' in text
 
 
-def url_mentions(pairs: list[tuple[str, str]], field: str) -> bool:
+def url_source(raw_query: bytes) -> RequestBody | None:
+    """The body a `source=` parameter carries (its bytes: CBOR and SMILE are not text), in the
+    format its `source_content_type` names (JSON without one)."""
+    found = None
+    for part in raw_query.split(b"&"):
+        name, _, value = part.partition(b"=")
+        if unquote_plus(name.decode("latin-1")) == "source":
+            found = unquote_to_bytes(value.replace(b"+", b" "))
+    if found is None:
+        return None
+    content_type = dict(parameters(raw_query)).get("source_content_type", "application/json")
+    return RequestBody(found, found, body_format(content_type), content_type)
+
+
+def body_names_field(body: RequestBody, field: str, what: str) -> bool:
+    """Whether a body, in any format an engine reads, names the field (`names_field`)."""
+    if body.kind == SMILE:
+        return smile_may_name(body.data, field)
+    if body.kind in (YAML, CBOR):
+        return any(names_field(value, field) for value in values_of(body.data, body.kind, what))
+    return mentions_clause(body.data, field)
+
+
+def url_mentions(raw_query: bytes, field: str) -> bool:
     """Whether `q=`, `df=` or a `source=` body names the field."""
-    values = dict(pairs)
+    values = dict(parameters(raw_query))
     if "q" in values and field_pattern(field).search(values["q"]):
         return True
     if values.get("df") == field:
         return True
-    return "source" in values and mentions_clause(values["source"].encode(), field)
+    source = url_source(raw_query)
+    return source is not None and body_names_field(source, field, "the source= parameter")
+
+
+def refuse_other_answer_formats(raw_query: bytes, accept: str | None, field: str) -> None:
+    """A logical search's answer is read (hidden fields, hits.total) as JSON: a request that
+    asks for YAML, CBOR or SMILE (`format=`, `Accept`) is refused before it runs."""
+    asked = [text for text in (dict(parameters(raw_query)).get("format"), accept) if text]
+    for text in asked:
+        lowered = text.lower()
+        for kind in (YAML, CBOR, SMILE):
+            if kind in lowered and JSON not in lowered:
+                raise NotAcceptable(
+                    f"a search with an {field}:(...) clause answers in JSON, and this one asks "
+                    f"for {kind.upper()} ({'format=' if text != accept else 'Accept: '}{text}): "
+                    "ask for JSON"
+                )
 
 
 def url_query(pairs: list[tuple[str, str]]) -> dict[str, Any]:
@@ -234,61 +306,165 @@ def url_query(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return {"query_string": options}
 
 
-def url_body(raw_query: bytes, raw: bytes, api: str, field: str) -> tuple[bytes, bytes | None]:
+def url_body(
+    raw_query: bytes, body: RequestBody, api: str, field: str
+) -> tuple[RequestBody, bytes | None]:
     """A search whose URL holds the clause (`q=`, or a `source=` body): the body it stands
     for, and the query string to forward without those parameters (None: unchanged)."""
-    pairs = parameters(raw_query)
-    values = dict(pairs)
-    if not url_mentions(pairs, field):
-        if "q" in values and mentions_clause(raw, field):
+    values = dict(parameters(raw_query))
+    if not url_mentions(raw_query, field):
+        if "q" in values and body_names_field(body, field, "the search body"):
             # The cluster puts q='s query in place of the body's: the logical one would go.
             raise ClauseError(
                 f"the search has a q= parameter, which replaces the body's query on the "
                 f"cluster: put the {field}:(...) clause and the rest in one of them"
             )
-        return raw, None
+        return body, None
     dropped: set[str] = set()
     if api == "_msearch":
         raise ClauseError(f"_msearch takes its searches in its body: {where(field)}")
-    if "source" in values:
+    raw = body.data
+    if body.kind != JSON and raw.strip():
+        raise not_json(body.kind, field)
+    source = url_source(raw_query)
+    if source is not None:
         if raw.strip():
             raise ClauseError("the search has a source= parameter and a body: send one")
-        raw = values["source"].encode()
+        if source.kind != JSON:
+            raise not_json(source.kind, field, "source= parameter")
+        raw = source.data
         dropped |= set(URL_BODY)
     if "q" in values:
         try:
-            body = decode_json(raw) if raw.strip() else {}
+            decoded = decode_json(raw) if raw.strip() else {}
         except ValueError:
             raise BadBody("the search body is not valid JSON") from None
-        if not isinstance(body, dict):
+        if not isinstance(decoded, dict):
             raise BadBody("the search body must be a JSON object")
-        if "query" in body:
+        if "query" in decoded:
             raise ClauseError(
                 f"the search has a q= parameter and a query in its body: put the {field}:(...) "
                 "clause in one of them"
             )
-        raw = encode_json({**body, "query": url_query(pairs)})
+        raw = encode_json({**decoded, "query": url_query(list(parameters(raw_query)))})
         dropped |= set(URL_QUERY_STRING)
-    return raw, without_parameters(raw_query, dropped)
+    built = RequestBody(raw, raw, JSON, "application/json")
+    return built, without_parameters(raw_query, dropped)
+
+
+# Search parameters a URL may carry in place of the body's (the URL's win on the engine).
+URL_SEARCH_BODY = {
+    "size",
+    "from",
+    "sort",
+    "track_total_hits",
+    "stored_fields",
+    "docvalue_fields",
+    "_source",
+    "_source_includes",
+    "_source_include",
+    "_source_excludes",
+    "_source_exclude",
+}
+
+
+def _url_number(value: str) -> Any:
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def _url_list(value: str) -> list[str]:
+    return [part for part in value.split(",") if part]
+
+
+def _url_sort(value: str) -> list[Any]:
+    """`sort=field:order,other` as the engines read it."""
+    entries: list[Any] = []
+    for part in _url_list(value):
+        name, _, order = part.rpartition(":")
+        entries.append({name: {"order": order}} if name else part)
+    return entries
+
+
+def _url_source(values: dict[str, str]) -> Any:
+    """The `_source` the URL's source parameters stand for (they replace the body's)."""
+    fetch: bool | None = None
+    includes: list[str] = []
+    source = values.get("_source")
+    if source is not None:
+        if source.lower() in ("true", "false"):
+            fetch = source.lower() == "true"
+        else:
+            includes = _url_list(source)
+    includes += _url_list(values.get("_source_includes", values.get("_source_include", "")))
+    excludes = _url_list(values.get("_source_excludes", values.get("_source_exclude", "")))
+    if fetch is False:
+        return False
+    return {"includes": includes, "excludes": excludes}
+
+
+def folded_url_parameters(
+    body: dict[str, Any], raw_query: bytes
+) -> tuple[dict[str, Any], bytes | None]:
+    """A search body with the URL's search parameters (`URL_SEARCH_BODY`, which the engine
+    would let override the body's) written into it, and the query string left without them
+    (None when it had none): the rewrite then sees the page, sort and `_source` the engine
+    would use, and no URL parameter can undo what it built."""
+    values = {name: value for name, value in parameters(raw_query) if name in URL_SEARCH_BODY}
+    if not values:
+        return body, None
+    folded = dict(body)
+    for name in ("size", "from"):
+        if name in values:
+            folded[name] = _url_number(values[name])
+    if "track_total_hits" in values:
+        tracked = values["track_total_hits"].lower()
+        folded["track_total_hits"] = (
+            tracked == "true" if tracked in ("true", "false") else _url_number(tracked)
+        )
+    if "sort" in values:
+        folded["sort"] = _url_sort(values["sort"])
+    if "stored_fields" in values:
+        folded["stored_fields"] = _url_list(values["stored_fields"])
+    if "docvalue_fields" in values:  # added to the body's, as the engines do
+        own = folded.get("docvalue_fields")
+        folded["docvalue_fields"] = [
+            *(own if isinstance(own, list) else []),
+            *_url_list(values["docvalue_fields"]),
+        ]
+    if any(name.startswith("_source") for name in values):
+        folded["_source"] = _url_source(values)
+    return folded, without_parameters(raw_query, set(values))
 
 
 # -- _msearch ------------------------------------------------------------------------------
 
 
-def msearch_searches(
-    lines: list[bytes], target: str | None, field: str
-) -> Iterator[tuple[int, str | None, dict[str, Any]]]:
-    """(line of the header, index it names, body) of each search of an `_msearch` NDJSON.
+@dataclass(frozen=True)
+class MsearchSearch:
+    """One search of an `_msearch`: its ordinal among the pairs (the answer's `responses`
+    follow them), the line of its header, the header, the indexes it names and its body."""
+
+    ordinal: int
+    position: int
+    header: dict[str, Any]
+    index: str | None
+    body: dict[str, Any]
+
+
+def msearch_searches(lines: list[bytes], target: str | None, field: str) -> Iterator[MsearchSearch]:
+    """Each search of an `_msearch` NDJSON whose header and body are JSON objects.
     A pair that is not two JSON objects is the upstream's to answer, unless it names the field:
     then it is refused, since it would go to the upstream unrewritten (a header `[]` searches
     every index)."""
     position = 0
+    ordinal = -1
     while position + 1 < len(lines):
         header_line, body_line = lines[position], lines[position + 1]
         if not header_line.strip():
             position += 1
             continue
-        pair = position // 2 + 1
+        ordinal += 1
+        pair = ordinal + 1
         try:
             header, body = decode_json(header_line), decode_json(body_line)
         except ValueError:
@@ -300,7 +476,7 @@ def msearch_searches(
             position += 2
             continue
         if not isinstance(body, dict) or not isinstance(header, dict):
-            if mentions(body, field) or mentions_clause(body_line, field):
+            if names_field(body, field) or mentions_clause(body_line, field):
                 raise ClauseError(
                     f"_msearch search {pair} names {field} but its header or body is not a JSON "
                     "object: each header is an object whose `index` names the indexes, each "
@@ -308,10 +484,10 @@ def msearch_searches(
                 )
             position += 2
             continue
-        index = header.get("index", target)
+        index = header.get("index", header.get("indices", target))
         if isinstance(index, list):
             index = ",".join(str(name) for name in index)
         elif index is not None and not isinstance(index, str):
             index = str(index)
-        yield position, index, body
+        yield MsearchSearch(ordinal, position, header, index, body)
         position += 2

@@ -24,6 +24,7 @@ STAGES = (
     "serialise upstream body",
     "upstream round trip (to headers)",
     "relay response body",
+    "fix answer",
 )
 
 _current: ContextVar[dict[str, float] | None] = ContextVar("itlr_proxy_stages", default=None)
