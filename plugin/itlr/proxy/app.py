@@ -22,6 +22,7 @@ try:
     import httpx
     from starlette.applications import Starlette
     from starlette.background import BackgroundTask
+    from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
@@ -30,22 +31,18 @@ except ImportError as absent:
 
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
-from itlr.engines.integrity import (
-    SCRIPT_CHECK_SECONDS,
-    SCRIPT_ID_PREFIX,
-    ScriptMismatch,
-    is_script_error,
-    reinstall_command,
-)
-from itlr.errors import EngineError, ItlrError
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, ScriptMismatch, is_script_error
+from itlr.errors import ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.proxy import placement, stages
+from itlr.proxy.caller import Caller, CallerReads
 from itlr.proxy.clause import ClauseError, LogicalSearch, mentions_clause
 from itlr.proxy.codec import (
     decode_json,
     encode_json,
+    error_body,
     error_response,
     refusal,
     script_mismatch,
@@ -54,18 +51,12 @@ from itlr.proxy.codec import (
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
+from itlr.proxy.integrity import IntegrityWatch, OwnRequests, write_refusal
 from itlr.proxy.rewrite import rewrite_body
 from itlr.proxy.statistics import CallerStatistics, changes_documents
-from itlr.proxy.upstream import (
-    IndexConfig,
-    Upstream,
-    UpstreamDenied,
-    UpstreamTimeout,
-    auth_headers,
-    timeout_seconds,
-)
+from itlr.proxy.upstream import IndexConfig, Upstream, UpstreamDenied, UpstreamTimeout
 from itlr.query import Query
-from itlr.service.security import TOKEN_HEADER, token_matches
+from itlr.service.security import TOKEN_HEADER, TokenGuard
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text
 
 log = logging.getLogger("itlr.proxy")
@@ -108,9 +99,6 @@ QUERY_API_PATH = re.compile(
     r"^/(?:[^/]+/)?(?P<api>_count|_search/template|_msearch/template|_render/template"
     r"|_validate/query|_explain|_delete_by_query|_update_by_query)(?:/[^/_][^/]*)?/?$"
 )
-
-
-SCRIPT_WRITE_PATH = re.compile(rf"^/_scripts/{SCRIPT_ID_PREFIX}[^/]*(?:/[^/]*)?/?$")
 
 
 def _raw_target(request: Request, query: bytes | None = None) -> str:
@@ -179,7 +167,8 @@ class QueryBarProxy:
         self.forwarder = Forwarder(
             tls, timeout, CONNECT_SECONDS, MAX_CONNECTIONS, KEEPALIVE_SECONDS
         )
-        # The client asks the upstream the proxy's own questions (Upstream).
+        # The client asks the upstream the proxy's questions: its callers' (as each caller,
+        # itlr.proxy.caller) and its own (itlr.proxy.integrity). No credentials of its own.
         self.client = httpx.AsyncClient(
             base_url=connection.url,
             timeout=httpx.Timeout(timeout, connect=CONNECT_SECONDS),
@@ -189,8 +178,13 @@ class QueryBarProxy:
         self._base = connection.url.rstrip("/")
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
-        self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
-        self.coverage = CoverageReport(self.upstream, connection)
+        self.timeout = timeout
+        reads = CallerReads(self.client, connection.url, timeout)
+        self.upstream = Upstream(reads, connection, indexes)
+        self.integrity = IntegrityWatch(
+            OwnRequests(self.client, connection, timeout), reads, script_check_seconds, timeout
+        )
+        self.coverage = CoverageReport(self.upstream)
         # Hybrid truths' token statistics, per target and caller (itlr.proxy.statistics).
         self.statistics = CallerStatistics()
         # Set by `itlr bench proxy` only: where each request spends its time.
@@ -202,7 +196,7 @@ class QueryBarProxy:
         self,
         target: str,
         query: Query,
-        headers: dict[str, str],
+        caller: Caller,
         counted: Counted,
     ) -> CorpusStats | None:
         """The target's token statistics for hybrid truths (None for other truths): the
@@ -214,7 +208,10 @@ class QueryBarProxy:
         key = (target, tuple(sorted(tokens)))
         if key not in counted:
             counted[key] = await self.statistics.statistics(
-                target, headers, tokens, lambda: self.upstream.lexical_stats(target, query, headers)
+                target,
+                caller.headers,
+                tokens,
+                lambda: self.upstream.lexical_stats(caller, target, query),
             )
         return counted[key]
 
@@ -222,7 +219,7 @@ class QueryBarProxy:
         self,
         body: dict[str, Any],
         target: str | None,
-        headers: dict[str, str],
+        caller: Caller,
         counted: Counted,
     ) -> dict[str, Any] | None:
         """The rewritten body, or None when it holds no itlr clause. `counted`: the statistics
@@ -236,10 +233,11 @@ class QueryBarProxy:
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
             )
         with stages.span("index lookup (cached)"):
-            searched = await self.upstream.target(target, headers)
+            searched = await self.upstream.target(caller, target)
+            await self.integrity.verified(caller, searched.dialect)
         vectors = await self.encoding.vectors(searched, target, list(found.query.terms))
         with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
-            lexical = await self._statistics(target, found.query, headers, counted)
+            lexical = await self._statistics(target, found.query, caller, counted)
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
@@ -247,9 +245,7 @@ class QueryBarProxy:
                 body, found, searched.dialect, vectors, self.defaults, lexical, target
             )
 
-    async def _rewrite_search(
-        self, raw: bytes, target: str | None, headers: dict[str, str]
-    ) -> bytes | None:
+    async def _rewrite_search(self, raw: bytes, target: str | None, caller: Caller) -> bytes | None:
         with stages.span("parse JSON"):
             LIMITS.check_json_depth(raw, "the search body")
             try:
@@ -258,14 +254,14 @@ class QueryBarProxy:
                 return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
-        rewritten = await self._rewrite_one(body, target, headers, {})
+        rewritten = await self._rewrite_one(body, target, caller, {})
         if rewritten is None:
             return None
         with stages.span("serialise upstream body"):
             return encode_json(rewritten)
 
     async def _rewrite_msearch(
-        self, raw: bytes, target: str | None, headers: dict[str, str]
+        self, raw: bytes, target: str | None, caller: Caller
     ) -> bytes | None:
         """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
         LIMITS.check_json_depth(raw, "the _msearch body")
@@ -274,7 +270,7 @@ class QueryBarProxy:
         counted: Counted = {}
         changed = False
         for position, index, body in placement.msearch_searches(lines, target, self.field):
-            rewritten = await self._rewrite_one(body, index, headers, counted)
+            rewritten = await self._rewrite_one(body, index, caller, counted)
             if rewritten is not None:
                 lines[position + 1] = encode_json(rewritten)
                 changed = True
@@ -287,17 +283,12 @@ class QueryBarProxy:
         if request.method not in ("GET", "POST"):
             return None
         target, api = match.group("target"), match.group("api")
-        headers = auth_headers(request.headers)
+        caller = Caller.of(request.headers)
         if api == "_msearch":
-            return await self._rewrite_msearch(raw, target, headers)
-        return await self._rewrite_search(raw, target, headers)
+            return await self._rewrite_msearch(raw, target, caller)
+        return await self._rewrite_search(raw, target, caller)
 
     # -- forwarding ------------------------------------------------------------------------
-
-    def _authorized(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        return token_matches(request.headers.get(TOKEN_HEADER), self.token)
 
     async def _read_search_body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -326,18 +317,22 @@ class QueryBarProxy:
             "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES)",
         )
 
-    async def _script_failure(self, request: Request, upstream: Forwarded) -> Response | None:
+    async def _script_failure(
+        self, request: Request, upstream: Forwarded, target: str | None
+    ) -> Response | None:
         """A logical search the upstream refused on a script error: the refusal to send when
         the stored script is not ours any more, else None (the upstream's answer, buffered).
         ForwardTimeout / ForwardFailed when the answer does not come whole."""
         await upstream.read()
         if not is_script_error(upstream.text):
             return None
+        caller = Caller.of(request.headers)
         try:
-            await self.upstream.recheck_scripts(auth_headers(request.headers))
+            searched = await self.upstream.target(caller, target) if target else None
+            await self.integrity.after_error(caller, searched.dialect if searched else None)
         except ScriptMismatch as foreign:
             return script_mismatch(foreign)
-        except EngineError as failed:
+        except ItlrError as failed:
             log.warning("cannot recheck itlr's stored scripts: %s", failed)
         return None
 
@@ -358,10 +353,6 @@ class QueryBarProxy:
     async def _handle(self, request: Request) -> Response:
         if self.stages is not None:
             self.stages.start_request()
-        if not self._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
         path = normalised_path(request)
         if path is None:
             return error_response(
@@ -370,15 +361,12 @@ class QueryBarProxy:
                 "itlr proxy: paths with dot segments (`.`, `..`, or their percent-encodings) are "
                 "refused: name the resource directly",
             )
-        script_write = request.method not in ("GET", "HEAD") and path.startswith("/_scripts/")
-        if script_write and not self.allow_script_writes and SCRIPT_WRITE_PATH.match(path):
-            return error_response(
-                403,
-                "itlr_script_write_refused",
-                "itlr proxy: writes to itlr's stored scripts are refused (start the proxy with "
-                f"--allow-script-writes to permit them); `{reinstall_command(self.connection.url)}`"
-                " installs the packaged ones",
-            )
+        script_write = request.method not in ("GET", "HEAD") and (
+            path.startswith("/_scripts/") or path.startswith("/_ingest/pipeline/")
+        )
+        refused = write_refusal(request.method, path, self.connection.url)
+        if refused is not None and not self.allow_script_writes:
+            return error_response(403, "itlr_script_write_refused", f"itlr proxy: {refused}")
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
         rewritten = False
@@ -398,7 +386,7 @@ class QueryBarProxy:
                     or (
                         "template" in query_api.group("api")
                         and await self.upstream.stored_template_mentions(
-                            raw, self.field, auth_headers(request.headers)
+                            Caller.of(request.headers), raw, self.field
                         )
                     )
                 )
@@ -469,18 +457,22 @@ class QueryBarProxy:
                 self.statistics.written()
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
         if script_write:
-            # Whatever it wrote, the next logical search compares itlr's scripts again first.
-            self.upstream.scripts_changed()
+            # Whatever it wrote, the next logical search waits for a new check of itlr's own.
+            self.integrity.nudge()
         relayed = False
         try:
             if rewritten and upstream.status_code >= 400:
-                foreign = await self._script_failure(request, upstream)
+                foreign = await self._script_failure(
+                    request, upstream, search.group("target") if search else None
+                )
                 if foreign is not None:
                     return foreign
             response_headers = {k: v for k, v in upstream.headers.items() if k not in HOP_BY_HOP}
             if rewritten and upstream.status_code < 400 and search and search.group("target"):
                 # Documents without a vector cannot be found: say so as engines say deprecations.
-                note = await self.coverage.warning(request, search.group("target"))
+                note = await self.coverage.warning(
+                    Caller.of(request.headers), search.group("target")
+                )
                 if note:
                     previous = response_headers.get("warning")
                     response_headers["warning"] = ", ".join(filter(None, [previous, note]))
@@ -513,11 +505,20 @@ class QueryBarProxy:
         return Response(content, upstream.status_code, response_headers)
 
     def _timed_out(self) -> JSONResponse:
-        return upstream_timeout(UpstreamTimeout(self.connection.url, timeout_seconds(self.client)))
+        return upstream_timeout(UpstreamTimeout(self.connection.url, self.timeout))
 
 
 METRICS_PATH = "/_itlr/metrics"
 HEALTHZ_PATH = "/_itlr/healthz"
+TERM_CACHE_NEEDS_TOKEN = (
+    "# itlr_term_cache_* counters: shown only by a proxy started with a client token "
+    "(--token, ITLR_TOKEN), to callers presenting it\n"
+)
+
+
+def refusal_body(status: int, reason: str) -> dict[str, Any]:
+    """A guard's refusal (token, Host) in the cluster's error shape, as a UI shows it."""
+    return error_body(status, "itlr_unauthorized" if status == 401 else "itlr_forbidden", reason)
 
 
 def create_proxy_app(
@@ -553,28 +554,32 @@ def create_proxy_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
+        await proxy.integrity.stop()
         await proxy.client.aclose()
         await proxy.forwarder.aclose()
 
     async def metrics(request: Request) -> Response:
-        """The term cache's counters and the coverage gauges of every index searched so far
-        in Prometheus' text format (behind the proxy's token)."""
-        if not proxy._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
-        text = prometheus_text() + await coverage.gauges(request)
+        """In Prometheus' text format: the coverage gauges of every searched index the caller
+        may count (counted as the caller) and, behind the proxy's token, the term cache's
+        counters (they would tell which terms others searched)."""
+        text = await coverage.gauges(Caller.of(request.headers))
+        if proxy.token is not None:  # the token guard let the request in: it presented it
+            text = prometheus_text() + text
+        else:
+            text = TERM_CACHE_NEEDS_TOKEN + text
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     async def healthz(request: Request) -> Response:
-        if not proxy._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
         return await coverage.healthz(request)
 
     coverage = proxy.coverage
     methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
+    # The token guards the whole app, every route (one added later too), before any reads.
+    guards = (
+        [Middleware(TokenGuard, token=token, bearer=False, body=refusal_body)]
+        if token is not None
+        else []
+    )
     app = Starlette(
         routes=[
             # `_` starts no index name, so this path never shadows one of the upstream's.
@@ -584,6 +589,7 @@ def create_proxy_app(
             Route("/{path:path}", proxy.handle, methods=methods),
         ],
         lifespan=lifespan,
+        middleware=guards,
     )
     app.state.proxy = proxy
     return app
