@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from itlr.engines.connection import error_reason
+from itlr.engines.connection import engine_from_root, error_reason
 from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
 from itlr.errors import EngineError, ItlrError
 from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path
@@ -82,8 +82,9 @@ class CoverageReport:
     async def healthz(self, request: Request) -> Response:
         """The upstream's engine as the caller's `GET /` finds it and, per index this caller
         searched (and each `?index=` named), the documents with a text but no vector. The
-        cluster's 401 / 403 to the caller is the answer; a named index that does not exist is a
-        404; 503 when the upstream does not answer."""
+        cluster's 401 to the caller is the answer (its 403 for a named index); a named index that does not exist is a
+        404; 503 when the upstream does not answer (a root that answers something else is
+        said in `engine_error`, the counts still made)."""
         caller = Caller.of(request.headers)
         named = request.query_params.getlist("index")
         if len(named) > MAX_NAMED:
@@ -99,12 +100,17 @@ class CoverageReport:
             root = await self.upstream.reads.root(caller)
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
-        if root.status_code in (401, 403):
-            return Response(root.content, root.status_code, media_type="application/json")
+        if root.status_code == 401:  # who the caller is, the cluster does not know: nothing
+            return Response(root.content, 401, media_type="application/json")
+        engine: dict[str, Any] = {"engine": None, "version": None}
         try:
-            engine, version = await self.upstream.engine(caller)
-        except EngineError as down:
-            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
+            if root.status_code != 200:
+                raise EngineError(f"GET / answered {root.status_code}")
+            engine["engine"], engine["version"] = engine_from_root(
+                self.upstream.connection.url, root.json()
+            )
+        except (EngineError, ValueError) as unknown:
+            engine["engine_error"] = str(unknown)
         coverage: dict[str, Any] = {}
         for target in dict.fromkeys([*named, *self.upstream.searched_by(caller)]):
             try:
@@ -122,9 +128,7 @@ class CoverageReport:
                 return Response(denied.content, denied.status_code, media_type=denied.media_type)
             except (ItlrError, ValueError) as failed:
                 coverage[target] = {"index": target, "error": str(failed)}
-        return JSONResponse(
-            {"status": "ok", "engine": engine, "version": version, "coverage": coverage}
-        )
+        return JSONResponse({"status": "ok", **engine, "coverage": coverage})
 
     async def gauges(self, caller: Caller) -> str:
         """The coverage gauges of every searched index the caller may count."""
