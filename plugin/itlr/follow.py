@@ -22,6 +22,7 @@ scan) catches those.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,8 +33,10 @@ from itlr.backfill import cluster_backend, passage_embedder, prepare_guarded, te
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS
 from itlr.errors import EngineError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.hash_guard import verify_hash_guard
 from itlr.lexical import lexical_fields
 from itlr.write_report import WriteReport
 
@@ -118,10 +121,17 @@ class Follower:
     def run(self) -> WriteReport:
         started = time.perf_counter()
         backoff = 0.0
+        checked = -math.inf
         while not self.stop.is_set():
             try:
+                if time.monotonic() - checked >= SCRIPT_CHECK_SECONDS:
+                    # itlr's pipeline, when the index uses it: put back if deleted; a foreign
+                    # one stops the follower in one line (it would miss rewritten texts).
+                    verify_hash_guard(self.backend)
+                    checked = time.monotonic()
                 cycle = self.cycle()
             except EngineError as failed:
+                checked = -math.inf  # looked at again before the next cycle
                 # A 429 the client gave up on, a node restarting: wait, then look again.
                 backoff = min(MAX_BACKOFF, backoff * 2 or 1.0)
                 if self.on_error is not None:

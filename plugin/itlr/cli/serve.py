@@ -29,7 +29,7 @@ from itlr.cli.serve_proxy import (
     ScriptCheckOpt,
     UpstreamTimeoutOpt,
 )
-from itlr.engines.integrity import SCRIPT_CHECK_SECONDS
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_interval
 from itlr.errors import ConfigurationError
 from itlr.extras import require
 from itlr.limits import LIMITS
@@ -143,6 +143,7 @@ def serve(
         client, notes = checked_token(host, token)
         for note in notes:
             warn(note)
+        check_interval(script_check_interval)
         set_torch_threads(torch_threads)
         opened = Index.from_spec(
             spec,
@@ -153,6 +154,8 @@ def serve(
         )
         for warning in opened.warnings:
             warn(warning)
+        if hasattr(opened.backend, "script_check_seconds"):  # a cluster index: its scripts
+            opened.backend.script_check_seconds = script_check_interval
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
         timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
         app = create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config)

@@ -15,7 +15,7 @@ import typer
 from itlr.cli.app import run_guarded, warn
 from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS
 from itlr.engines.connection import Connection
-from itlr.engines.integrity import MAX_SCRIPT_CHECK_SECONDS, SCRIPT_CHECK_SECONDS
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_interval
 from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions, search_options
 from itlr.settings import seconds
@@ -60,9 +60,9 @@ ScriptCheckOpt = Annotated[
     float,
     typer.Option(
         envvar="ITLR_SCRIPT_CHECK_INTERVAL",
-        help="Seconds between two comparisons of itlr's stored scripts and ingest pipeline with "
-        "the packaged ones (also soon after a script error or a write to _scripts); at most "
-        "3600.",
+        help="Seconds between two comparisons of itlr's stored scripts (and its ingest "
+        "pipeline) with the packaged ones, by the proxy or the service (also soon after a "
+        "failed search); at most 3600.",
     ),
 ]
 
@@ -148,12 +148,7 @@ def serve_proxy(
         seconds(
             upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
         )
-        if not 0 < script_check_interval <= MAX_SCRIPT_CHECK_SECONDS:
-            raise ConfigurationError(
-                "the script check interval (--script-check-interval, ITLR_SCRIPT_CHECK_INTERVAL) "
-                f"must be a number of seconds above 0 and at most {MAX_SCRIPT_CHECK_SECONDS:g}, "
-                f"not {script_check_interval}"
-            )
+        check_interval(script_check_interval)
         defaults = proxy_defaults(model, **options)
         connection = Connection.from_env(upstream) if isinstance(upstream, str) else upstream
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from itlr.engines.painless import StoredScript
-from itlr.errors import EngineError
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
 
 # Every id itlr stores scripts under starts so (see StoredScript.id).
 SCRIPT_ID_PREFIX = "itlr-"
@@ -18,6 +18,17 @@ SCRIPT_ID_PREFIX = "itlr-"
 # be set to; each also compares them again after an error that names a script.
 SCRIPT_CHECK_SECONDS = 30.0
 MAX_SCRIPT_CHECK_SECONDS = 3600.0
+
+
+def check_interval(seconds: float) -> float:
+    """A script check interval within its bounds (ConfigurationError naming the flag)."""
+    if not 0 < seconds <= MAX_SCRIPT_CHECK_SECONDS:
+        raise ConfigurationError(
+            "the script check interval (--script-check-interval, ITLR_SCRIPT_CHECK_INTERVAL) "
+            f"must be a number of seconds above 0 and at most {MAX_SCRIPT_CHECK_SECONDS:g}, "
+            f"not {seconds}"
+        )
+    return seconds
 
 
 def reinstall_command(url: str) -> str:
@@ -48,7 +59,7 @@ def check_stored(script: StoredScript, found: Any, url: str) -> None:
         raise ScriptMismatch(script.id, url)
 
 
-class PipelineMismatch(EngineError):
+class PipelineMismatch(IndexStateError):
     """The ingest pipeline under itlr's hash-guard id does other work than itlr's."""
 
     def __init__(self, pipeline_id: str, url: str) -> None:

@@ -83,6 +83,17 @@ class ClusterOperations:
         (body,) = answer.values()
         return dict(body["mappings"])
 
+    def pipeline(self, pipeline_id: str, index: str) -> dict[str, Any] | None:
+        """The stored ingest pipeline `GET _ingest/pipeline/<id>` answers ({id: body}), None
+        when there is none (an error names `index`, the one it is read for)."""
+        with self.errors(index):
+            try:
+                return dict(self.client.ingest.get_pipeline(id=pipeline_id))
+            except Exception as missing:
+                if getattr(missing, "status_code", None) == 404:
+                    return None
+                raise
+
     def settings(self, index: str) -> dict[str, Any]:
         """The `settings.index` object of one index."""
         with self.errors(index):

@@ -553,6 +553,7 @@ def create_proxy_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        proxy.integrity.start()  # the proxy's own schedule, from the start
         yield
         await proxy.integrity.stop()
         await proxy.client.aclose()

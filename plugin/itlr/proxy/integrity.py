@@ -210,8 +210,9 @@ class IntegrityWatch:
 
     # -- the schedule --------------------------------------------------------------------
 
-    def _started(self) -> None:
-        """The background task of the running loop (a loop's tasks and events are its own)."""
+    def start(self) -> None:
+        """Start the background task on the running loop (at the app's start; again on a loop
+        that has none: a loop's tasks and events are its own)."""
         loop = asyncio.get_running_loop()
         if self._loop is loop and self._task is not None and not self._task.done():
             return
@@ -250,7 +251,7 @@ class IntegrityWatch:
     def nudge(self) -> None:
         """Check again soon, and let searches wait for that verdict (a relayed write to
         `_scripts`, a search failed on a script error)."""
-        self._started()
+        self.start()
         assert self._published is not None and self._nudged is not None
         self._verdict = None
         self._published.clear()
@@ -264,7 +265,7 @@ class IntegrityWatch:
                 await self._task
 
     async def _current(self) -> Verdict:
-        self._started()
+        self.start()
         assert self._published is not None
         if self._verdict is None:
             try:
