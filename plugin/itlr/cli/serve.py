@@ -34,6 +34,7 @@ from itlr.errors import ConfigurationError
 from itlr.extras import require
 from itlr.limits import LIMITS
 from itlr.service.security import TOKEN_ENV
+from itlr.settings import seconds
 
 
 @app.command()
@@ -144,6 +145,9 @@ def serve(
         for note in notes:
             warn(note)
         check_interval(script_check_interval)
+        seconds(
+            upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
+        )
         set_torch_threads(torch_threads)
         opened = Index.from_spec(
             spec,
@@ -158,7 +162,13 @@ def serve(
             opened.backend.script_check_seconds = script_check_interval
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
         timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
-        app = create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config)
+        app = create_app(
+            opened,
+            token=client,
+            max_body_bytes=max_body_bytes,
+            llm=config,
+            upstream_timeout=upstream_timeout,
+        )
         return app, opened, timeouts, client
 
     service, opened, timeouts, client = run_guarded(action)

@@ -27,7 +27,8 @@ UpstreamTimeoutOpt = Annotated[
     float,
     typer.Option(
         envvar="ITLR_UPSTREAM_TIMEOUT",
-        help="Seconds the upstream may take to answer a request (HTTP 504 beyond).",
+        help="Seconds the cluster may take to answer each request whole, headers and body "
+        "together, not per read (HTTP 504 beyond).",
     ),
 ]
 HeaderTimeoutOpt = Annotated[

@@ -213,6 +213,20 @@ def _cause(error: Any) -> str:
     return type(info).__name__ if isinstance(info, BaseException) else "connection refused"
 
 
+class ClusterTimeout(EngineError):
+    """The cluster did not answer in time (a client's read time-out, or the overall deadline
+    of itlr.engines.deadline): it may be running, but slow."""
+
+
+def _timed_out(product: str, url: str, error: Any) -> ClusterTimeout:
+    info = getattr(error, "info", None) or getattr(error, "message", None) or error
+    said = "" if "deadline" not in str(info) else " (the overall deadline of a request)"
+    return ClusterTimeout(
+        f"{product} at {url} did not answer in time{said}: it may be overloaded; try again, "
+        "or raise the time-out (--upstream-timeout for `itlr serve`)"
+    )
+
+
 def missing_index(url: str, index: str) -> IndexStateError:
     return IndexStateError(
         f"index {index!r} does not exist at {url}: create it by "
@@ -268,6 +282,8 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
         yield
     except os_errors.SSLError as untrusted:
         raise untrusted_tls(url, untrusted) from None
+    except os_errors.ConnectionTimeout as slow:
+        raise _timed_out("OpenSearch", url, slow) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach OpenSearch at {url} ({_cause(down)}): is it running? check `url`"
@@ -323,7 +339,9 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
         raise EngineError(f"Elasticsearch at {url} refused the request: {text}") from None
     except elastic_transport.TlsError as untrusted:
         raise untrusted_tls(url, untrusted) from None
-    except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
+    except elastic_transport.ConnectionTimeout as slow:
+        raise _timed_out("Elasticsearch", url, slow) from None
+    except elastic_transport.ConnectionError as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
             "is it running? check `url`"

@@ -186,7 +186,7 @@ class QueryBarProxy:
         )
         self.coverage = CoverageReport(self.upstream)
         # Hybrid truths' token statistics, per target and caller (itlr.proxy.statistics).
-        self.statistics = CallerStatistics()
+        self.statistics = CallerStatistics(deadline=timeout)
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
 

@@ -22,7 +22,9 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
+from itlr.engines.connection import ClusterTimeout
 from itlr.engines.coverage import prometheus_lines
+from itlr.engines.deadline import set_deadline
 from itlr.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -44,6 +46,7 @@ from itlr.strict_json import dumps as strict_dumps
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
 
 DEFAULT_MAX_BODY_BYTES = LIMITS.max_body_bytes
+DEFAULT_UPSTREAM_TIMEOUT = 120.0
 log = logging.getLogger("itlr.service")
 
 
@@ -163,12 +166,18 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     llm: LLMConfig | None = None,
+    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
 ) -> Any:
     """The ASGI app for one index. With `token`, every request must present it (see
     itlr.service.security); request bodies over `max_body_bytes` are refused with 413, JSON
     nested deeper than LIMITS.max_depth with 400, before either is parsed. Each request first
-    loads what other processes committed to an embedded index (itlr.service.follow)."""
+    loads what other processes committed to an embedded index (itlr.service.follow). A cluster
+    index's requests each get `upstream_timeout` seconds for their whole answer (504 beyond;
+    itlr.engines.deadline)."""
     follower = CommitFollower(index.backend)
+    client = getattr(index.backend, "client", None)
+    if client is not None and hasattr(client, "transport"):
+        set_deadline(client, upstream_timeout)
     app = FastAPI(
         title="itlr",
         summary="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
@@ -206,7 +215,7 @@ def create_app(
             return _error(409, str(bad))
         if isinstance(bad, EngineError):
             log.warning("engine error: %s", bad)  # the message never holds credentials
-            return _error(502, str(bad))
+            return _error(504 if isinstance(bad, ClusterTimeout) else 502, str(bad))
         if isinstance(bad, EmbeddingError):
             return _error(503, str(bad))
         return _error(400, str(bad))
