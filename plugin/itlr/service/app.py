@@ -40,6 +40,7 @@ from itlr.options import OPTIONS, Option
 from itlr.query import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
+from itlr.service.filter_policy import check_served_filter
 from itlr.service.follow import CommitFollower
 from itlr.service.security import BodyLimit, TokenGuard
 from itlr.strict_json import dumps as strict_dumps
@@ -224,6 +225,7 @@ def create_app(
     def search(body: SearchBody) -> Response:
         """Hits in the same order, with the same scores, as `itlr search --json`."""
         names = body.names()
+        _served_filter(names)
         query, rewrite = names.pop("query"), names.pop("rewrite")
         if rewrite == "llm" and llm is None:
             raise ConfigurationError(
@@ -236,6 +238,7 @@ def create_app(
     def translate(body: TranslateBody) -> Response:
         """The requests `itlr translate` would print, as JSON; the last one is the search."""
         names = body.names()
+        _served_filter(names)
         if "truth" not in body.model_fields_set:
             # Only the default: an embedded index then builds cosine truths instead of hybrid
             # ones it has no cluster statistics for (Index.translate), and says so.
@@ -305,6 +308,12 @@ def create_app(
     if token is not None:
         guarded = TokenGuard(guarded, token)
     return guarded
+
+
+def _served_filter(names: dict[str, Any]) -> None:
+    """A client's filter holds only clauses that read the served index and run no code."""
+    if names.get("filter") is not None:
+        check_served_filter(names["filter"])
 
 
 def _version() -> str:
