@@ -13,9 +13,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.errors import EngineError, IndexStateError
+from itlr.urls import split_credentials
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -37,6 +37,16 @@ class Connection:
     api_key: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     verify_certs: bool = True
+
+    def __post_init__(self) -> None:
+        # Credentials in the URL (any host, any form) move to `user` / `password`: every
+        # message that names `url` is then safe to show (itlr.urls).
+        url, user, password = split_credentials(self.url)
+        if url != self.url:
+            object.__setattr__(self, "url", url.rstrip("/"))
+            if self.user is None and self.api_key is None:
+                object.__setattr__(self, "user", user)
+                object.__setattr__(self, "password", password)
 
     @classmethod
     def from_env(cls, url: str, **given: Any) -> Connection:
@@ -114,20 +124,6 @@ class Connection:
             if self.ca_file:
                 kwargs["ca_certs"] = self.ca_file
         return Elasticsearch(**kwargs)
-
-
-def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """`https://user:pass@host:9200` -> (`https://host:9200`, user, pass): the credentials
-    move to the client's auth, so that no message or log line can show them with the URL."""
-    parts = urlsplit(url)
-    if parts.username is None:
-        return url, None, None
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    password = unquote(parts.password) if parts.password is not None else None
-    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.username), password
 
 
 # -- engine detection ----------------------------------------------------------------------

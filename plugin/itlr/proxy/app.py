@@ -32,7 +32,7 @@ except ImportError as absent:
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
 from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, ScriptMismatch, is_script_error
-from itlr.errors import ItlrError
+from itlr.errors import ConfigurationError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
@@ -539,6 +539,11 @@ def create_proxy_app(
     `indexes`: where indexes itlr did not make keep their text and vectors;
     `script_check_seconds`: how old the last comparison of itlr's stored scripts may be when a
     logical search runs (they are compared again beyond, and after any write to `_scripts`)."""
+    if len(connection.hosts) > 1:
+        raise ConfigurationError(
+            "the proxy forwards to one address: give one host in `url` (a load balancer in "
+            "front of the cluster's nodes, or one node)"
+        )
     proxy = QueryBarProxy(
         connection,
         field,
