@@ -2,7 +2,8 @@
 # The bundled model comes from PyPI with the package: nothing is fetched at run time.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+# What the wheel build reads: the project, its build hook (hatch_build.py packs the model in).
+COPY pyproject.toml README.md hatch_build.py ./
 COPY plugin plugin
 COPY mappings mappings
 COPY scripts scripts

@@ -55,6 +55,7 @@ from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.factory import EngineSpec
 from itlr.engines.foreign import itlr_fields
+from itlr.engines.integrity import check_stored_pipeline
 from itlr.engines.operations import ClusterOperations, Refusal
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
@@ -417,11 +418,14 @@ class Follower:
         self._next_check = time.monotonic() + self.recheck
         before = self.snapshot
         now = self._take()
-        if self.guarded and not self.call(
-            self.operations.pipeline_exists, PIPELINE_ID, self.target
-        ):
-            self.call(self.operations.put_pipeline, PIPELINE_ID, PIPELINE, self.target)
-            self.say(f"the hash guard pipeline {PIPELINE_ID!r} was deleted: stored again")
+        if self.guarded:
+            stored = self.call(self.operations.pipeline, PIPELINE_ID, self.target)
+            if stored is None:
+                self.call(self.operations.put_pipeline, PIPELINE_ID, PIPELINE, self.target)
+                self.say(f"the hash guard pipeline {PIPELINE_ID!r} was deleted: stored again")
+            else:
+                # Emptied or rewritten, it would let rewritten texts through unmarked: stop.
+                check_stored_pipeline(PIPELINE_ID, PIPELINE, stored, self.backend.url)
         if not self._target_intact(now):
             return
         if before is None:

@@ -5,9 +5,14 @@ compares its text with the hash it was embedded from. Installed as the index's `
 
 from __future__ import annotations
 
-from itlr.engines.cluster import ClusterBackend
+from typing import TYPE_CHECKING
+
+from itlr.engines.integrity import check_stored_pipeline
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
+
+if TYPE_CHECKING:
+    from itlr.engines.cluster import ClusterBackend
 
 PIPELINE_ID = "itlr-hash-guard-v1"
 # Fixed source, no user text: a write by anyone moves the hash aside for the follower to check.
@@ -37,6 +42,20 @@ def install_hash_guard(backend: ClusterBackend) -> None:
     operations = backend.operations
     operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index_name)
     operations.put_settings(backend.index_name, {"index": {"final_pipeline": PIPELINE_ID}})
+
+
+def verify_hash_guard(backend: ClusterBackend) -> bool:
+    """When the index's final pipeline is itlr's: refuse a stored pipeline that is not itlr's
+    (PipelineMismatch, naming how to put it back) and store it again when it was deleted.
+    True when the index uses it."""
+    if backend.operations.settings(backend.index_name).get("final_pipeline") != PIPELINE_ID:
+        return False
+    found = backend.operations.pipeline(PIPELINE_ID, backend.index_name)
+    if found is None:
+        backend.operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index_name)
+        return True
+    check_stored_pipeline(PIPELINE_ID, PIPELINE, found, backend.url)
+    return True
 
 
 def check_hash_guard(backend: ClusterBackend) -> None:

@@ -19,12 +19,12 @@ import json
 import os
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from itlr.errors import EmbeddingError
 from itlr.settings import env_number
+from itlr.urls import redact_url
 
 URL_ENV = "ITLR_ENCODER_URL"
 KEY_ENV = "ITLR_ENCODER_API_KEY"
@@ -179,10 +179,7 @@ class OpenAIEncoder:
 
 def shown(url: str) -> str:
     """`url` without a user or password it may carry: errors and metrics are read by others."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return redact_url(url)
 
 
 def _cause(error: BaseException) -> str:

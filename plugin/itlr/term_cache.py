@@ -8,6 +8,11 @@ each text once and would only evict the query terms).
 
 ITLR_TERM_CACHE_SIZE sets how many vectors each model keeps (default 4096, about 6 MB at 384
 dimensions; 0 turns the cache off); `set_term_cache_size` changes it at run time.
+
+A `scope` keeps entries apart within one model's cache: the query-bar proxy serves many indexes
+to many users, and scopes its entries by the indexes a search resolved to, so that whether a
+term is cached (its timing) tells one index's users nothing about another's searches. The
+counters are the model's, all scopes together (the proxy shows them only behind its token).
 """
 
 from __future__ import annotations
@@ -81,15 +86,21 @@ class TermCache:
             self.evictions += 1
 
     def encode(
-        self, terms: Sequence[str], encode: Callable[[list[str]], np.ndarray], dims: int
+        self,
+        terms: Sequence[str],
+        encode: Callable[[list[str]], np.ndarray],
+        dims: int,
+        scope: str = "",
     ) -> np.ndarray:
-        """The vectors of `terms` (in order), calling `encode` once for the ones not cached."""
+        """The vectors of `terms` (in order), calling `encode` once for the ones not cached in
+        `scope`."""
         rows: list[np.ndarray | None] = []
         with self._lock:
             for term in terms:
-                vector = self._vectors.get(term)
+                key = _key(scope, term)
+                vector = self._vectors.get(key)
                 if vector is not None:
-                    self._vectors.move_to_end(term)
+                    self._vectors.move_to_end(key)
                 rows.append(vector)
             hits = sum(row is not None for row in rows)
             self.hits += hits
@@ -102,24 +113,26 @@ class TermCache:
                 for term, vector in fresh.items():
                     vector.flags.writeable = False  # shared by every later caller
                     if self.capacity:
-                        self._vectors[term] = vector
-                        self._vectors.move_to_end(term)
+                        key = _key(scope, term)
+                        self._vectors[key] = vector
+                        self._vectors.move_to_end(key)
                 self._evict()
             rows = [fresh[t] if row is None else row for t, row in zip(terms, rows, strict=True)]
         if not rows:
             return np.zeros((0, dims), dtype=np.float32)
         return np.stack(rows)  # type: ignore[arg-type]
 
-    def cached(self, terms: Sequence[str]) -> np.ndarray | None:
-        """The vectors of `terms` when every one is cached (counted as hits), else None with
-        nothing counted: a caller on an event loop answers from here without handing the
-        request to a worker thread, and calls `encode` (which counts) otherwise."""
+    def cached(self, terms: Sequence[str], scope: str = "") -> np.ndarray | None:
+        """The vectors of `terms` when every one is cached in `scope` (counted as hits), else
+        None with nothing counted: a caller on an event loop answers from here without handing
+        the request to a worker thread, and calls `encode` (which counts) otherwise."""
+        keys = [_key(scope, term) for term in terms]
         with self._lock:
-            rows = [self._vectors.get(term) for term in terms]
+            rows = [self._vectors.get(key) for key in keys]
             if not rows or any(row is None for row in rows):
                 return None
-            for term in terms:
-                self._vectors.move_to_end(term)
+            for key in keys:
+                self._vectors.move_to_end(key)
             self.hits += len(rows)
         return np.stack(rows)  # type: ignore[arg-type]
 
@@ -133,6 +146,11 @@ class TermCache:
                 len(self._vectors),
                 self.capacity,
             )
+
+
+def _key(scope: str, term: str) -> str:
+    # A scope never holds NUL (index names cannot), so scopes cannot run into each other.
+    return f"{scope}\0{term}" if scope else term
 
 
 _caches: dict[str, TermCache] = {}

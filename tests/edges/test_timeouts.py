@@ -102,9 +102,9 @@ def assert_cut_off(received: bytes, seconds: float, part: str) -> None:
     assert f"the request {part} did not arrive within 1 s".encode() in received
 
 
-HEADERS_DRIBBLED = (b"GET / HTTP/1.1\r\nHost: x\r\n", b"X-Slow: 1\r\n")
+HEADERS_DRIBBLED = (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Slow: 1\r\n")
 BODY_DRIBBLED = (
-    b"POST /x/_search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"POST /x/_search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     b"Content-Length: 1000\r\n\r\n{",
     b" ",
 )

@@ -200,7 +200,7 @@ def test_the_proxy_refuses_to_listen_beyond_loopback_without_a_token() -> None:
 def test_serve_proxy_refuses_a_public_address_without_a_token_before_loading_anything() -> None:
     import typer
 
-    from itlr.cli.proxy import serve_proxy
+    from itlr.cli.serve_proxy import serve_proxy
 
     with pytest.raises(typer.Exit) as stopped:
         serve_proxy("http://127.0.0.1:9", host="0.0.0.0", port=0, token=None)

@@ -125,6 +125,9 @@ def test_a_script_overwritten_on_the_engine_is_noticed_within_the_check_interval
         assert_mismatch(logical_search(url, backend.index_name), score_id)
         assert stored_source(opensearch_url, score_id) == FOREIGN["script"]["source"]
         backend.install_scripts()
+        # The proxy's own check notices within a second (it looks every second while a
+        # script is foreign), without any search asking it to.
+        time.sleep(1.5)
         again = logical_search(url, backend.index_name)
         assert again.status_code == 200, again.text[:300]
         assert [hit["_score"] for hit in again.json()["hits"]["hits"]] == scores

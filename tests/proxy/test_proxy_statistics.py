@@ -206,9 +206,9 @@ class CountingProxy:
         upstream = self.app.state.proxy.upstream
         count = upstream.lexical_stats
 
-        async def counting(target, query, headers):
-            self.counts.append((target, dict(headers)))
-            return await count(target, query, headers)
+        async def counting(caller, target, query):
+            self.counts.append((target, dict(caller.headers)))
+            return await count(caller, target, query)
 
         upstream.lexical_stats = counting
 

@@ -21,8 +21,7 @@ from typer.testing import CliRunner
 import itlr
 from itlr.cli import app as cli
 from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS
-from itlr.cli.proxy import main as proxy_main
-from itlr.cli.proxy import proxy_defaults
+from itlr.cli.serve_proxy import proxy_defaults
 from itlr.cli.translate import UNSET_OPTIONS
 from itlr.errors import ConfigurationError, ItlrError
 from itlr.options import OPTIONS, Option, SearchOptions, search_options
@@ -118,16 +117,9 @@ def test_the_proxy_takes_every_field_as_a_setting_or_from_the_ui_body(name) -> N
             continue
         assert option.name in PROXY_OPTIONS
         assert proxy_defaults(**{option.name: option.default}) == SearchOptions()
+        # `python -m itlr.cli.proxy` is `itlr serve --proxy`: these are its flags too.
         serve = click_command("serve")
         assert flag_default(serve, option) == cli_default(option)
-        alone = typer.main.get_command(_typer_of(proxy_main))
-        assert flag_default(alone, option) == cli_default(option)
-
-
-def _typer_of(function: Any) -> typer.Typer:
-    wrapped = typer.Typer(add_completion=False)
-    wrapped.command()(function)
-    return wrapped
 
 
 def test_the_proxy_refuses_an_unknown_option_with_a_library_error() -> None:

@@ -6,8 +6,10 @@ lang-painless) started on 127.0.0.1 with
 
 - TLS on HTTP, from a CA and a node certificate made by the distribution's own
   ``bin/elasticsearch-certutil`` (a second, unrelated CA is made too: the wrong one to trust);
-- file-realm users made by ``bin/elasticsearch-users``: ``admin`` (role ``superuser``) and
-  ``reader``, whose role ``read_a`` reads only the indices ``itlr-secure-a*``;
+- file-realm users made by ``bin/elasticsearch-users``: ``admin`` (role ``superuser``),
+  ``reader``, whose role ``read_a`` reads only the indices ``itlr-secure-a*``, and ``dls``, whose
+  role ``dls_b`` reads ``itlr-secure-b*`` under document-level security (the document ``d001``
+  only; the node's trial license is started for it, ``dls`` None when it cannot be);
 - an API key made by ``admin`` whose role descriptor allows all on ``itlr-secure-a*`` and
   ``monitor`` on the cluster, nothing more. The integ-test-zip cannot make one: API keys live
   in the `.security` index, whose mapping needs the `pattern_capture` token filter of the
@@ -43,6 +45,11 @@ READ_ROLE = """read_a:
   indices:
     - names: ["itlr-secure-a*"]
       privileges: ["read", "view_index_metadata"]
+dls_b:
+  indices:
+    - names: ["itlr-secure-b*"]
+      privileges: ["read", "view_index_metadata"]
+      query: '{"term": {"_id": "d001"}}'
 """
 INDEX_A = "itlr-secure-a"
 INDEX_B = "itlr-secure-b"
@@ -58,6 +65,10 @@ class SecuredCluster:
     reader: tuple[str, str]  # reads only itlr-secure-a*
     api_key: str | None  # encoded (id:key in base64), all on itlr-secure-a*, cluster monitor
     api_key_error: str = ""  # why there is no API key
+    # Reads itlr-secure-b* under document-level security: only the document with id d001.
+    # None when the node's license has no document-level security (`dls_error` says why).
+    dls: tuple[str, str] | None = None
+    dls_error: str = ""
 
     def client(self, auth: tuple[str, str] | None = None) -> httpx.Client:
         """An HTTP client that trusts the cluster's CA, as `auth` (default admin)."""
@@ -123,7 +134,7 @@ def _secured_home(real: Path, work: Path, local: object) -> tuple[Path, Path]:
     other.mkdir()
     _pem_zip(home, conf, env, other / "ca.zip", "ca")
     (conf / "roles.yml").write_text(READ_ROLE)
-    for user, role in (("admin", "superuser"), ("reader", "read_a")):
+    for user, role in (("admin", "superuser"), ("reader", "read_a"), ("dls", "dls_b")):
         _tool(
             home,
             conf,
@@ -183,6 +194,22 @@ def _api_key(url: str, ca: Path, admin: tuple[str, str]) -> tuple[str | None, st
     return made.get("encoded") or base64.b64encode(pair).decode(), ""
 
 
+def _trial_license(url: str, ca: Path, admin: tuple[str, str]) -> str:
+    """Document-level security needs more than the basic license: start the node's trial.
+    "" when it runs, else the engine's reason."""
+    answer = httpx.post(
+        f"{url}/_license/start_trial",
+        params={"acknowledge": "true"},
+        auth=admin,
+        verify=str(ca),
+        timeout=60,
+    )
+    started = answer.status_code == 200 and (
+        answer.json().get("trial_was_started") or "already" in answer.text
+    )
+    return "" if started else f"starting a trial license: {answer.status_code} {answer.text[:300]}"
+
+
 @pytest.fixture(scope="session")
 def secured_elasticsearch() -> Iterator[SecuredCluster]:
     """An Elasticsearch with TLS, users, roles and an API key (the module docstring)."""
@@ -217,13 +244,17 @@ def secured_elasticsearch() -> Iterator[SecuredCluster]:
             admin = ("admin", "admin-pw-1")
             _wait_ready(node, url, ca, admin)
             key, key_error = _api_key(url, ca, admin)
+            dls_error = _trial_license(url, ca, admin)
         except Exception as error:
             _server.unavailable(
                 ELASTICSEARCH, f"secured node failed: {type(error).__name__}: {error}"
             )
             return
         reader = ("reader", "reader-pw-1")
-        yield SecuredCluster(url, str(ca), str(wrong_ca), admin, reader, key, key_error)
+        dls = None if dls_error else ("dls", "dls-pw-1")
+        yield SecuredCluster(
+            url, str(ca), str(wrong_ca), admin, reader, key, key_error, dls, dls_error
+        )
     finally:
         if node is not None:
             node.stop()

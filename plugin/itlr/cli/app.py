@@ -307,7 +307,14 @@ def _connection(values: dict[str, Any]) -> Connection:
     from itlr.engines.connection import Connection
 
     given = {name: values[name] for name in CONNECTION_OPTIONS if name != "url"}
-    return Connection.from_env(values["url"], **given)
+    connection = Connection.from_env(values["url"], **given)
+    if not connection.verify_certs:
+        warn(
+            f"TLS certificates of {connection.url} are not verified (--no-verify-certs / "
+            "ITLR_VERIFY_CERTS=false): anyone on the way can read the credentials and answers; "
+            "give the cluster's CA with --ca-file instead"
+        )
+    return connection
 
 
 def _build_spec(index_name: str, values: dict[str, Any]) -> EngineSpec:

@@ -19,7 +19,8 @@ from itlr.cli.app import (
     warn,
 )
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
-from itlr.cli.proxy import (
+from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.cli.serve_proxy import (
     DEFAULT_UPSTREAM_TIMEOUT,
     AllowScriptWritesOpt,
     BodyTimeoutOpt,
@@ -28,12 +29,12 @@ from itlr.cli.proxy import (
     ScriptCheckOpt,
     UpstreamTimeoutOpt,
 )
-from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
-from itlr.engines.integrity import SCRIPT_CHECK_SECONDS
+from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_interval
 from itlr.errors import ConfigurationError
 from itlr.extras import require
 from itlr.limits import LIMITS
 from itlr.service.security import TOKEN_ENV
+from itlr.settings import seconds
 
 
 @app.command()
@@ -120,8 +121,8 @@ def serve(
             "script_check_interval": script_check_interval,
             "index_config": index_config,
             "query_prompt": query_prompt,
-            # --vector-field / --text-field: the layout of indexes itlr did not make, as for
-            # `python -m itlr.cli.proxy`; their defaults name no such layout.
+            # --vector-field / --text-field: the layout of indexes itlr did not make; their
+            # defaults name no such layout.
             "vector_field": _given(context, "vector_field", spec.layout.vector_field),
             "text_field": _given(context, "text_field", spec.layout.text_field),
         }
@@ -137,11 +138,17 @@ def serve(
         from itlr.embed import set_torch_threads
         from itlr.index import Index
         from itlr.service import create_app
-        from itlr.service.security import check_exposure, client_token
+        from itlr.service.server import checked_token
         from itlr.service.timeouts import ReadTimeouts
 
-        client = client_token(token)
-        check_exposure(host, client)  # before the model loads
+        # The rules every server starts under (itlr.service.security), before the model loads.
+        client, notes = checked_token(host, token)
+        for note in notes:
+            warn(note)
+        check_interval(script_check_interval)
+        seconds(
+            upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
+        )
         set_torch_threads(torch_threads)
         opened = Index.from_spec(
             spec,
@@ -152,13 +159,22 @@ def serve(
         )
         for warning in opened.warnings:
             warn(warning)
+        if hasattr(opened.backend, "script_check_seconds"):  # a cluster index: its scripts
+            opened.backend.script_check_seconds = script_check_interval
         config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
         timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
-        app = create_app(opened, token=client, max_body_bytes=max_body_bytes, llm=config)
-        return app, opened, timeouts
+        app = create_app(
+            opened,
+            token=client,
+            max_body_bytes=max_body_bytes,
+            llm=config,
+            upstream_timeout=upstream_timeout,
+        )
+        return app, opened, timeouts, client
 
-    service, opened, timeouts = run_guarded(action)
-    (uvicorn,) = run_guarded(lambda: require("serve", "uvicorn"))
+    service, opened, timeouts, client = run_guarded(action)
+    run_guarded(lambda: require("serve", "uvicorn"))
+    from itlr.service.server import run_server
 
     err.print(
         f"serving {opened.engine} index {opened.name!r} ({opened.count()} documents) on "
@@ -166,7 +182,7 @@ def serve(
         highlight=False,
         markup=False,
     )
-    uvicorn.run(service, host=host, port=port, log_level=log_level, **timeouts.uvicorn_options())
+    run_guarded(lambda: run_server(service, host, port, client, timeouts, log_level=log_level))
 
 
 def _missing_index() -> None:
@@ -210,14 +226,11 @@ def _serve_proxy(
     model: str | None,
     options: dict[str, Any],
 ) -> None:
-    from itlr.cli.proxy import serve_proxy
-    from itlr.service.security import client_token
+    from itlr.cli.serve_proxy import serve_proxy
 
-    given = token
-    client = run_guarded(lambda: client_token(given))
     if spec.connection is None:
         run_guarded(_missing_upstream)
-    serve_proxy(spec.connection, field, host, port, client, model, **options)
+    serve_proxy(spec.connection, field, host, port, token, model, **options)
 
 
 def _missing_upstream() -> None:

@@ -14,6 +14,8 @@ compose, with the error context manager).
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 import warnings
 from dataclasses import replace
 from functools import cached_property
@@ -23,7 +25,12 @@ from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
 from itlr.engines.coverage import CoverageCache, coverage_body, parse_coverage
 from itlr.engines.dialect import Dialect
-from itlr.engines.integrity import ScriptMismatch, check_stored
+from itlr.engines.integrity import (
+    SCRIPT_CHECK_SECONDS,
+    PipelineMismatch,
+    ScriptMismatch,
+    check_stored,
+)
 from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.painless import StoredScript
@@ -61,7 +68,11 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         # What opening the index noticed (about the index, never about one search: those travel
         # with their hits), each once, so the list is as long as the index has problems.
         self.warnings: list[str] = []
-        self._scripts_ready = inline_script
+        # When the stored scripts (and itlr's pipeline, when the index uses it) were last found
+        # to be itlr's (time.monotonic()); compared again every `script_check_seconds` and after
+        # any failed search, so a script replaced on the cluster is refused within that time.
+        self._scripts_checked_at = math.inf if inline_script else -math.inf
+        self.script_check_seconds = SCRIPT_CHECK_SECONDS
         # The mapping's field paths, once check_index has read them.
         self.mapped: set[str] | None = None
         # Hybrid truths' statistics as last counted: a search may be built from them.
@@ -233,8 +244,31 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
                             raise
                 self._put_script(script)
                 installed.append(script.id)
-        self._scripts_ready = True
+        self._scripts_checked_at = time.monotonic()
         return installed
+
+    def verify_integrity(self) -> None:
+        """Before a search, when the last check is `script_check_seconds` old (or a search
+        failed since): the stored scripts are itlr's (ScriptMismatch naming `itlr install`
+        otherwise; a missing one is stored again), and so is the hash-guard pipeline when the
+        index uses it (a deleted one is stored again; a foreign one is a warning: it changes
+        no score, but `itlr backfill --follow` would miss rewritten texts)."""
+        if time.monotonic() - self._scripts_checked_at < self.script_check_seconds:
+            return
+        self.install_scripts(repair=False)
+        from itlr.hash_guard import verify_hash_guard
+
+        try:
+            verify_hash_guard(self)
+        except PipelineMismatch as foreign:
+            self._warn(str(foreign))
+        except EngineError:
+            pass  # a user who may not read settings or pipelines: the scripts were checked
+
+    def integrity_unsure(self) -> None:
+        """A search failed: compare the scripts (and the pipeline) again before the next."""
+        if not self.inline_script:
+            self._scripts_checked_at = -math.inf
 
     # -- coverage ------------------------------------------------------------------------
 

@@ -37,7 +37,8 @@ class ClusterSearch:
     layout: IndexLayout
     inline_script: bool
     remembered: RememberedStats
-    _scripts_ready: bool
+    verify_integrity: Callable[[], None]
+    integrity_unsure: Callable[[], None]
     _errors: Callable[[], contextlib.AbstractContextManager[None]]
     _msearch: Callable[[list[dict[str, Any]]], Any]
     install_scripts: Callable[..., list[str]]
@@ -97,8 +98,16 @@ class ClusterSearch:
         Hybrid truths: built from the remembered statistics where every token has been counted
         (checked by a count sent along unless counted moments ago,
         itlr.engines.remembered_stats), else counted first."""
-        if not self._scripts_ready:
-            self.install_scripts(repair=False)
+        try:
+            self.verify_integrity()
+            return self._search(query, term_vectors, options)
+        except EngineError:
+            self.integrity_unsure()
+            raise
+
+    def _search(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> SearchResult:
         guessed = lexical = None
         if options.truth.uses_lexical:
             tokens = query_tokens(query.terms)

@@ -13,9 +13,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from itlr.errors import EngineError, IndexStateError
+from itlr.urls import split_credentials
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -37,6 +37,16 @@ class Connection:
     api_key: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     verify_certs: bool = True
+
+    def __post_init__(self) -> None:
+        # Credentials in the URL (any host, any form) move to `user` / `password`: every
+        # message that names `url` is then safe to show (itlr.urls).
+        url, user, password = split_credentials(self.url)
+        if url != self.url:
+            object.__setattr__(self, "url", url.rstrip("/"))
+            if self.user is None and self.api_key is None:
+                object.__setattr__(self, "user", user)
+                object.__setattr__(self, "password", password)
 
     @classmethod
     def from_env(cls, url: str, **given: Any) -> Connection:
@@ -114,20 +124,6 @@ class Connection:
             if self.ca_file:
                 kwargs["ca_certs"] = self.ca_file
         return Elasticsearch(**kwargs)
-
-
-def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """`https://user:pass@host:9200` -> (`https://host:9200`, user, pass): the credentials
-    move to the client's auth, so that no message or log line can show them with the URL."""
-    parts = urlsplit(url)
-    if parts.username is None:
-        return url, None, None
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    password = unquote(parts.password) if parts.password is not None else None
-    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.username), password
 
 
 # -- engine detection ----------------------------------------------------------------------
@@ -213,6 +209,20 @@ def _cause(error: Any) -> str:
     return type(info).__name__ if isinstance(info, BaseException) else "connection refused"
 
 
+class ClusterTimeout(EngineError):
+    """The cluster did not answer in time (a client's read time-out, or the overall deadline
+    of itlr.engines.deadline): it may be running, but slow."""
+
+
+def _timed_out(product: str, url: str, error: Any) -> ClusterTimeout:
+    info = getattr(error, "info", None) or getattr(error, "message", None) or error
+    said = "" if "deadline" not in str(info) else " (the overall deadline of a request)"
+    return ClusterTimeout(
+        f"{product} at {url} did not answer in time{said}: it may be overloaded; try again, "
+        "or raise the time-out (--upstream-timeout for `itlr serve`)"
+    )
+
+
 def missing_index(url: str, index: str) -> IndexStateError:
     return IndexStateError(
         f"index {index!r} does not exist at {url}: create it by "
@@ -268,6 +278,8 @@ def opensearch_errors(url: str, index: str) -> Iterator[None]:
         yield
     except os_errors.SSLError as untrusted:
         raise untrusted_tls(url, untrusted) from None
+    except os_errors.ConnectionTimeout as slow:
+        raise _timed_out("OpenSearch", url, slow) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
             f"cannot reach OpenSearch at {url} ({_cause(down)}): is it running? check `url`"
@@ -323,7 +335,9 @@ def elasticsearch_errors(url: str, index: str) -> Iterator[None]:
         raise EngineError(f"Elasticsearch at {url} refused the request: {text}") from None
     except elastic_transport.TlsError as untrusted:
         raise untrusted_tls(url, untrusted) from None
-    except (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout) as down:
+    except elastic_transport.ConnectionTimeout as slow:
+        raise _timed_out("Elasticsearch", url, slow) from None
+    except elastic_transport.ConnectionError as down:
         raise EngineError(
             f"cannot reach Elasticsearch at {url} ({type(down).__name__}): "
             "is it running? check `url`"

@@ -1,6 +1,7 @@
 """Is the stored script under an itlr id really ours? A script id names its source's digest, but
 anyone with cluster rights can store other source under it; the cluster backends and the proxy
-compare the stored source with the packaged Painless file before trusting it.
+compare the stored source with the packaged Painless file before trusting it. Likewise itlr's
+ingest pipeline (itlr.hash_guard): an emptied one would make `--follow` miss rewritten texts.
 """
 
 from __future__ import annotations
@@ -8,14 +9,26 @@ from __future__ import annotations
 from typing import Any
 
 from itlr.engines.painless import StoredScript
-from itlr.errors import EngineError
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
 
 # Every id itlr stores scripts under starts so (see StoredScript.id).
 SCRIPT_ID_PREFIX = "itlr-"
-# How old the query-bar proxy's last comparison of the stored scripts may be when a logical
-# search runs (`--script-check-interval`), and the largest it may be set to.
+# How often the stored scripts (and itlr's ingest pipeline) are compared with the packaged ones
+# by a running proxy, service or follower (`--script-check-interval`), and the largest it may
+# be set to; each also compares them again after an error that names a script.
 SCRIPT_CHECK_SECONDS = 30.0
 MAX_SCRIPT_CHECK_SECONDS = 3600.0
+
+
+def check_interval(seconds: float) -> float:
+    """A script check interval within its bounds (ConfigurationError naming the flag)."""
+    if not 0 < seconds <= MAX_SCRIPT_CHECK_SECONDS:
+        raise ConfigurationError(
+            "the script check interval (--script-check-interval, ITLR_SCRIPT_CHECK_INTERVAL) "
+            f"must be a number of seconds above 0 and at most {MAX_SCRIPT_CHECK_SECONDS:g}, "
+            f"not {seconds}"
+        )
+    return seconds
 
 
 def reinstall_command(url: str) -> str:
@@ -44,6 +57,35 @@ def check_stored(script: StoredScript, found: Any, url: str) -> None:
     """Refuse a stored script whose source is not the packaged one."""
     if stored_source(found) != script.source:
         raise ScriptMismatch(script.id, url)
+
+
+class PipelineMismatch(IndexStateError):
+    """The ingest pipeline under itlr's hash-guard id does other work than itlr's."""
+
+    def __init__(self, pipeline_id: str, url: str) -> None:
+        self.pipeline_id = pipeline_id
+        super().__init__(
+            f"the ingest pipeline {pipeline_id} on {url} is not itlr's (its processors differ "
+            "from itlr's hash guard): `itlr backfill --follow` would miss rewritten texts; put "
+            "it back with `itlr backfill --index INDEX --install-pipeline --url ...`"
+        )
+
+
+def stored_pipeline(found: Any, pipeline_id: str) -> dict[str, Any] | None:
+    """The pipeline in a `GET _ingest/pipeline/<id>` answer (None when it holds none)."""
+    try:
+        body = dict(found).get(pipeline_id)
+    except (TypeError, ValueError):
+        return None
+    return dict(body) if isinstance(body, dict) else None
+
+
+def check_stored_pipeline(pipeline_id: str, expected: dict[str, Any], found: Any, url: str) -> None:
+    """Refuse a stored pipeline whose processors are not the expected ones (the description
+    is a note, not work)."""
+    stored = stored_pipeline(found, pipeline_id)
+    if stored is None or stored.get("processors") != expected["processors"]:
+        raise PipelineMismatch(pipeline_id, url)
 
 
 def is_script_error(message: str) -> bool:

@@ -127,6 +127,13 @@ class ClusterOperations:
             answer = dict(self.client.indices.get_mapping(index=index))
         return dict(one_index(index, answer)["mappings"])
 
+    def pipeline(self, pipeline_id: str, index: str) -> dict[str, Any] | None:
+        """The stored ingest pipeline as `GET _ingest/pipeline/<id>` answers it ({id: body}),
+        None when there is none (an error names `index`, the one it is read for)."""
+        with self.errors(index):
+            found = dict(self._get_pipeline(pipeline_id) or {})
+        return found if pipeline_id in found else None
+
     def settings(self, index: str) -> dict[str, Any]:
         """The `settings.index` object of one index (an alias of one index: of that one)."""
         with self.errors(index):
@@ -178,11 +185,6 @@ class ClusterOperations:
             if preference is None:
                 return dict(self.client.search(index=index, body=body))
             return dict(self.client.search(index=index, body=body, preference=preference))
-
-    def pipeline_exists(self, pipeline_id: str, index: str) -> bool:
-        """Whether the ingest pipeline is stored (an error names `index`, the one it is for)."""
-        with self.errors(index):
-            return pipeline_id in dict(self._get_pipeline(pipeline_id) or {})
 
     def scan(
         self, index: str, source: list[str] | bool = True, size: int = 256, seq_no: bool = False

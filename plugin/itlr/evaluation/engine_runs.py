@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from itlr.engines import ClusterIndex
-from itlr.engines.connection import split_credentials
 from itlr.errors import ConfigurationError
 from itlr.evaluation.methods import Case, Dense, Logical, Method
 from itlr.evaluation.runner import Runs, VectorCorpus, run_methods
@@ -36,6 +35,7 @@ from itlr.ingest import ingest
 from itlr.options import Mode, SearchOptions
 from itlr.records import Document
 from itlr.results import Hit
+from itlr.urls import redact_url
 
 # OpenSearch's k-NN plugin refuses k above 10000 and Elasticsearch caps num_candidates there;
 # 10000 is also both engines' default index.max_result_window, the most hits one request returns.
@@ -137,7 +137,7 @@ class EngineRunner:
         """The engine part of results.json's config (the URL without credentials)."""
         return {
             "engine": self.backend.engine,
-            "url": split_credentials(self.backend.url)[0],
+            "url": redact_url(self.backend.url),
             "index": self.backend.index_name,
             "mode": self.mode,
             "candidates": self.candidate_budget(depth) if self.mode == "knn" else None,

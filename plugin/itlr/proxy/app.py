@@ -22,6 +22,7 @@ try:
     import httpx
     from starlette.applications import Starlette
     from starlette.background import BackgroundTask
+    from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
@@ -32,12 +33,10 @@ from itlr.embed import Embedder
 from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
-    SCRIPT_ID_PREFIX,
     ScriptMismatch,
     is_script_error,
-    reinstall_command,
 )
-from itlr.errors import EngineError, IndexStateError, ItlrError
+from itlr.errors import ConfigurationError, IndexStateError, ItlrError
 from itlr.lexical import CorpusStats, query_tokens
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
@@ -49,10 +48,12 @@ from itlr.proxy.bodies import (
     not_json,
     read_body,
 )
+from itlr.proxy.caller import Caller, CallerReads
 from itlr.proxy.clause import ClauseError, LogicalSearch
 from itlr.proxy.codec import (
     decode_json,
     encode_json,
+    error_body,
     error_response,
     refusal,
     script_mismatch,
@@ -61,18 +62,12 @@ from itlr.proxy.codec import (
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
+from itlr.proxy.integrity import IntegrityWatch, OwnRequests, write_refusal
 from itlr.proxy.rewrite import refuse_terminate_after, rewrite_search
 from itlr.proxy.statistics import CallerStatistics, changes_documents
-from itlr.proxy.upstream import (
-    IndexConfig,
-    Upstream,
-    UpstreamDenied,
-    UpstreamTimeout,
-    auth_headers,
-    timeout_seconds,
-)
+from itlr.proxy.upstream import IndexConfig, Upstream, UpstreamDenied, UpstreamTimeout
 from itlr.query import Query
-from itlr.service.security import TOKEN_HEADER, token_matches
+from itlr.service.security import TOKEN_HEADER, TokenGuard
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text
 
 log = logging.getLogger("itlr.proxy")
@@ -126,9 +121,6 @@ QUERY_API_PATH = re.compile(
 )
 # A poll of an async search by its id (not `status/<id>`, which holds no hits).
 ASYNC_POLL_PATH = re.compile(r"^/_async_search/(?P<id>(?!status/)[^/]+)/?$")
-
-
-SCRIPT_WRITE_PATH = re.compile(rf"^/_scripts/{SCRIPT_ID_PREFIX}[^/]*(?:/[^/]*)?/?$")
 
 
 def _raw_target(request: Request, query: bytes | None = None) -> str:
@@ -197,7 +189,8 @@ class QueryBarProxy:
         self.forwarder = Forwarder(
             tls, timeout, CONNECT_SECONDS, MAX_CONNECTIONS, KEEPALIVE_SECONDS
         )
-        # The client asks the upstream the proxy's own questions (Upstream).
+        # The client asks the upstream the proxy's questions: its callers' (as each caller,
+        # itlr.proxy.caller) and its own (itlr.proxy.integrity). No credentials of its own.
         self.client = httpx.AsyncClient(
             base_url=connection.url,
             timeout=httpx.Timeout(timeout, connect=CONNECT_SECONDS),
@@ -207,10 +200,15 @@ class QueryBarProxy:
         self._base = connection.url.rstrip("/")
         # httpx's default headers (Accept-Encoding, User-Agent, ...) would alter what the UI sent.
         self.client.headers.clear()
-        self.upstream = Upstream(self.client, connection, indexes, script_check_seconds)
-        self.coverage = CoverageReport(self.upstream, connection)
+        self.timeout = timeout
+        reads = CallerReads(self.client, connection.url, timeout)
+        self.upstream = Upstream(reads, connection, indexes)
+        self.integrity = IntegrityWatch(
+            OwnRequests(self.client, connection, timeout), reads, script_check_seconds, timeout
+        )
+        self.coverage = CoverageReport(self.upstream)
         # Hybrid truths' token statistics, per target and caller (itlr.proxy.statistics).
-        self.statistics = CallerStatistics()
+        self.statistics = CallerStatistics(deadline=timeout)
         # What to fix in the polls of the async searches the proxy rewrote, by their ids.
         self.async_searches = AsyncSearches()
         # Set by `itlr bench proxy` only: where each request spends its time.
@@ -222,7 +220,7 @@ class QueryBarProxy:
         self,
         target: str,
         query: Query,
-        headers: dict[str, str],
+        caller: Caller,
         counted: Counted,
     ) -> CorpusStats | None:
         """The target's token statistics for hybrid truths (None for other truths): the
@@ -234,7 +232,10 @@ class QueryBarProxy:
         key = (target, tuple(sorted(tokens)))
         if key not in counted:
             counted[key] = await self.statistics.statistics(
-                target, headers, tokens, lambda: self.upstream.lexical_stats(target, query, headers)
+                target,
+                caller.headers,
+                tokens,
+                lambda: self.upstream.lexical_stats(caller, target, query),
             )
         return counted[key]
 
@@ -242,7 +243,7 @@ class QueryBarProxy:
         self,
         body: dict[str, Any],
         target: str | None,
-        headers: dict[str, str],
+        caller: Caller,
         counted: Counted,
         query: bytes = b"",
     ) -> tuple[dict[str, Any], AnswerPlan, bytes | None] | None:
@@ -266,10 +267,11 @@ class QueryBarProxy:
                 f"a search on {self.field}: must name its index (or index pattern) in the path"
             )
         with stages.span("index lookup (cached)"):
-            searched = await self.upstream.target(target, headers)
+            searched = await self.upstream.target(caller, target)
+            await self.integrity.verified(caller, searched.dialect)
         vectors = await self.encoding.vectors(searched, target, list(found.query.terms))
         with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
-            lexical = await self._statistics(target, found.query, headers, counted)
+            lexical = await self._statistics(target, found.query, caller, counted)
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
@@ -279,7 +281,7 @@ class QueryBarProxy:
         return rewritten, plan, query_left
 
     async def _rewrite_search(
-        self, raw: bytes, target: str | None, headers: dict[str, str], query: bytes
+        self, raw: bytes, target: str | None, caller: Caller, query: bytes
     ) -> Rewrite | None:
         with stages.span("parse JSON"):
             LIMITS.check_json_depth(raw, "the search body")
@@ -289,14 +291,14 @@ class QueryBarProxy:
                 return None  # not ours to judge: the upstream answers malformed JSON itself
         if not isinstance(body, dict):
             return None
-        done = await self._rewrite_one(body, target, headers, {}, query)
+        done = await self._rewrite_one(body, target, caller, {}, query)
         if done is None:
             return None
         with stages.span("serialise upstream body"):
             return Rewrite(encode_json(done[0]), done[2], {0: done[1]}, [str(target)])
 
     async def _rewrite_msearch(
-        self, raw: bytes, target: str | None, headers: dict[str, str]
+        self, raw: bytes, target: str | None, caller: Caller
     ) -> Rewrite | None:
         """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
         LIMITS.check_json_depth(raw, "the _msearch body")
@@ -307,7 +309,7 @@ class QueryBarProxy:
         targets: list[str] = []
         for found in placement.msearch_searches(lines, target, self.field):
             try:
-                done = await self._rewrite_one(found.body, found.index, headers, counted)
+                done = await self._rewrite_one(found.body, found.index, caller, counted)
             except IndexStateError as failed:  # which search of many, on which index
                 raise IndexStateError(
                     f"_msearch search {found.ordinal + 1} (on {found.index!r}): {failed}"
@@ -334,21 +336,16 @@ class QueryBarProxy:
             if placement.body_names_field(body, self.field, f"the {api} body"):
                 raise not_json(body.kind, self.field)
             return None  # it names no field: the engine reads it as it is
-        headers = auth_headers(request.headers)
+        caller = Caller.of(request.headers)
         if api == "_msearch":
-            done = await self._rewrite_msearch(body.data, target, headers)
+            done = await self._rewrite_msearch(body.data, target, caller)
         else:
-            done = await self._rewrite_search(body.data, target, headers, query)
+            done = await self._rewrite_search(body.data, target, caller, query)
         if done is not None:
             placement.refuse_other_answer_formats(query, request.headers.get("accept"), self.field)
         return done
 
     # -- forwarding ------------------------------------------------------------------------
-
-    def _authorized(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        return token_matches(request.headers.get(TOKEN_HEADER), self.token)
 
     async def _read_search_body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -377,18 +374,22 @@ class QueryBarProxy:
             "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES)",
         )
 
-    async def _script_failure(self, request: Request, upstream: Forwarded) -> Response | None:
+    async def _script_failure(
+        self, request: Request, upstream: Forwarded, target: str | None
+    ) -> Response | None:
         """A logical search the upstream refused on a script error: the refusal to send when
         the stored script is not ours any more, else None (the upstream's answer, buffered).
         ForwardTimeout / ForwardFailed when the answer does not come whole."""
         await upstream.read()
         if not is_script_error(upstream.text):
             return None
+        caller = Caller.of(request.headers)
         try:
-            await self.upstream.recheck_scripts(auth_headers(request.headers))
+            searched = await self.upstream.target(caller, target) if target else None
+            await self.integrity.after_error(caller, searched.dialect if searched else None)
         except ScriptMismatch as foreign:
             return script_mismatch(foreign)
-        except EngineError as failed:
+        except ItlrError as failed:
             log.warning("cannot recheck itlr's stored scripts: %s", failed)
         return None
 
@@ -409,10 +410,6 @@ class QueryBarProxy:
     async def _handle(self, request: Request) -> Response:
         if self.stages is not None:
             self.stages.start_request()
-        if not self._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
         path = normalised_path(request)
         if path is None:
             return error_response(
@@ -421,15 +418,12 @@ class QueryBarProxy:
                 "itlr proxy: paths with dot segments (`.`, `..`, or their percent-encodings) are "
                 "refused: name the resource directly",
             )
-        script_write = request.method not in ("GET", "HEAD") and path.startswith("/_scripts/")
-        if script_write and not self.allow_script_writes and SCRIPT_WRITE_PATH.match(path):
-            return error_response(
-                403,
-                "itlr_script_write_refused",
-                "itlr proxy: writes to itlr's stored scripts are refused (start the proxy with "
-                f"--allow-script-writes to permit them); `{reinstall_command(self.connection.url)}`"
-                " installs the packaged ones",
-            )
+        script_write = request.method not in ("GET", "HEAD") and (
+            path.startswith("/_scripts/") or path.startswith("/_ingest/pipeline/")
+        )
+        refused = write_refusal(request.method, path, self.connection.url)
+        if refused is not None and not self.allow_script_writes:
+            return error_response(403, "itlr_script_write_refused", f"itlr proxy: {refused}")
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         content: bytes | AsyncIterator[bytes] | None
         rewritten = False
@@ -489,12 +483,14 @@ class QueryBarProxy:
                 self.statistics.written()
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
         if script_write:
-            # Whatever it wrote, the next logical search compares itlr's scripts again first.
-            self.upstream.scripts_changed()
+            # Whatever it wrote, the next logical search waits for a new check of itlr's own.
+            self.integrity.nudge()
         relayed = False
         try:
             if rewritten and upstream.status_code >= 400:
-                foreign = await self._script_failure(request, upstream)
+                foreign = await self._script_failure(
+                    request, upstream, search.group("target") if search else None
+                )
                 if foreign is not None:
                     return foreign
             response_headers = {k: v for k, v in upstream.headers.items() if k not in HOP_BY_HOP}
@@ -550,7 +546,7 @@ class QueryBarProxy:
                     "template" in api
                     and body.kind == JSON
                     and await self.upstream.stored_template_mentions(
-                        body.data, self.field, auth_headers(request.headers)
+                        Caller.of(request.headers), body.data, self.field
                     )
                 )
             )
@@ -604,7 +600,8 @@ class QueryBarProxy:
         self, request: Request, targets: list[str], response_headers: dict[str, str]
     ) -> None:
         """The coverage `Warning` of every index a logical search of the request searched."""
-        notes = [await self.coverage.warning(request, target) for target in dict.fromkeys(targets)]
+        caller = Caller.of(request.headers)
+        notes = [await self.coverage.warning(caller, target) for target in dict.fromkeys(targets)]
         shown = [note for note in notes if note]
         if shown:
             previous = response_headers.get("warning")
@@ -620,11 +617,20 @@ class QueryBarProxy:
         return Response(content, status, headers)
 
     def _timed_out(self) -> JSONResponse:
-        return upstream_timeout(UpstreamTimeout(self.connection.url, timeout_seconds(self.client)))
+        return upstream_timeout(UpstreamTimeout(self.connection.url, self.timeout))
 
 
 METRICS_PATH = "/_itlr/metrics"
 HEALTHZ_PATH = "/_itlr/healthz"
+TERM_CACHE_NEEDS_TOKEN = (
+    "# itlr_term_cache_* counters: shown only by a proxy started with a client token "
+    "(--token, ITLR_TOKEN), to callers presenting it\n"
+)
+
+
+def refusal_body(status: int, reason: str) -> dict[str, Any]:
+    """A guard's refusal (token, Host) in the cluster's error shape, as a UI shows it."""
+    return error_body(status, "itlr_unauthorized" if status == 401 else "itlr_forbidden", reason)
 
 
 def create_proxy_app(
@@ -645,6 +651,11 @@ def create_proxy_app(
     `indexes`: where indexes itlr did not make keep their text and vectors;
     `script_check_seconds`: how old the last comparison of itlr's stored scripts may be when a
     logical search runs (they are compared again beyond, and after any write to `_scripts`)."""
+    if len(connection.hosts) > 1:
+        raise ConfigurationError(
+            "the proxy forwards to one address: give one host in `url` (a load balancer in "
+            "front of the cluster's nodes, or one node)"
+        )
     proxy = QueryBarProxy(
         connection,
         field,
@@ -659,29 +670,34 @@ def create_proxy_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        proxy.integrity.start()  # the proxy's own schedule, from the start
         yield
+        await proxy.integrity.stop()
         await proxy.client.aclose()
         await proxy.forwarder.aclose()
 
     async def metrics(request: Request) -> Response:
-        """The term cache's counters and the coverage gauges of every index searched so far
-        in Prometheus' text format (behind the proxy's token)."""
-        if not proxy._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
-        text = prometheus_text() + await coverage.gauges(request)
+        """In Prometheus' text format: the coverage gauges of every searched index the caller
+        may count (counted as the caller) and, behind the proxy's token, the term cache's
+        counters (they would tell which terms others searched)."""
+        text = await coverage.gauges(Caller.of(request.headers))
+        if proxy.token is not None:  # the token guard let the request in: it presented it
+            text = prometheus_text() + text
+        else:
+            text = TERM_CACHE_NEEDS_TOKEN + text
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     async def healthz(request: Request) -> Response:
-        if not proxy._authorized(request):
-            return error_response(
-                401, "itlr_unauthorized", f"the proxy wants its token in the {TOKEN_HEADER} header"
-            )
         return await coverage.healthz(request)
 
     coverage = proxy.coverage
     methods = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"]
+    # The token guards the whole app, every route (one added later too), before any reads.
+    guards = (
+        [Middleware(TokenGuard, token=token, bearer=False, body=refusal_body)]
+        if token is not None
+        else []
+    )
     app = Starlette(
         routes=[
             # `_` starts no index name, so this path never shadows one of the upstream's.
@@ -691,6 +707,7 @@ def create_proxy_app(
             Route("/{path:path}", proxy.handle, methods=methods),
         ],
         lifespan=lifespan,
+        middleware=guards,
     )
     app.state.proxy = proxy
     return app

@@ -1,91 +1,76 @@
-"""The proxy's coverage report (`/_itlr/healthz`, gauges in `/_itlr/metrics`): for each index
-it has searched (or one named), how many documents have a text but no vector, counted with the
-caller's credentials and reused for a few seconds (itlr.engines.coverage)."""
+"""The proxy's coverage report (`/_itlr/healthz`, gauges in `/_itlr/metrics`): for each index a
+caller has searched (or names), how many documents have a text but no vector.
+
+Everything here is read as the caller (itlr.proxy.caller), never as the proxy's own user: a
+caller the cluster refuses gets the cluster's refusal, a caller under document-level security
+sees their own documents counted, and a count is kept for a few seconds under the caller's
+digest only. Healthz lists the indexes this caller searched or named, never another caller's;
+the metrics' gauges are those of every searched index this caller may count (the others are
+left out). An index name or pattern is checked before it goes into a path; an index that does
+not exist is a one-line 404."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
-from itlr.engines.connection import Connection, error_reason
-from itlr.engines.coverage import (
-    CoverageCache,
-    coverage_body,
-    parse_coverage,
-    prometheus_lines,
-)
-from itlr.errors import EngineError
-from itlr.proxy.upstream import Upstream, auth_headers
+from itlr.engines.connection import engine_from_root, error_reason
+from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
+from itlr.errors import EngineError, ItlrError
+from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path
+from itlr.proxy.codec import error_response
+from itlr.proxy.upstream import Upstream, UpstreamDenied
 from itlr.results import Coverage
 
-
-async def target_coverage(
-    upstream: Upstream, cache: CoverageCache, target: str, headers: dict[str, str]
-) -> Coverage:
-    # Counted per caller: one user's answer never stands in for another's, who may not be
-    # allowed to read the index.
-    key = f"{target}\0{hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()}"
-    kept = cache.fresh(key)
-    if kept is not None:
-        return kept
-    layout = (await upstream.vectors(target, headers)).layout
-    response = await upstream._send(
-        "POST",
-        f"/{target}/_search",
-        headers,
-        json=coverage_body(layout.vector_field, layout.text_field),
-    )
-    try:
-        payload: Any = response.json()
-    except ValueError:
-        payload = response.text
-    if response.status_code != 200 or not isinstance(payload, dict):
-        raise EngineError(
-            f"cannot count the documents of {target!r} without a vector: the upstream answered "
-            f"{response.status_code} ({error_reason(payload, payload)})"
-        )
-    counted = parse_coverage(target, payload)
-    cache.put(counted, key)
-    return counted
+# Counts kept, per (caller, target): a scrape every few seconds by a few callers fits.
+KEPT_COUNTS = 1024
+# Targets one healthz request may name.
+MAX_NAMED = 64
 
 
 class CoverageReport:
-    """Counts per index for the proxy's health and metrics endpoints."""
+    """Counts per index for the proxy's health and metrics endpoints, each as its caller."""
 
-    def __init__(self, upstream: Upstream, connection: Connection) -> None:
+    def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        self.connection = connection
-        self.cache = CoverageCache()
+        self.counted: TimedLRU[tuple[bytes, str], Coverage] = TimedLRU(KEPT_COUNTS, COVERAGE_TTL)
 
-    def _headers(self, request: Request) -> dict[str, str]:
-        return {**self.connection.auth_headers(), **auth_headers(request.headers)}
+    async def count(self, caller: Caller, target: str) -> Coverage:
+        """The target's coverage as the caller may count it (UpstreamDenied: the cluster's
+        refusal, or its 404)."""
+        key = (caller.digest, target)
+        kept = self.counted.get(key)
+        if kept is not None:
+            return kept
+        layout = (await self.upstream.vectors(caller, target)).layout
+        response = await self.upstream.reads.search(
+            caller, target, coverage_body(layout.vector_field, layout.text_field)
+        )
+        if response.status_code in (401, 403, 404):
+            raise UpstreamDenied(self.upstream.connection.url, response)
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+        if response.status_code != 200 or not isinstance(payload, dict):
+            raise EngineError(
+                f"cannot count the documents of {target!r} without a vector: the upstream answered "
+                f"{response.status_code} ({error_reason(payload, payload)})"
+            )
+        counted = parse_coverage(target, payload)
+        self.counted.put(key, counted)
+        return counted
 
-    async def counts(self, request: Request, named: list[str]) -> dict[str, Coverage | EngineError]:
-        """{index: coverage, or why it could not be counted}: the named ones and every index
-        searched so far."""
-        headers = self._headers(request)
-        report: dict[str, Coverage | EngineError] = {}
-        for target in dict.fromkeys([*named, *self.upstream.known_targets()]):
-            try:
-                report[target] = await target_coverage(self.upstream, self.cache, target, headers)
-            except EngineError as failed:
-                report[target] = failed
-            except ValueError as failed:  # an index whose layout itlr cannot read
-                report[target] = EngineError(str(failed))
-        return report
-
-    async def warning(self, request: Request, target: str) -> str | None:
+    async def warning(self, caller: Caller, target: str) -> str | None:
         """The `Warning` header value (RFC 7234 form, code 299, as the engines send theirs) for
         a logical search of `target` when documents it cannot score exist; None otherwise, or
         when they cannot be counted (the search's answer is not held up by the count)."""
-        headers = self._headers(request)
         try:
-            layout = (await self.upstream.vectors(target, headers)).layout
-            counted = await target_coverage(self.upstream, self.cache, target, headers)
-        except (EngineError, ValueError):
+            layout = (await self.upstream.vectors(caller, target)).layout
+            counted = await self.count(caller, target)
+        except (ItlrError, ValueError):
             return None
         note = counted.warning(layout.vector_field, layout.text_field)
         if note is None:
@@ -94,26 +79,63 @@ class CoverageReport:
         quoted = note.replace("\\", "\\\\").replace('"', '\\"').encode("ascii", "replace")
         return f'299 itlr "{quoted.decode("ascii")}"'
 
-    async def healthz(self, request: Request) -> JSONResponse:
-        """The upstream's engine and, per index searched so far (and each `?index=` named), the
-        documents with a text but no vector; 503 when the upstream does not answer."""
+    async def healthz(self, request: Request) -> Response:
+        """The upstream's engine as the caller's `GET /` finds it and, per index this caller
+        searched (and each `?index=` named), the documents with a text but no vector. The
+        cluster's 401 to the caller is the answer (its 403 for a named index); a named index that does not exist is a
+        404; 503 when the upstream does not answer (a root that answers something else is
+        said in `engine_error`, the counts still made)."""
+        caller = Caller.of(request.headers)
+        named = request.query_params.getlist("index")
+        if len(named) > MAX_NAMED:
+            return error_response(
+                400, "itlr_bad_request", f"itlr: name at most {MAX_NAMED} indexes in ?index="
+            )
         try:
-            engine, version = await self.upstream.engine(self._headers(request))
+            for target in named:
+                index_path(target)
+        except BadTarget as bad:
+            return error_response(400, "itlr_bad_request", f"itlr: {bad}")
+        try:
+            root = await self.upstream.reads.root(caller)
         except EngineError as down:
             return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
-        counts = await self.counts(request, request.query_params.getlist("index"))
-        coverage = {
-            name: {"index": name, "error": str(c)} if isinstance(c, Exception) else c.to_dict()
-            for name, c in counts.items()
-        }
-        return JSONResponse(
-            {"status": "ok", "engine": engine, "version": version, "coverage": coverage}
-        )
-
-    async def gauges(self, request: Request) -> str:
-        """The coverage gauges of every index searched so far (those that could be counted)."""
+        if root.status_code == 401:  # who the caller is, the cluster does not know: nothing
+            return Response(root.content, 401, media_type="application/json")
+        engine: dict[str, Any] = {"engine": None, "version": None}
         try:
-            counts = await self.counts(request, [])
-        except EngineError:
-            return ""
-        return prometheus_lines([c for c in counts.values() if isinstance(c, Coverage)])
+            if root.status_code != 200:
+                raise EngineError(f"GET / answered {root.status_code}")
+            engine["engine"], engine["version"] = engine_from_root(
+                self.upstream.connection.url, root.json()
+            )
+        except (EngineError, ValueError) as unknown:
+            engine["engine_error"] = str(unknown)
+        coverage: dict[str, Any] = {}
+        for target in dict.fromkeys([*named, *self.upstream.searched_by(caller)]):
+            try:
+                coverage[target] = (await self.count(caller, target)).to_dict()
+            except UpstreamDenied as denied:
+                if target not in named:
+                    continue  # searched once, not readable now: not this caller's to see
+                if denied.status_code == 404:
+                    return error_response(
+                        404,
+                        "index_not_found_exception",
+                        f"itlr: no index matches {target!r} at {self.upstream.connection.url}",
+                        index=target,
+                    )
+                return Response(denied.content, denied.status_code, media_type=denied.media_type)
+            except (ItlrError, ValueError) as failed:
+                coverage[target] = {"index": target, "error": str(failed)}
+        return JSONResponse({"status": "ok", **engine, "coverage": coverage})
+
+    async def gauges(self, caller: Caller) -> str:
+        """The coverage gauges of every searched index the caller may count."""
+        counts = []
+        for target in self.upstream.searched():
+            try:
+                counts.append(await self.count(caller, target))
+            except (ItlrError, ValueError):
+                continue
+        return prometheus_lines(counts)

@@ -1,5 +1,9 @@
 """The proxy's term vectors: the process's embedder (or the one an index config names), the
-term cache in front of it, and one encode at a time, since every request shares the model."""
+term cache in front of it, and one encode at a time, since every request shares the model.
+
+The cache's entries are scoped by the indexes a search resolved to for its caller
+(`SearchTarget.indexes`): a term one index's users searched is not a cache hit (a faster answer)
+for another index's users (itlr.term_cache)."""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class TermEncoding:
             )
         return self._embedder
 
-    def encode(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray:
+    def encode(self, vectors: IndexVectors, terms: list[str], scope: str) -> np.ndarray:
         with self._encode_lock:
             embedder = self.embedder_for(vectors)
 
@@ -44,26 +48,29 @@ class TermEncoding:
 
         # Cached terms (itlr.term_cache) wait for no one; only the encoder's calls take turns.
         with stages.span("encode (cache + model)"):
-            return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims)
+            return cache_for(embedder.cache_name).encode(terms, encode, embedder.dims, scope)
 
-    def cached(self, vectors: IndexVectors, terms: list[str]) -> np.ndarray | None:
+    def cached(self, vectors: IndexVectors, terms: list[str], scope: str) -> np.ndarray | None:
         """The vectors when every term is in the term cache, else None. Microseconds, so it
         runs on the event loop: a repeated query skips the hand-off to a worker thread."""
         embedder = self._embedder  # a plain read: the lock may be held by a running encode
         if embedder is None or embedder.name != vectors.model or vectors.encoder is not None:
             return None
         with stages.span("encode (cache + model)"):
-            return cache_for(embedder.cache_name).cached(terms)
+            return cache_for(embedder.cache_name).cached(terms, scope)
 
     async def vectors(self, searched: SearchTarget, target: str, terms: list[str]) -> np.ndarray:
         model = searched.vectors.model
         # The prompted text is the cache's key too, so prompts never share a vector.
         terms = [searched.vectors.query_prompt + term for term in terms]
-        vectors = self.cached(searched.vectors, terms)
+        scope = ",".join(searched.indexes) or target
+        vectors = self.cached(searched.vectors, terms, scope)
         if vectors is None:
             encoded_before = stages.get("encode (cache + model)")
             with stages.span("thread hand-off"):
-                vectors = await anyio.to_thread.run_sync(self.encode, searched.vectors, terms)
+                vectors = await anyio.to_thread.run_sync(
+                    self.encode, searched.vectors, terms, scope
+                )
             # The span holds the encode (timed in the worker thread): keep the hand-off alone.
             stages.add("thread hand-off", encoded_before - stages.get("encode (cache + model)"))
         mapped = searched.vectors.dims

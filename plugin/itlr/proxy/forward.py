@@ -7,9 +7,11 @@ the UI's headers (hop-by-hop ones taken out by the caller), the path and query s
 byte, no default headers added, no cookie kept from one user's answer for the next, no redirect
 followed; what comes back is the upstream's bytes as sent (still compressed if they were).
 
-Time-outs: `timeout` seconds for a free connection, for each write of the body and between two
-reads of the answer; `connect` seconds to open a connection. A write the upstream stops taking
-and a connection that never frees are 504s as a slow answer is (`ForwardTimeout`); an
+Time-outs: `timeout` seconds for a free connection and for each write of the body; then, from
+the end of the body, `timeout` seconds for the whole answer, its headers and its body together
+(an upstream that trickles its answer a byte at a time is cut off like a silent one);
+`connect` seconds to open a connection. A write the upstream stops taking, a connection that
+never frees and an answer that does not come whole in time are 504s (`ForwardTimeout`); an
 unreachable or broken-off upstream is `ForwardFailed`.
 """
 
@@ -52,8 +54,10 @@ class ForwardFailed(Exception):
 class Forwarded:
     """The upstream's answer: status and headers at once, the body read whole or streamed."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, deadline: float) -> None:
         self._response = response
+        # The loop time by which the whole answer must be in.
+        self.deadline = deadline
         self.status_code = response.status
         self.content: bytes | None = None  # once read whole
         # Lower-case names; a repeated header's values joined by ", " (RFC 9110 5.3). Latin-1
@@ -68,7 +72,8 @@ class Forwarded:
         """The whole body; ForwardTimeout / ForwardFailed when the upstream stalls or breaks
         off. The connection goes back to the pool."""
         try:
-            self.content = await self._response.read()
+            async with asyncio.timeout_at(self.deadline):
+                self.content = await self._response.read()
         except TimeoutError:  # aiohttp's read time-out is one too
             raise ForwardTimeout() from None
         except aiohttp.ClientError as cut:
@@ -87,9 +92,19 @@ class Forwarded:
                 content = zlib.decompress(content, 47)
         return content.decode("utf-8", errors="replace")
 
-    def stream(self) -> AsyncIterator[bytes]:
-        """The body as it comes."""
-        return self._response.content.iter_any()
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The body as it comes, until the deadline (ForwardTimeout beyond: the relay breaks
+        off, as the upstream's own would)."""
+        chunks = self._response.content.iter_any()
+        while True:
+            try:
+                async with asyncio.timeout_at(self.deadline):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise ForwardTimeout() from None
+            yield chunk
 
     async def aclose(self) -> None:
         """After streaming: the connection back to the pool when the body was read to its end,
@@ -114,7 +129,7 @@ def _as_sent(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 class _WriteDeadline:
     """Moves the guard on the send around each write of the body: `seconds` for every chunk
     the upstream takes. Off while the next chunk is awaited from the UI (its own read
-    time-outs bound that) and once the whole body is written (the read time-out takes over)."""
+    time-outs bound that); once the whole body is written, `seconds` for the whole answer."""
 
     def __init__(self, guard: asyncio.Timeout, seconds: float) -> None:
         self.guard = guard
@@ -138,6 +153,8 @@ class _WriteDeadline:
                 self._move(loop.time() + self.seconds)
                 yield chunk
                 self._move(None)
+        # Written whole: the answer has `seconds` from now, all of it (Forwarded.deadline).
+        self._move(loop.time() + self.seconds)
 
 
 class Forwarder:
@@ -216,13 +233,14 @@ class Forwarder:
                     )
                 finally:
                     deadline.active = False
+                answered_by = guard.when() or loop.time() + self.timeout
         except (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError) as down:
             raise ForwardFailed(down) from None
         except TimeoutError:  # the guard's, or aiohttp's read time-out
             raise ForwardTimeout() from None
         except aiohttp.ClientError as down:
             raise ForwardFailed(down) from None
-        return Forwarded(response)
+        return Forwarded(response, answered_by)
 
     async def aclose(self) -> None:
         if self._session is not None and not self._session.closed:

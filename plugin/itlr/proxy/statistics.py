@@ -18,28 +18,36 @@ double that work and its side effects, so only statistics known to be recent are
 Counts are kept per caller: a digest of the headers that carry the caller's identity (the ones
 the count itself is sent with), so one user's counts, which document-level security may make
 differ, never score another's search. Memory is bounded: `REMEMBERED_TARGETS` (target, caller)
-pairs of `REMEMBERED_TOKENS` tokens each, least recently used out first.
+pairs of `REMEMBERED_TOKENS` tokens each, least recently used out first, none kept longer than
+`REMEMBERED_SECONDS`.
+
+A count on its way is shared for at most the proxy's upstream deadline (the count itself has
+that deadline: itlr.proxy.caller), and dropped when it fails or times out: a count that never
+comes back cannot hold later searches (one stayed wedged for 40 minutes before).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from time import monotonic
 
 from itlr.engines.remembered_stats import RememberedStats, stats_max_age
 from itlr.lexical import CorpusStats
+from itlr.proxy.caller import TimedLRU, UpstreamTimeout, caller_digest
 
 # (target, caller) pairs remembered, and tokens per pair: about 25 MB when full (tokens of 20
 # characters, measured with tracemalloc), far less in practice (a query bar's few indexes and
 # users, a few hundred tokens each).
 REMEMBERED_TARGETS = 128
 REMEMBERED_TOKENS = 1024
+# However often it is used, a (target, caller) pair is counted afresh after this long.
+REMEMBERED_SECONDS = 600.0
+# How long a count on its way may be waited for (the proxy passes its upstream deadline).
+COUNT_DEADLINE = 120.0
 
 # APIs (a path's first `_` segment) that read, whatever the method: everything else the proxy
 # relays with a method other than GET / HEAD / OPTIONS counts as a write. A request wrongly
@@ -83,15 +91,6 @@ def changes_documents(method: str, path: str, refresh: str | None) -> bool:
     return api not in READ_APIS and not READ_PATHS.match(path)
 
 
-def caller_digest(headers: Mapping[str, str]) -> bytes:
-    """A digest of the identity-bearing headers (itlr.proxy.upstream.auth_headers): the key
-    under which a caller's counts are kept, without keeping their credentials."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name in sorted(headers):
-        digest.update(f"{name.lower()}\0{headers[name]}\0".encode("utf-8", "surrogateescape"))
-    return digest.digest()
-
-
 # A count of one caller's target, on its way: when it was asked, and its answer to come.
 Pending = tuple[float, "asyncio.Future[CorpusStats]"]
 
@@ -105,12 +104,17 @@ class CallerStatistics:
         max_age: float | None = None,
         targets: int = REMEMBERED_TARGETS,
         tokens: int = REMEMBERED_TOKENS,
+        deadline: float = COUNT_DEADLINE,
+        kept_seconds: float = REMEMBERED_SECONDS,
     ) -> None:
         self.max_age = stats_max_age() if max_age is None else max_age
         self.targets = targets
         self.tokens = tokens
+        self.deadline = deadline
         self._lock = threading.Lock()
-        self._remembered: OrderedDict[tuple[str, bytes], RememberedStats] = OrderedDict()
+        self._remembered: TimedLRU[tuple[str, bytes], RememberedStats] = TimedLRU(
+            targets, kept_seconds
+        )
         self._counting: dict[tuple[str, bytes, tuple[str, ...]], Pending] = {}
         self._written_at = -math.inf
 
@@ -132,12 +136,22 @@ class CallerStatistics:
             return lexical
         key = (target, caller, tuple(sorted(set(tokens))))
         pending = self._counting.get(key)
-        if pending is None or pending[0] <= self._written_at:
-            asked = monotonic()
-            task = asyncio.ensure_future(self._count(remembered, count, asked))
-            pending = self._counting[key] = (asked, task)
-            task.add_done_callback(lambda done: self._settled(key, done))
-        return await asyncio.shield(pending[1])
+        now = monotonic()
+        if pending is None or pending[0] <= self._written_at or now - pending[0] >= self.deadline:
+            started = asyncio.ensure_future(self._count(remembered, count, now))
+            pending = self._counting[key] = (now, started)
+            started.add_done_callback(lambda done: self._settled(key, done))
+        asked, task = pending
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(task), max(0.0, asked + self.deadline - monotonic())
+            )
+        except TimeoutError:
+            # The count's own deadline should have ended it: drop it, so none waits on it.
+            if self._counting.get(key, (0.0, None))[1] is task:
+                del self._counting[key]
+            task.cancel()
+            raise UpstreamTimeout("the cluster", self.deadline) from None
 
     @staticmethod
     async def _count(
@@ -165,11 +179,7 @@ class CallerStatistics:
             remembered = self._remembered.get(key)
             if remembered is None:
                 remembered = RememberedStats(self.tokens, self.max_age)
-                self._remembered[key] = remembered
-                while len(self._remembered) > self.targets:
-                    self._remembered.popitem(last=False)
-            else:
-                self._remembered.move_to_end(key)
+                self._remembered.put(key, remembered)
             return remembered
 
     def written(self) -> None:
@@ -178,7 +188,7 @@ class CallerStatistics:
         many ways to tell which targets a write reaches, and a count costs one round trip."""
         with self._lock:
             self._written_at = monotonic()
-            remembered = list(self._remembered.values())
+            remembered = self._remembered.values()
         for one in remembered:
             one.written()
 

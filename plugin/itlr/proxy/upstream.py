@@ -1,19 +1,17 @@
 """What the proxy learns from the upstream cluster for a logical search: which engine it is,
-the index's own vector layout and model (`_meta.itlr`), that the stored scripts exist, and, for
-hybrid truths, the index's token statistics.
+the index's own vector layout and model (`_meta.itlr`) and, for hybrid truths, the index's token
+statistics.
 
-Every call carries the UI's own authorization headers, so the proxy reads nothing the UI user
-could not; only the one-time script registration uses the proxy's configured credentials (when
-it has any), since registering scripts needs cluster privileges a UI user rarely has.
+Every read is the caller's own (itlr.proxy.caller: their identity headers and nothing else), and
+what is kept from it is kept per caller, so the proxy reads nothing the UI user could not and
+tells no caller what another read. The stored scripts and the pipeline are the proxy's own
+business (itlr.proxy.integrity).
 """
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import json
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -26,41 +24,32 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.connection import (
-    Connection,
-    engine_from_root,
-    error_reason,
-    is_tls_failure,
-    untrusted_tls,
-)
+from itlr.engines.connection import Connection, engine_from_root, error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
-from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_stored
+from itlr.engines.integrity import check_stored
 from itlr.engines.layout import IndexLayout
 from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
+from itlr.proxy.caller import (
+    AUTH_HEADERS,
+    UPSTREAM_TIMEOUT_ENV,
+    Caller,
+    CallerReads,
+    TimedLRU,
+    UpstreamTimeout,
+    auth_headers,
+)
 from itlr.proxy.clause import mentions_clause
 from itlr.query import Query
 
-UPSTREAM_TIMEOUT_ENV = "ITLR_UPSTREAM_TIMEOUT"
-
-
-class UpstreamTimeout(EngineError):
-    """The upstream took longer than the proxy's read time-out: it is running, but slow."""
-
-    def __init__(self, url: str, seconds: float | None) -> None:
-        self.seconds = seconds
-        super().__init__(
-            f"the upstream {url} did not answer within {seconds:g} s (the proxy's upstream "
-            f"time-out: raise it with --upstream-timeout or {UPSTREAM_TIMEOUT_ENV})"
-        )
-
 
 class UpstreamDenied(EngineError):
-    """The upstream refused the UI user's credentials (401) or their privileges (403) for a
-    request the proxy made on their behalf: the UI gets the engine's own answer."""
+    """The upstream refused a read the proxy made for a caller: their credentials (401), their
+    privileges (403), or the index they named does not exist (404). The UI gets the engine's
+    own answer, as without the proxy."""
 
     def __init__(self, url: str, response: httpx.Response) -> None:
         self.status_code = response.status_code
@@ -69,29 +58,10 @@ class UpstreamDenied(EngineError):
         super().__init__(f"the upstream {url} answered {response.status_code}")
 
 
-def _refuse_denied(url: str, response: httpx.Response) -> None:
-    if response.status_code in (401, 403):
+def _refuse_denied(url: str, response: httpx.Response, missing: bool = False) -> None:
+    """The engine's own refusal of a caller's read; with `missing`, its 404 too."""
+    if response.status_code in (401, 403) or (missing and response.status_code == 404):
         raise UpstreamDenied(url, response)
-
-
-def timeout_seconds(client: httpx.AsyncClient) -> float | None:
-    return client.timeout.read
-
-
-# Headers that carry the caller's identity to the cluster: credentials, and the user a caller
-# acts as (Elasticsearch's run-as, the OpenSearch security plugin's impersonation), whose
-# document-level security the proxy's own requests (token statistics, mappings) must see too.
-AUTH_HEADERS = (
-    "authorization",
-    "es-secondary-authorization",
-    "cookie",
-    "es-security-runas-user",
-    "opendistro_security_impersonate_as",
-)
-
-
-def auth_headers(headers: Any) -> dict[str, str]:
-    return {name: headers[name] for name in AUTH_HEADERS if name in headers}
 
 
 @dataclass(frozen=True)
@@ -271,73 +241,69 @@ class SearchTarget:
 
     dialect: Dialect
     vectors: IndexVectors
+    # The indexes the target resolved to for the caller (the term cache's scope).
+    indexes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a caller's read of a target's mapping told: its vectors, and the indexes the target
+    resolved to for that caller (a pattern resolves to the indexes the caller may read)."""
+
+    vectors: IndexVectors
+    indexes: tuple[str, ...]
+
+
+# Reads kept per caller (engine root, mappings): entries, and seconds one is trusted. A mapping
+# changes rarely; the age bounds how long a revoked caller's layout stays in memory, not what
+# they can do (every forwarded search carries their credentials).
+CALLER_READS = 4096
+CALLER_READ_SECONDS = 300.0
+# The most recently searched targets a metrics scrape counts (one request each, as the caller).
+MAX_SEARCHED = 256
 
 
 class Upstream:
-    """Engine, index layouts and stored scripts of the configured cluster, learned once."""
+    """What the proxy learns from the cluster for its callers' logical searches: the engine,
+    and each target's layout, read as the caller (itlr.proxy.caller) and kept per caller."""
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        reads: CallerReads,
         connection: Connection,
         indexes: Sequence[IndexConfig] = (),
-        script_check_seconds: float = SCRIPT_CHECK_SECONDS,
     ) -> None:
-        self.client = client
+        self.reads = reads
         self.connection = connection
         self.indexes = tuple(indexes)
-        self.script_check_seconds = script_check_seconds
-        self._engine: tuple[str, str] | None = None
-        self._vectors: dict[str, IndexVectors] = {}
-        # Per target, the dialect built from its vectors and the engine: one object, so what
-        # it works out once per query (its request shapes) serves the next search too.
-        self._dialects: dict[str, tuple[IndexVectors, tuple[str, str], Dialect]] = {}
-        # When each stored script was last found to be itlr's (time.monotonic()).
-        self._scripts_checked: dict[str, float] = {}
-        self._lock = asyncio.Lock()
+        self._engines: TimedLRU[bytes, tuple[str, str]] = TimedLRU(
+            CALLER_READS, CALLER_READ_SECONDS
+        )
+        self._layouts: TimedLRU[tuple[bytes, str], Layout] = TimedLRU(
+            CALLER_READS, CALLER_READ_SECONDS
+        )
+        # The dialect built for a layout and engine: one object, so what it works out once
+        # per query (its request shapes) serves the next search too, whoever sends it.
+        self._dialects: TimedLRU[tuple[IndexVectors, tuple[str, str]], Dialect] = TimedLRU(
+            256, CALLER_READ_SECONDS
+        )
 
-    def scripts_changed(self) -> None:
-        """A write to `_scripts` went through: compare them again before the next search."""
-        self._scripts_checked.clear()
-
-    async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        return await self._send("GET", path, headers)
-
-    async def _send(
-        self, method: str, path: str, headers: dict[str, str], **more: Any
-    ) -> httpx.Response:
-        """One request of the proxy's own; a slow or unreachable upstream as one line."""
-        try:
-            return await self.client.request(method, path, headers=headers, **more)
-        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-            raise UpstreamTimeout(self.connection.url, timeout_seconds(self.client)) from None
-        except httpx.TransportError as down:
-            if is_tls_failure(down):
-                raise untrusted_tls(self.connection.url, down) from None
-            raise EngineError(
-                f"cannot reach the upstream {self.connection.url} ({type(down).__name__}): "
-                "is it running? check `url`"
-            ) from None
-
-    async def lexical_stats(
-        self, target: str, query: Query, headers: dict[str, str]
-    ) -> CorpusStats:
+    async def lexical_stats(self, caller: Caller, target: str, query: Query) -> CorpusStats:
         """The token statistics of every index `target` names, for the query's tokens: one
-        aggregation (`lexical_stats_body`), asked with the UI's credentials. How long a count
-        is used for is the proxy's (itlr.proxy.statistics)."""
+        aggregation (`lexical_stats_body`), asked as the caller. How long a count is used for
+        is the proxy's (itlr.proxy.statistics)."""
         # Statistics from some shards only would score unlike `itlr search`: refused.
-        response = await self._send(
-            "POST",
-            f"/{target}/_search",
-            headers,
+        response = await self.reads.search(
+            caller,
+            target,
+            lexical_stats_body(query),
             params={"allow_partial_search_results": "false"},
-            json=lexical_stats_body(query),
         )
         try:
             payload = response.json()
         except ValueError:
             payload = response.text
-        _refuse_denied(self.connection.url, response)
+        _refuse_denied(self.connection.url, response, missing=True)
         if response.status_code != 200 or not isinstance(payload, dict):
             raise EngineError(
                 f"cannot count the token statistics of {target!r} that hybrid truths need: the "
@@ -351,12 +317,10 @@ class Upstream:
                 "upstream's answer has no statistics aggregations"
             ) from None
 
-    async def stored_template_mentions(
-        self, raw: bytes, field: str, headers: dict[str, str]
-    ) -> bool:
+    async def stored_template_mentions(self, caller: Caller, raw: bytes, field: str) -> bool:
         """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
-        rendering names the field: rendered by the upstream (`_render/template`, the UI's
-        credentials). A template it cannot render is the upstream's to refuse."""
+        rendering names the field: rendered by the upstream (`_render/template`, as the
+        caller). A template it cannot render is the upstream's to refuse."""
         bodies = []
         for line in raw.split(b"\n"):
             try:
@@ -367,15 +331,16 @@ class Upstream:
             if not isinstance(body, dict) or not isinstance(body.get("id"), str):
                 continue
             asked = {"id": body["id"], "params": body.get("params") or {}}
-            response = await self._send("POST", "/_render/template", headers, json=asked)
+            response = await self.reads.render_template(caller, asked)
             if response.status_code == 200 and mentions_clause(response.content, field):
                 return True
         return False
 
-    async def engine(self, headers: dict[str, str]) -> tuple[str, str]:
-        """(engine, version) from the cluster's root endpoint."""
-        if self._engine is None:
-            response = await self._get("/", headers)
+    async def engine(self, caller: Caller) -> tuple[str, str]:
+        """(engine, version) from the cluster's root endpoint, as the caller sees it."""
+        known = self._engines.get(caller.digest)
+        if known is None:
+            response = await self.reads.root(caller)
             _refuse_denied(self.connection.url, response)
             if response.status_code != 200:
                 raise EngineError(
@@ -385,99 +350,68 @@ class Upstream:
                 info = response.json()
             except ValueError:
                 info = response.text
-            self._engine = engine_from_root(self.connection.url, info)
-        return self._engine
+            known = engine_from_root(self.connection.url, info)
+            self._engines.put(caller.digest, known)
+        return known
 
-    async def vectors(self, target: str, headers: dict[str, str]) -> IndexVectors:
-        if target not in self._vectors:
-            response = await self._get(f"/{target}/_mapping", headers)
-            _refuse_denied(self.connection.url, response)
+    async def layout(self, caller: Caller, target: str) -> Layout:
+        """The target's itlr layout, read from its mapping as the caller: their 401 / 403, or
+        the 404 of an index that does not exist, is the engine's own answer (UpstreamDenied)."""
+        key = (caller.digest, target)
+        known = self._layouts.get(key)
+        if known is None:
+            response = await self.reads.mapping(caller, target)
+            _refuse_denied(self.connection.url, response, missing=True)
             if response.status_code != 200:
                 raise IndexStateError(
                     f"cannot read the mapping of {target!r}: the upstream answered "
                     f"{response.status_code}"
                 )
-            self._vectors[target] = index_vectors(target, response.json(), self.indexes)
-        return self._vectors[target]
+            try:
+                mappings = response.json()
+            except ValueError:
+                mappings = None
+            if not isinstance(mappings, dict):
+                raise EngineError(f"the mapping of {target!r} is not a JSON object")
+            if not mappings:
+                raise IndexStateError(f"{target!r} matches no index")
+            vectors = index_vectors(target, mappings, self.indexes)
+            known = Layout(vectors, tuple(sorted(mappings)))
+            self._layouts.put(key, known)
+        return known
 
-    def known_targets(self) -> list[str]:
-        """The indexes (or patterns) whose layout has been read: those searched so far."""
-        return list(self._vectors)
+    async def vectors(self, caller: Caller, target: str) -> IndexVectors:
+        return (await self.layout(caller, target)).vectors
 
-    async def target(self, target: str, headers: dict[str, str]) -> SearchTarget:
-        """How to build logical searches on the target (the proxy sends them itself)."""
+    def searched_by(self, caller: Caller) -> list[str]:
+        """The targets this caller has searched (whose layout is still kept)."""
+        return [
+            target
+            for (digest, target) in list(self._layouts.young_keys())
+            if digest == caller.digest
+        ]
+
+    def searched(self) -> list[str]:
+        """Every target searched by anyone (whose layout is still kept)."""
+        targets = dict.fromkeys(target for _, target in self._layouts.young_keys())
+        return list(targets)[-MAX_SEARCHED:]
+
+    async def target(self, caller: Caller, target: str) -> SearchTarget:
+        """How to build the caller's logical searches on the target (the proxy sends them
+        itself); the dialect whose scripts the integrity watch checks."""
         # The target's mapping first: a user who may not read the index gets the engine's
         # refusal for it, whatever else they may read.
-        vectors = await self.vectors(target, headers)
-        engine, version = await self.engine(headers)
-        known = self._dialects.get(target)
-        if known is not None and known[0] is vectors and known[1] == (engine, version):
-            dialect = known[2]
-        else:
+        layout = await self.layout(caller, target)
+        vectors = layout.vectors
+        engine, version = await self.engine(caller)
+        dialect = self._dialects.get((vectors, (engine, version)))
+        if dialect is None:
             dialect = dialect_for(engine, vectors.layout, server_version=version or None)
             if vectors.layout.tiebreak is None:
-                layout = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)
-                dialect = dialect_for(engine, layout, server_version=version or None)
-            self._dialects[target] = (vectors, (engine, version), dialect)
-        await self.ensure_scripts(dialect, headers)
-        return SearchTarget(dialect, vectors)
-
-    async def ensure_scripts(self, dialect: Dialect, headers: dict[str, str]) -> None:
-        """Compare the stored scripts with the packaged ones (a foreign one raises
-        ScriptMismatch: searches are refused until `itlr install` puts ours back), storing a
-        missing one. Done again once the last comparison is `script_check_seconds` old, so a
-        script overwritten on the cluster directly is noticed within that time."""
-        stale = time.monotonic() - self.script_check_seconds
-        wanted = [
-            s
-            for s in (dialect.score_script, dialect.exclude_script)
-            if self._scripts_checked.get(s.id, -math.inf) < stale
-        ]
-        if not wanted:
-            return
-        admin = self.connection.auth_headers() or headers
-        async with self._lock:
-            for script in wanted:
-                try:
-                    found = await self.client.get(f"/_scripts/{script.id}", headers=admin)
-                    if found.status_code == 404:
-                        put = await self.client.put(
-                            f"/_scripts/{script.id}", json=script.body(), headers=admin
-                        )
-                        if put.status_code >= 300:
-                            raise EngineError(
-                                f"the upstream refused to store itlr's script {script.id} "
-                                f"({put.status_code}): run `itlr install` against it as a user "
-                                "allowed to, or give the proxy such credentials"
-                            )
-                    elif found.status_code != 200:
-                        raise EngineError(
-                            f"cannot check itlr's stored script {script.id}: the upstream "
-                            f"answered {found.status_code}"
-                        )
-                    else:
-                        check_stored(script, found.json(), self.connection.url)
-                except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-                    raise UpstreamTimeout(
-                        self.connection.url, timeout_seconds(self.client)
-                    ) from None
-                except httpx.TransportError as down:
-                    if is_tls_failure(down):
-                        raise untrusted_tls(self.connection.url, down) from None
-                    raise EngineError(
-                        f"cannot reach the upstream {self.connection.url} "
-                        f"({type(down).__name__}): is it running? check `url`"
-                    ) from None
-                self._scripts_checked[script.id] = time.monotonic()
-
-    async def recheck_scripts(self, headers: dict[str, str]) -> None:
-        """After a search failed on a script error: compare the stored scripts again (raises
-        ScriptMismatch), and store a deleted one again."""
-        engine, version = await self.engine(headers)
-        self.scripts_changed()
-        await self.ensure_scripts(
-            dialect_for(engine, IndexLayout(), server_version=version or None), headers
-        )
+                tiebroken = replace(vectors.layout, tiebreak=type(dialect).fallback_tiebreak)
+                dialect = dialect_for(engine, tiebroken, server_version=version or None)
+            self._dialects.put((vectors, (engine, version)), dialect)
+        return SearchTarget(dialect, vectors, layout.indexes)
 
 
 def check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
@@ -502,3 +436,20 @@ def check_scripts_at_start(connection: Connection, timeout: float) -> str | None
             f"({type(down).__name__}): the first logical search will"
         )
     return None
+
+
+__all__ = [
+    "AUTH_HEADERS",
+    "UPSTREAM_TIMEOUT_ENV",
+    "IndexConfig",
+    "IndexVectors",
+    "Layout",
+    "SearchTarget",
+    "Upstream",
+    "UpstreamDenied",
+    "UpstreamTimeout",
+    "auth_headers",
+    "check_scripts_at_start",
+    "index_vectors",
+    "load_index_configs",
+]

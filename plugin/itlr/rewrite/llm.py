@@ -24,6 +24,7 @@ from itlr.extras import require
 from itlr.paths import itlr_home
 from itlr.query import Query, parse
 from itlr.settings import seconds
+from itlr.urls import redact_url
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -58,6 +59,11 @@ class LLMConfig:
     @property
     def endpoint(self) -> str:
         return (self.base_url or OPENAI_ENDPOINT).rstrip("/")
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages show it: without a user or password (itlr.urls)."""
+        return redact_url(self.endpoint)
 
     def api_key(self) -> str:
         key = os.environ.get(self.api_key_env)
@@ -147,7 +153,7 @@ def _read_cache(config: LLMConfig, question: str) -> str | None:
 def _write_cache(config: LLMConfig, question: str, answer: str, query: Query) -> None:
     folder = cache_dir()
     entry = {
-        "endpoint": config.endpoint,
+        "endpoint": config.shown_endpoint,
         "model": config.model,
         "prompt_version": config.prompt_version,
         "question": question,
@@ -284,17 +290,17 @@ class LLMRewriter:
             )
         except openai.APITimeoutError:
             raise _Transient(
-                f"{config.endpoint} did not answer within {config.timeout:g}s"
+                f"{config.shown_endpoint} did not answer within {config.timeout:g}s"
             ) from None
         except openai.APIConnectionError as bad:
-            raise _Transient(f"cannot reach {config.endpoint}: {bad}") from None
+            raise _Transient(f"cannot reach {config.shown_endpoint}: {bad}") from None
         except openai.RateLimitError as bad:
             raise _Transient(
-                f"{config.endpoint} is rate limiting (429)", _retry_after(bad.response)
+                f"{config.shown_endpoint} is rate limiting (429)", _retry_after(bad.response)
             ) from None
         except openai.APIStatusError as bad:
             if bad.status_code >= 500:
-                raise _Transient(f"{config.endpoint} failed ({bad.status_code})") from None
+                raise _Transient(f"{config.shown_endpoint} failed ({bad.status_code})") from None
             raise RewriteError(_refusal(config, bad.status_code, bad.message)) from None
         choices = getattr(response, "choices", None) or []
         content = choices[0].message.content if choices else None
@@ -311,11 +317,11 @@ def _retry_after(response: object) -> float | None:
 
 def _refusal(config: LLMConfig, status: int, message: str) -> str:
     if status in (401, 403):
-        return f"{config.endpoint} refused the credentials ({status}): check ${config.api_key_env}"
+        return f"{config.shown_endpoint} refused the credentials ({status}): check ${config.api_key_env}"
     if status == 404:
         return (
-            f"{config.endpoint} has no model {config.model!r} (404): check `llm_model` "
+            f"{config.shown_endpoint} has no model {config.model!r} (404): check `llm_model` "
             "and `llm_base_url` (it usually ends in /v1)"
         )
     said = " ".join(message.split())[:160]
-    return f"{config.endpoint} rejected the request ({status}: {said}): check `llm_model`"
+    return f"{config.shown_endpoint} rejected the request ({status}: {said}): check `llm_model`"

@@ -22,7 +22,9 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
+from itlr.engines.connection import ClusterTimeout
 from itlr.engines.coverage import prometheus_lines
+from itlr.engines.deadline import set_deadline
 from itlr.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -39,6 +41,7 @@ from itlr.query import parse
 from itlr.rewrite import rewrite_for_search
 from itlr.rewrite.llm import LLMConfig
 from itlr.service.baseline import dense_baseline
+from itlr.service.filter_policy import check_served_filter
 from itlr.service.follow import CommitFollower
 from itlr.service.pages import add_pages, is_public
 from itlr.service.security import BodyLimit, TokenGuard
@@ -46,6 +49,7 @@ from itlr.strict_json import dumps as strict_dumps
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text, term_cache_stats
 
 DEFAULT_MAX_BODY_BYTES = LIMITS.max_body_bytes
+DEFAULT_UPSTREAM_TIMEOUT = 120.0
 log = logging.getLogger("itlr.service")
 
 
@@ -170,12 +174,18 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     llm: LLMConfig | None = None,
+    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
 ) -> Any:
     """The ASGI app for one index. With `token`, every request must present it (see
     itlr.service.security); request bodies over `max_body_bytes` are refused with 413, JSON
     nested deeper than LIMITS.max_depth with 400, before either is parsed. Each request first
-    loads what other processes committed to an embedded index (itlr.service.follow)."""
+    loads what other processes committed to an embedded index (itlr.service.follow). A cluster
+    index's requests each get `upstream_timeout` seconds for their whole answer (504 beyond;
+    itlr.engines.deadline)."""
     follower = CommitFollower(index.backend)
+    client = getattr(index.backend, "client", None)
+    if client is not None and hasattr(client, "transport"):
+        set_deadline(client, upstream_timeout)
     app = FastAPI(
         title="itlr",
         summary="Logical retrieval over dense vectors: AND, OR, NOT for embedding search.",
@@ -216,7 +226,7 @@ def create_app(
             return _error(409, str(bad))
         if isinstance(bad, EngineError):
             log.warning("engine error: %s", bad)  # the message never holds credentials
-            return _error(502, str(bad))
+            return _error(504 if isinstance(bad, ClusterTimeout) else 502, str(bad))
         if isinstance(bad, EmbeddingError):
             return _error(503, str(bad))
         return _error(400, str(bad))
@@ -225,6 +235,7 @@ def create_app(
     def search(body: SearchBody) -> Response:
         """Hits in the same order, with the same scores, as `itlr search --json`."""
         names = body.names()
+        _served_filter(names)
         query, rewrite, dense = names.pop("query"), names.pop("rewrite"), names.pop("dense")
         if rewrite == "llm" and llm is None:
             raise ConfigurationError(
@@ -241,6 +252,7 @@ def create_app(
     def translate(body: TranslateBody) -> Response:
         """The requests `itlr translate` would print, as JSON; the last one is the search."""
         names = body.names()
+        _served_filter(names)
         if "truth" not in body.model_fields_set:
             # Only the default: an embedded index then builds cosine truths instead of hybrid
             # ones it has no cluster statistics for (Index.translate), and says so.
@@ -313,6 +325,12 @@ def create_app(
     if token is not None:
         guarded = TokenGuard(guarded, token, public=is_public)
     return guarded
+
+
+def _served_filter(names: dict[str, Any]) -> None:
+    """A client's filter holds only clauses that read the served index and run no code."""
+    if names.get("filter") is not None:
+        check_served_filter(names["filter"])
 
 
 def _version() -> str:

@@ -1,8 +1,18 @@
-"""Who may use a service that holds cluster credentials: loopback, or a client token.
+"""Who may use a service that holds cluster credentials: loopback, or a client token. One set
+of rules for both servers (`itlr serve` and `itlr serve --proxy`, however started):
+
+- a client token, when given, has at least MIN_TOKEN_LENGTH characters and no surrounding
+  space (an empty one is no token);
+- binding anything but loopback needs a token (`check_exposure`);
+- on loopback without a token, only requests whose `Host` names loopback are answered
+  (`HostGuard`): a web page whose name an attacker re-points at 127.0.0.1 (DNS rebinding) would
+  otherwise reach the server from the user's browser;
+- docker-compose.yml's default token is accepted with a warning (`token_warnings`).
 
 The JSON service and the query-bar proxy hold credentials for the cluster, so anyone who can
 reach them can use those credentials. Bound to loopback only local processes can; bound to
-anything else a client token of the service's own is required on every request.
+anything else a client token of the service's own is required on every request. The guards are
+ASGI middleware around the whole app, so every route has them, one added later too.
 """
 
 from __future__ import annotations
@@ -23,6 +33,11 @@ from itlr.limits import LIMITS, LimitError
 TOKEN_ENV = "ITLR_TOKEN"
 TOKEN_HEADER = "x-itlr-token"  # the proxy forwards Authorization upstream, so it uses this one
 MIN_TOKEN_LENGTH = 16
+# docker-compose.yml's token when ITLR_PROXY_TOKEN is not set: public, so only for a try-out on
+# this machine (compose publishes the proxy on 127.0.0.1 only).
+COMPOSE_DEFAULT_TOKEN = "itlr-local-try-out-only"
+# The Host names a loopback server without a token answers (any port).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -42,14 +57,38 @@ def is_loopback(host: str) -> bool:
 
 
 def client_token(given: str | None) -> str | None:
-    """The client token from the option or $ITLR_TOKEN; a short one is refused."""
+    """The client token from the option or $ITLR_TOKEN (an empty one is none); a short one, or
+    one with surrounding space or control characters (no header could carry it), is refused."""
     token = given or os.environ.get(TOKEN_ENV) or None
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+    if token is None:
+        return None
+    if token != token.strip() or not token.isprintable():
+        raise ConfigurationError(
+            "the client token has surrounding spaces or control characters, which no header "
+            'carries: use e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    if len(token) < MIN_TOKEN_LENGTH:
         raise ConfigurationError(
             f"the client token is {len(token)} characters: use at least {MIN_TOKEN_LENGTH}, "
             'e.g. python -c "import secrets; print(secrets.token_urlsafe(32))"'
         )
     return token
+
+
+def token_warnings(token: str | None) -> list[str]:
+    """What a server says at start about a token that is valid but weak."""
+    if token == COMPOSE_DEFAULT_TOKEN:
+        return [
+            "the client token is docker-compose.yml's public default: set ITLR_PROXY_TOKEN "
+            "(or ITLR_TOKEN) to your own for anything but a try-out on this machine"
+        ]
+    return []
+
+
+def allowed_hosts(host: str, token: str | None) -> frozenset[str] | None:
+    """The Host names a server bound to `host` answers: loopback's when it is bound to
+    loopback without a token, else any (None)."""
+    return LOOPBACK_HOSTS if token is None and is_loopback(host) else None
 
 
 def check_exposure(host: str, token: str | None) -> None:
@@ -96,11 +135,15 @@ class TokenGuard:
         token: str,
         bearer: bool = True,
         public: Callable[[str, str], bool] | None = None,
+        body: Callable[[int, str], dict[str, Any]] | None = None,
     ) -> None:
+        if not token:
+            raise ConfigurationError("an empty client token would let any request in")
         self.app = app
         self.token = token
         self.bearer = bearer
         self.public = public
+        self.body = body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -113,12 +156,57 @@ class TokenGuard:
             await self.app(scope, receive, send)
             return
         how = "Authorization: Bearer TOKEN or " if self.bearer else ""
+        said = f"missing or wrong client token: send {how}X-Itlr-Token: TOKEN"
         await send_json(
             send,
             401,
-            {"error": f"missing or wrong client token: send {how}X-Itlr-Token: TOKEN"},
-            extra_headers=[(b"www-authenticate", b"Bearer")],
+            self.body(401, said) if self.body else {"error": said},
+            extra_headers=[(b"www-authenticate", b"Bearer")] if self.bearer else [],
         )
+
+
+def host_name(value: str) -> str:
+    """The name of a Host header's value, its port taken off (`[::1]:8000` -> `[::1]`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class HostGuard:
+    """ASGI middleware: only requests whose Host header names one of `allowed` (any port) are
+    answered, others get 403 (a loopback server without a token, against DNS rebinding)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed: frozenset[str],
+        body: Callable[[int, str], dict[str, Any]] | None = None,
+    ) -> None:
+        self.app = app
+        self.allowed = allowed
+        self.body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        given = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"host"),
+            "",
+        )
+        if host_name(given) in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        said = (
+            f"this server listens on loopback without a client token, so it answers requests for "
+            f"localhost or 127.0.0.1 only (Host was {given[:100]!r}); start it with a token "
+            f"(`token`, ${TOKEN_ENV}) to reach it under another name"
+        )
+        await send_json(send, 403, self.body(403, said) if self.body else {"error": said})
 
 
 class BodyLimit:
