@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 from warnings import warn
 
+from itlr.changes import Change, Delete, Patch, Update
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -276,7 +277,7 @@ class Index:
 
     def add(
         self,
-        documents: Iterable[Mapping[str, Any] | Document],
+        documents: Iterable[Mapping[str, Any] | Change],
         *,
         batch_size: int = 64,
         on_batch: Any = None,
@@ -286,6 +287,10 @@ class Index:
         """Embed and store documents as upserts: a new id is added, an id whose text changed is
         embedded again and replaced, one whose fields only changed is replaced with its stored
         vector, an unchanged one is skipped (compared by content hash, never by vector).
+
+        `documents` is read lazily unless it is a sequence: an iterator of any length (e.g.
+        itlr.documents.DocumentStream's entries) costs the memory of a few batches. Updates,
+        patches and deletions (itlr.changes) apply in their place.
 
         A document is a Document or a mapping with an id and a text (`id`/`_id`/`doc_id`,
         `text`/`body`/`content`, or the keys `id_field` / `text_field` name); its other keys
@@ -298,9 +303,11 @@ class Index:
         before the first write; what cannot be written safely is refused in one line first.
         """
         keys = Fields(id_field, text_field)
-        docs: Iterable[Document] = (
+        docs: Iterable[Change] = (
             check_document(d, f"document {n}")
             if isinstance(d, Document)
+            else d
+            if isinstance(d, Update | Patch | Delete)  # from itlr.documents.DocumentStream
             else document_from_record(dict(d), f"document {n}", keys)
             for n, d in enumerate(documents, 1)
         )

@@ -103,6 +103,10 @@ class Backend(Protocol):
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         ...
 
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them)."""
+        ...
+
     def refresh(self) -> None:
         """Make what was written visible to the next search."""
         ...

@@ -158,6 +158,21 @@ class ClusterWrites:
             for i, source in found.items()
         }
 
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them): a
+        foreign index's fields are the top of its _source, itlr's its metadata object."""
+        found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
+        text = self.layout.text_field
+        return {
+            i: (
+                str(source.get(text, "")),
+                own_fields(source, self.layout)
+                if self.foreign
+                else dict(source.get(self.layout.metadata_field) or {}),
+            )
+            for i, source in found.items()
+        }
+
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         field = self.layout.vector_field

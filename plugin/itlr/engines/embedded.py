@@ -417,6 +417,16 @@ class EmbeddedBackend:
                 found[doc_id] = (content_hash(record.text, self.model), record.fields)
         return found
 
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them)."""
+        found = {}
+        for doc_id in ids:
+            row = self._latest.get(doc_id)
+            record = self._rows[row] if row is not None else None
+            if record is not None:
+                found[doc_id] = (record.text, dict(record.fields))
+        return found
+
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         if not ids:

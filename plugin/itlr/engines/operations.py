@@ -14,6 +14,7 @@ bulk in the same way).
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
@@ -180,8 +181,13 @@ class ClusterOperations:
     ) -> dict[str, str]:
         """Send bulk actions (a generator streams them) written into `index`; returns
         {id: reason} of every action the engine refused ("not found" for a delete or an update
-        of a missing document). A failure of the whole request is a one-line EngineError."""
+        of a missing document).
+
+        A whole request refused for what one of its actions holds (400: an id over 512 bytes;
+        413: more than the cluster takes in one request) is sent again in halves until each
+        refusal is one action's, so such a document costs itself only, never its batch."""
         failures: dict[str, str] = {}
+        again: list[dict[str, Any]] = []
         with self.errors(index):
             # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
             # tries); the client retries 5xx and time-outs.
@@ -195,15 +201,54 @@ class ClusterOperations:
                 initial_backoff=1,
                 max_backoff=30,
             ):
-                if not ok:
-                    (result,) = item.values()
+                if ok:
+                    continue
+                ((op_type, result),) = item.items()
+                if chunk_size > 1 and "exception" in result and result.get("status") in _SPLIT:
+                    again.append(_action_again(op_type, result))
+                else:
                     failures[str(result.get("_id"))] = refused_reason(result)
+        if again:
+            failures.update(self.bulk(again, index, max(1, min(chunk_size, len(again)) // 2)))
         return failures
+
+
+# Statuses of a whole bulk request refused for what some of its actions hold.
+_SPLIT = (400, 413)
+# The keys the client's report of a refused request adds to an action's metadata.
+_REPORT_KEYS = frozenset({"error", "status", "exception", "data"})
+
+
+def _action_again(op_type: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The action a refused request's report describes, to send again."""
+    action = {"_op_type": op_type, **{k: v for k, v in result.items() if k not in _REPORT_KEYS}}
+    if op_type == "delete":
+        return action
+    data = result.get("data")
+    if op_type == "update" and isinstance(data, dict):
+        return {**action, **data}  # its body: doc, upsert, script, ...
+    return {**action, "_source": data}
 
 
 def refused_reason(result: dict[str, Any]) -> str:
     """Why the engine refused one bulk action, as the report names it."""
     if result.get("result") == "not_found":
         return "not found"
+    exception = result.get("exception")
+    if exception is not None:  # the whole request was refused: the engine's own reason
+        info = getattr(exception, "info", None) or getattr(exception, "body", None)
+        return _shortened(error_reason(info, str(exception)))
     error = result.get("error", {})
-    return str(error.get("reason", str(error)) if isinstance(error, dict) else error)
+    return _shortened(str(error.get("reason", str(error)) if isinstance(error, dict) else error))
+
+
+_LONG_WORD = re.compile(r"\S{61,}")
+
+
+def _shortened(reason: str, most: int = 300) -> str:
+    """A reason that may quote a whole document or id, cut to one readable line: a long word
+    (an id the engine quotes) keeps its ends."""
+    reason = _LONG_WORD.sub(
+        lambda m: f"{m.group()[:24]}…{m.group()[-12:]}", " ".join(reason.split())
+    )
+    return reason if len(reason) <= most else reason[: most - 1] + "…"
