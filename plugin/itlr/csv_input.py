@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from itlr.changes import Change
 from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS
-from itlr.records import Document, Fields, NotADocument, record_document
+from itlr.records import Fields, NotADocument, record_document
 
 CSV_TYPES = ("int", "float", "bool", "str")
 _BOOLEANS = {"true": True, "false": False}
@@ -172,9 +173,12 @@ def csv_entries(
     keys: Fields,
     types: Mapping[str, str],
     opened: Callable[[IO[bytes]], None] | None = None,
-) -> Iterator[tuple[int, Document | str]]:
+    make: Callable[[dict[str, Any], int], Change] | None = None,
+) -> Iterator[tuple[int, Change | str]]:
     """(line, document) per row of a CSV file, or (line, reason) for a row that is not one;
-    `opened` is given the binary file of the second pass (its position is the progress)."""
+    `opened` is given the binary file of the second pass (its position is the progress);
+    `make(record, line)` turns a row's typed cells into a change (default: a document)."""
+    build = make or (lambda record, _: record_document(record, keys))
     # The limit the records are read under decides, not csv's own (a process-wide setting).
     limit = LIMITS.max_document_bytes
     csv.field_size_limit(max(csv.field_size_limit(), limit + 1))
@@ -192,7 +196,7 @@ def csv_entries(
             if isinstance(cells, str):
                 yield number, cells
                 continue
-            yield number, _document(header, cells, column_types, keys)
+            yield number, _change(header, cells, column_types, build, number)
 
 
 def _survey(
@@ -233,9 +237,13 @@ def _survey(
     return header, chosen
 
 
-def _document(
-    header: list[str], cells: list[str], column_types: Mapping[str, str], keys: Fields
-) -> Document | str:
+def _change(
+    header: list[str],
+    cells: list[str],
+    column_types: Mapping[str, str],
+    make: Callable[[dict[str, Any], int], Change],
+    number: int,
+) -> Change | str:
     if not all(_encodable(c) for c in cells):
         return "not UTF-8 text: save the file as UTF-8"
     # An empty cell is no value, so a typed column is not broken by gaps; a short row's
@@ -243,7 +251,7 @@ def _document(
     record = {k: v for k, v in zip(header, cells, strict=False) if v != ""}
     try:
         typed = {k: _typed(v, column_types.get(k, "str"), k) for k, v in record.items()}
-        return record_document(typed, keys)
+        return make(typed, number)
     except NotADocument as bad:
         return str(bad)
 

@@ -51,10 +51,8 @@ from itlr.csv_input import parse_types as parse_types
 from itlr.errors import ConfigurationError
 from itlr.json_array import ArrayElements
 from itlr.limits import LIMITS
-
-# Re-exported: callers read documents through itlr.documents.
-from itlr.records import Document as Document
 from itlr.records import (
+    ID_KEYS,
     Fields,
     NotADocument,
     check_value,
@@ -63,6 +61,9 @@ from itlr.records import (
     too_deep,
     too_large,
 )
+
+# Re-exported: callers read documents through itlr.documents.
+from itlr.records import Document as Document
 
 BOM = "\ufeff"
 BULK_ACTIONS = ("index", "create", "update", "delete")
@@ -216,6 +217,37 @@ def read_jsonl(path: Path) -> Iterator[Document]:
 _Entry = Change | BadLine
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How records become changes: the id and text keys, and whether each is a partial update
+    (`--merge`: `_bulk` `update` semantics)."""
+
+    keys: Fields
+    merge: bool = False
+
+    def change(self, record: Any, path: str, line: int) -> Change:
+        """A record as a document, or under `merge` an update (with a text) or a patch of its
+        fields (without one); NotADocument says why it is neither."""
+        if not self.merge:
+            return record_document(record, self.keys)
+        if isinstance(record, dict) and not any(
+            isinstance(record.get(k), str) for k in self.keys.text_keys
+        ):
+            doc_id = next(
+                (i for i in (document_id(record.get(k)) for k in self.keys.id_keys) if i), None
+            )
+            if doc_id is None:
+                raise NotADocument(
+                    f"no id: each document needs an id ({'/'.join(self.keys.id_keys)}); got "
+                    f"keys {sorted(record)}"
+                )
+            used = self.keys.id_keys if self.keys.id_field else ID_KEYS
+            fields = {k: v for k, v in record.items() if k not in used}
+            check_value(fields, f"document {doc_id!r}")
+            return Patch(doc_id, fields, path, line)
+        return Update(record_document(record, self.keys))
+
+
 def _parsed_lines(path: Path, opened: Opened | None) -> Iterator[tuple[int, Any | BadLine]]:
     for number, line in _decoded_lines(path, opened):
         if isinstance(line, BadLine):
@@ -261,7 +293,7 @@ class _Pushback:
         self._back.append(item)
 
 
-def _jsonl_entries(path: Path, keys: Fields, opened: Opened | None) -> Iterator[_Entry]:
+def _jsonl_entries(path: Path, reading: Reading, opened: Opened | None) -> Iterator[_Entry]:
     """JSON lines, or `_bulk` NDJSON when an action line is among the first records."""
     parsed = _parsed_lines(path, opened)
     window = list(islice(parsed, _BULK_WINDOW))
@@ -273,7 +305,7 @@ def _jsonl_entries(path: Path, keys: Fields, opened: Opened | None) -> Iterator[
                 yield record
                 continue
             try:
-                yield record_document(record, keys)
+                yield reading.change(record, str(path), number)
             except NotADocument as bad:
                 yield BadLine(str(path), number, str(bad))
         return
@@ -294,7 +326,7 @@ def _jsonl_entries(path: Path, keys: Fields, opened: Opened | None) -> Iterator[
             yield BadLine(str(path), number, after)
             continue
         damaged = None
-        yield from _bulk_entry(path, number, action, lines, keys)
+        yield from _bulk_entry(path, number, action, lines, reading)
 
 
 def _bulk_entry(
@@ -302,8 +334,9 @@ def _bulk_entry(
     number: int,
     action: tuple[str, dict[str, Any]],
     lines: _Pushback,
-    keys: Fields,
+    reading: Reading,
 ) -> Iterator[_Entry]:
+    keys = reading.keys
     kind, meta = action
     try:
         doc_id = document_id(meta.get("_id"))
@@ -344,7 +377,8 @@ def _bulk_entry(
     record = {k: v for k, v in source.items() if k not in keys.id_keys}
     own_id = next(((k, source[k]) for k in keys.id_keys if k in source), None)
     id_key = keys.id_field or "_id"
-    if kind == "update" and not any(isinstance(record.get(k), str) for k in keys.text_keys):
+    partial = kind == "update" or reading.merge
+    if partial and not any(isinstance(record.get(k), str) for k in keys.text_keys):
         # A partial update of fields only: it patches the document before it.
         try:
             check_value(record, f"document {doc_id!r}")
@@ -360,10 +394,10 @@ def _bulk_entry(
         return
     # The id field the document itself carried (the action's _id is the id).
     document = replace(document, id_source=own_id)
-    yield Update(document) if kind == "update" else document
+    yield Update(document) if partial else document
 
 
-def _array_entries(path: Path, keys: Fields, opened: Opened | None) -> Iterator[_Entry]:
+def _array_entries(path: Path, reading: Reading, opened: Opened | None) -> Iterator[_Entry]:
     """A JSON array of documents, read element by element (itlr.json_array): each is checked
     and parsed on its own, so a bad or too deep element costs itself only."""
     with open(path, "rb") as handle:
@@ -377,7 +411,7 @@ def _array_entries(path: Path, keys: Fields, opened: Opened | None) -> Iterator[
                 yield BadLine(str(path), number, "not UTF-8 text: save the file as UTF-8")
                 continue
             try:
-                yield record_document(_loads(element), keys)
+                yield reading.change(_loads(element), str(path), number)
             except json.JSONDecodeError as bad:
                 yield BadLine(str(path), number, f"not valid JSON ({bad.msg})")
             except NotADocument as bad:
@@ -391,9 +425,12 @@ def _is_array_file(path: Path) -> bool:
 
 
 def _csv_document_entries(
-    path: Path, keys: Fields, types: Mapping[str, str], opened: Opened | None
+    path: Path, reading: Reading, types: Mapping[str, str], opened: Opened | None
 ) -> Iterator[_Entry]:
-    for number, found in csv_entries(path, keys, types, opened):
+    def make(record: dict[str, Any], number: int) -> Change:
+        return reading.change(record, str(path), number)
+
+    for number, found in csv_entries(path, reading.keys, types, opened, make):
         yield BadLine(str(path), number, found) if isinstance(found, str) else found
 
 
@@ -406,7 +443,7 @@ def _encodable(text: str) -> bool:
 
 
 def _entries(
-    source: str | Path, keys: Fields, types: Mapping[str, str], opened: Opened | None
+    source: str | Path, reading: Reading, types: Mapping[str, str], opened: Opened | None
 ) -> Iterator[_Entry]:
     """The entries of a file or BEIR folder, in order, read lazily; what makes the whole
     source unreadable (no such file, an unknown suffix) is refused here, before any read."""
@@ -417,16 +454,16 @@ def _entries(
         corpus = path / "corpus.jsonl"
         if not corpus.exists():
             raise ConfigurationError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
-        return _jsonl_entries(corpus, keys, opened)
+        return _jsonl_entries(corpus, reading, opened)
     if not path.exists():
         raise ConfigurationError(f"no such file: {path}")
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _csv_document_entries(path, keys, types, opened)
+        return _csv_document_entries(path, reading, types, opened)
     if suffix == ".json" and _is_array_file(path):
-        return _array_entries(path, keys, opened)
+        return _array_entries(path, reading, opened)
     if suffix in (".jsonl", ".ndjson", ".json"):
-        return _jsonl_entries(path, keys, opened)
+        return _jsonl_entries(path, reading, opened)
     raise ConfigurationError(
         f"{path}: expected a .jsonl / .ndjson (JSON lines or _bulk), .json (array or lines) "
         "or .csv file, or a BEIR folder"
@@ -465,7 +502,8 @@ class SeenIds:
 class DocumentStream:
     """The entries of a file (documents, updates, patches, deletions and the lines that are not
     documents) read lazily, in the file's order: memory holds one entry at a time whatever the
-    file's size. `duplicates` counts the entries whose id came before in the file; `position`
+    file's size. With `merge` every document is an update of the stored one (its fields
+    merge in) and a record without a text a patch of its fields. `duplicates` counts the entries whose id came before in the file; `position`
     and `size` are the bytes read and the file's bytes (for progress). Each iteration reads the
     file again from its start."""
 
@@ -476,14 +514,15 @@ class DocumentStream:
         id_field: str | None = None,
         text_field: str | None = None,
         types: Mapping[str, str] | None = None,
+        merge: bool = False,
     ) -> None:
         self.source = Path(source)
-        self._keys = Fields(id_field, text_field)
+        self._reading = Reading(Fields(id_field, text_field), merge)
         self._types = dict(types or {})
         self.duplicates = 0
         self._handle: IO[bytes] | None = None
         # Refuse now what makes the whole file unreadable (no such file, a suffix, --types).
-        _entries(self.source, self._keys, self._types, None)  # not started: nothing opened
+        _entries(self.source, self._reading, self._types, None)  # not started: nothing opened
 
     @property
     def size(self) -> int:
@@ -506,7 +545,7 @@ class DocumentStream:
     def __iter__(self) -> Iterator[_Entry]:
         self.duplicates = 0
         seen = SeenIds()
-        for entry in _entries(self.source, self._keys, self._types, self._opened):
+        for entry in _entries(self.source, self._reading, self._types, self._opened):
             if not isinstance(entry, BadLine | Delete) and seen.add(entry.id):
                 self.duplicates += 1
             yield entry
@@ -524,8 +563,8 @@ def read_documents(
     documents, the ids to delete and the count of repeated ids (module docstring), held whole:
     the file's entries combined by id. `DocumentStream` reads a file of any size instead, and
     ingestion (`itlr ingest`) applies its `_bulk` updates to the stored documents."""
-    keys = Fields(id_field, text_field)
-    return _collect(_entries(source, keys, dict(types or {}), None))
+    reading = Reading(Fields(id_field, text_field))
+    return _collect(_entries(source, reading, dict(types or {}), None))
 
 
 def _collect(entries: Iterator[_Entry]) -> DocumentFile:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from warnings import warn
 
 from itlr.changes import Change, Delete, Patch, Update
+from itlr.documents import Reading
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -30,7 +31,7 @@ from itlr.limits import LIMITS
 from itlr.options import SearchOptions, search_options
 from itlr.prompts import settle
 from itlr.query import Node, Query
-from itlr.records import Document, Fields, check_document, document_from_record
+from itlr.records import Document, Fields, NotADocument, check_document
 from itlr.results import Hit, SearchResult
 from itlr.retriever import Retriever
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
@@ -283,6 +284,7 @@ class Index:
         on_batch: Any = None,
         id_field: str | None = None,
         text_field: str | None = None,
+        merge: bool = False,
     ) -> WriteReport:
         """Embed and store documents as upserts: a new id is added, an id whose text changed is
         embedded again and replaced, one whose fields only changed is replaced with its stored
@@ -301,16 +303,13 @@ class Index:
         their keys stay at the top of `_source`, the id goes to `_id` (and stays a field only
         where the index maps its key or `id_field` names it), and itlr's own fields are mapped
         before the first write; what cannot be written safely is refused in one line first.
+
+        With `merge`, each document is a partial update (`_bulk` `update` with `doc`): its
+        fields merge into the stored document's, whose other fields stay; a mapping without a
+        text patches the stored document's fields and keeps its text and vector.
         """
-        keys = Fields(id_field, text_field)
-        docs: Iterable[Change] = (
-            check_document(d, f"document {n}")
-            if isinstance(d, Document)
-            else d
-            if isinstance(d, Update | Patch | Delete)  # from itlr.documents.DocumentStream
-            else document_from_record(dict(d), f"document {n}", keys)
-            for n, d in enumerate(documents, 1)
-        )
+        reading = Reading(Fields(id_field, text_field), merge)
+        docs: Iterable[Change] = (_change(d, n, reading) for n, d in enumerate(documents, 1))
         if isinstance(documents, Sequence):
             docs = list(docs)  # all checked (and, into a foreign index, compared) before writing
         with writer_session(self.backend):
@@ -475,3 +474,17 @@ class Index:
             lexical=statistics,
         )
         return Translation(requests, notes)
+
+
+def _change(given: Mapping[str, Any] | Change, number: int, reading: Reading) -> Change:
+    """One item given to `Index.add` as a checked change (a one-line error for a bad one)."""
+    where = f"document {number}"
+    if isinstance(given, Update | Patch | Delete):  # e.g. from itlr.documents.DocumentStream
+        return given
+    if isinstance(given, Document):
+        document = check_document(given, where)
+        return Update(document) if reading.merge else document
+    try:
+        return reading.change(dict(given), "", number)
+    except NotADocument as bad:
+        raise ConfigurationError(f"{where}: {bad}") from None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from itertools import islice
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -91,7 +91,9 @@ def ingest(
         pending: Future[None] | None = None
         in_flight: set[str] = set()
 
-        def write(todo: list[Document], vectors: np.ndarray | None, new: set[str]) -> None:
+        def write(
+            todo: list[Document], vectors: np.ndarray | None, new: set[str], deletions: list[str]
+        ) -> None:
             if todo and vectors is not None:
                 started = time.perf_counter()
                 failures = backend.add(
@@ -103,9 +105,8 @@ def ingest(
                 written = [d.id for d in todo if d.id not in failures]
                 report.added += sum(1 for i in written if i in new)
                 report.updated += sum(1 for i in written if i not in new)
-
-        def remove(ids: list[str]) -> None:
-            report.deleted += backend.delete(ids)
+            if deletions:
+                report.deleted += backend.delete(deletions)
 
         backend.prepare_writes()  # a foreign index: its mapping is ready, or refused, first
         shaped = bool(backend.foreign)
@@ -120,15 +121,13 @@ def ingest(
             if pending is not None and in_flight & set(changes):
                 pending.result()  # compare with the copy being written, once it is stored
                 pending = None
-            batch = _resolved(list(changes.values()), backend, report)
+            batch, given = _resolved(list(changes.values()), backend, report)
             deletions = [c.id for c in changes.values() if isinstance(c, Delete)]
             if shaped:
                 batch = [_with_id_field(d, backend, id_field) for d in batch]
-            stored = backend.fingerprints([d.id for d in batch]) if resume or shaped else {}
-            embed, reuse = _changes(batch, stored, backend.model)
+            stored, embed, reuse = _plan(batch, given, backend, resume or shaped)
             if not resume:
                 embed, reuse = batch, []
-            backend.check_replacements({d.id: d.fields for d in embed + reuse}, stored)
             report.unchanged += len(batch) - len(embed) - len(reuse)
             todo = embed + reuse
             vectors = None
@@ -145,9 +144,7 @@ def ingest(
                 if pending is not None:
                     pending.result()
                 new = {d.id for d in todo if d.id not in stored}
-                pending = writer.submit(write, todo, vectors, new)
-                if deletions:
-                    pending = writer.submit(remove, deletions)
+                pending = writer.submit(write, todo, vectors, new, deletions)
                 in_flight = {d.id for d in todo} | set(deletions)
             if on_batch:
                 on_batch(len(entries))
@@ -168,18 +165,23 @@ def _combined(entries: list[Change], report: WriteReport) -> dict[str, Change]:
     return changes
 
 
-def _resolved(changes: list[Change], backend: Backend, report: WriteReport) -> list[Document]:
+def _resolved(
+    changes: list[Change], backend: Backend, report: WriteReport
+) -> tuple[list[Document], dict[str, set[str]]]:
     """The whole documents of a batch: an update's or a patch's fields merged into the
-    document the index holds (an update of an id it lacks is the document as given)."""
+    document the index holds (an update of an id it lacks is the document as given); and, for
+    each merged one, the fields its update gave (the others are the stored document's)."""
     partial = [c.id for c in changes if isinstance(c, Update | Patch)]
     stored = backend.stored_documents(partial) if partial else {}
     documents = []
+    given: dict[str, set[str]] = {}
     for change in changes:
         if isinstance(change, Document):
             documents.append(change)
         elif isinstance(change, Update):
             held = stored.get(change.id)
             documents.append(merged(held[1], change.document) if held else change.document)
+            given[change.id] = set(change.document.fields)
         elif isinstance(change, Patch):
             held = stored.get(change.id)
             if held is None:
@@ -187,7 +189,8 @@ def _resolved(changes: list[Change], backend: Backend, report: WriteReport) -> l
                 continue
             text, fields = held
             documents.append(Document(change.id, text, {**fields, **change.fields}))
-    return documents
+            given[change.id] = set(change.fields)
+    return documents, given
 
 
 def _no_document(doc_id: str) -> str:
@@ -198,8 +201,22 @@ def _no_document(doc_id: str) -> str:
 
 
 def _refuse_lost_fields(batch: list[Document], backend: Backend) -> None:
-    stored = backend.fingerprints([d.id for d in batch])
-    backend.check_replacements({d.id: d.fields for d in batch}, stored)
+    _plan(batch, {}, backend, compare=True)
+
+
+def _plan(
+    batch: list[Document], given: Mapping[str, set[str]], backend: Backend, compare: bool
+) -> tuple[StoredState, list[Document], list[Document]]:
+    """(what the index holds of the batch's ids, the documents to embed, those whose fields
+    only changed); a replace that would drop a stored document's fields refused first. Without
+    `compare` nothing is read and every document is new."""
+    stored = backend.fingerprints([d.id for d in batch]) if compare else {}
+    # A stored document's new fields as the index will hold them (its ingest pipelines run).
+    present = [d for d in batch if d.id in stored]
+    written = dict(zip([d.id for d in present], backend.written_fields(present), strict=True))
+    embed, reuse = _changes(batch, stored, backend.model, written, given)
+    backend.check_replacements({d.id: written.get(d.id, d.fields) for d in embed + reuse}, stored)
+    return stored, embed, reuse
 
 
 def _with_id_field(document: Document, backend: Backend, named: str | None) -> Document:
@@ -214,11 +231,18 @@ def _with_id_field(document: Document, backend: Backend, named: str | None) -> D
 
 
 def _changes(
-    batch: list[Document], stored: StoredState, model: str
+    batch: list[Document],
+    stored: StoredState,
+    model: str,
+    written: Mapping[str, dict[str, Any]] | None = None,
+    given: Mapping[str, set[str]] | None = None,
 ) -> tuple[list[Document], list[Document]]:
     """(documents to embed: new, changed text, or stored without a hash; documents whose fields
-    only changed, which keep their stored vector)."""
+    only changed, which keep their stored vector). `written` holds a stored document's fields
+    as the index will hold them (its ingest pipelines applied), `given` the fields an update
+    gave (default: all of the document's)."""
     embed, reuse = [], []
+    written, given = written or {}, given or {}
     for document in batch:
         if document.id not in stored:
             embed.append(document)
@@ -228,9 +252,20 @@ def _changes(
             continue
         if digest != content_hash(document.text, model):
             embed.append(document)
-        elif fields != document.fields:
+            continue
+        new = written.get(document.id, document.fields)
+        if not same_fields(fields, given.get(document.id, set(document.fields)), new):
             reuse.append(document)
     return embed, reuse
+
+
+def same_fields(stored: dict[str, Any], given: set[str], written: dict[str, Any]) -> bool:
+    """Whether a write whose document gave the fields `given`, and which the index will hold
+    as `written` (its ingest pipelines run), leaves the stored fields as they are: every given
+    field holds the same value as written (a field the pipelines transform compares
+    transformed) and no stored field is missing. A field only the pipelines set (a time stamp)
+    or an update carried over from the stored document is not the input's to change."""
+    return stored.keys() <= written.keys() and all(stored.get(k) == written.get(k) for k in given)
 
 
 def delete(ids: Iterable[str], backend: Backend) -> WriteReport:

@@ -119,6 +119,14 @@ def ingest(
             "without it a column is typed when every cell parses.",
         ),
     ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            help="Partial updates (_bulk update with doc): each document's fields merge into "
+            "the stored document, whose other fields stay; a line without a text changes only "
+            "the fields it gives."
+        ),
+    ] = False,
 ) -> None:
     """Embed documents and upsert them into an index: new ids are added, changed ones replaced,
     unchanged ones skipped (so re-running after a crash or an edit does only what is needed).
@@ -128,6 +136,8 @@ def ingest(
     document); an id repeated in the file keeps its last copy; _bulk delete actions delete.
     Lines that are not documents are listed with their line number and skipped (exit status
     1), or, with --strict, refuse the file. A file without a single document creates nothing.
+    The file is read as a stream, in batches: memory does not grow with its size. Fields an
+    index's ingest pipeline adds (a time stamp) and itlr's own fields never count as a change.
     """
     from itlr.documents import DocumentStream, parse_types
     from itlr.progress import stream_progress
@@ -140,6 +150,7 @@ def ingest(
             # The default name keeps the usual fallbacks (text, body, content, passage).
             text_field=None if text_field == "text" else text_field,
             types=parse_types(types),
+            merge=merge,
         )
         bad = _BadLines()
         if strict:

@@ -40,6 +40,7 @@ from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
+from itlr.records import Document
 from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
 
@@ -416,6 +417,10 @@ class EmbeddedBackend:
             if record is not None:
                 found[doc_id] = (content_hash(record.text, self.model), record.fields)
         return found
+
+    def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
+        """The fields as given: nothing runs between a write and the store."""
+        return [dict(d.fields) for d in documents]
 
     def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (text, fields)} of the stored ids (an update or a patch merges into them)."""

@@ -71,6 +71,9 @@ class ClusterOperations:
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         raise NotImplementedError
 
+    def _simulate(self, pipeline_id: str, docs: list[dict[str, Any]]) -> Any:
+        raise NotImplementedError
+
     # -- reading ---------------------------------------------------------------------------
 
     def exists(self, index: str) -> bool:
@@ -175,6 +178,33 @@ class ClusterOperations:
                 actions += [{"remove": {"index": name, "alias": alias}} for name in holders]
             actions.append({"add": {"index": index, "alias": alias}})
             self._update_aliases(actions)
+
+    def simulate(
+        self,
+        pipeline_id: str,
+        index: str,
+        ids: list[str],
+        sources: list[dict[str, Any] | None],
+    ) -> list[dict[str, Any] | None]:
+        """Each `_source` as the ingest pipeline would leave it in `index`, in order; None for
+        one it drops, refuses, or that is None already."""
+        docs = [
+            {"_index": index, "_id": i, "_source": s}
+            for i, s in zip(ids, sources, strict=True)
+            if s is not None
+        ]
+        if not docs:
+            return list(sources)
+        with self.errors(index):
+            answer = self._simulate(pipeline_id, docs)
+        results = iter(answer.get("docs") or [])
+        simulated: list[dict[str, Any] | None] = []
+        for source in sources:
+            result = next(results, None) if source is not None else None
+            doc = result.get("doc") if isinstance(result, dict) else None
+            kept = doc.get("_source") if isinstance(doc, dict) else None
+            simulated.append(dict(kept) if isinstance(kept, dict) else None)
+        return simulated
 
     def bulk(
         self, actions: Iterable[dict[str, Any]], index: str, chunk_size: int = 500
