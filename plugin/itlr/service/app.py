@@ -47,8 +47,6 @@ DEFAULT_MAX_BODY_BYTES = LIMITS.max_body_bytes
 log = logging.getLogger("itlr.service")
 
 
-# A body comes from anyone the service answers: bound what one search may ask for.
-MAX_K = 10_000
 _JSON_TYPES: dict[str, Any] = {
     "int": int,
     "float": float,
@@ -71,7 +69,7 @@ def _body_field(option: Option) -> tuple[Any, Any]:
         aliases["alias"] = option.key
     bounds: dict[str, Any] = {
         "ge": option.minimum,
-        "le": MAX_K if option.name == "k" else option.maximum,
+        "le": option.maximum,  # k's is itlr.options.MAX_K
     }
     return kind, Field(
         option.default,
