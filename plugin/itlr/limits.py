@@ -15,7 +15,7 @@ proxy, filters, ingestion) checks against these figures, so one request cannot s
 | max_document_bytes|   1 MiB | ITLR_MAX_DOCUMENT_BYTES| one document at ingest (its JSON); one      |
 |                   |         |                        | value of a hit returned (longer: cut)       |
 | max_filter_work   |     10M | ITLR_MAX_FILTER_WORK   | clauses x rows one filter may test on the   |
-|                   |         |                        | embedded engine (about 1 us each)           |
+|                   |         |                        | embedded engine (under 1 us each)           |
 
 The checks here are cheap scans that run before the expensive work (pyparsing, json.loads,
 the encoder), so a hostile input costs a linear pass over at most its bytes.
@@ -70,7 +70,7 @@ class Limits:
     max_filter_values: int = 1_024  # values and clauses of one filter, every bool together
     max_document_bytes: int = 1 << 20  # one document at ingest, one value of a hit returned
     # Clause tests one filter may make on the embedded engine (its clauses x the rows it
-    # reads), so the cost of a filter, not only its size, is bounded: about 1 us per test.
+    # reads), so the cost of a filter, not only its size, is bounded: under 1 us per test.
     max_filter_work: int = 10_000_000
 
     @classmethod
