@@ -31,7 +31,7 @@ from itlr.engines.lexical_requests import (
 from itlr.engines.painless import StoredScript
 from itlr.engines.response import hits_from_response
 from itlr.engines.script_params import exclusion_params, packed_floats, script_params
-from itlr.lexical import LEXICAL_FIELDS, CorpusStats
+from itlr.lexical import LENGTH_FIELD, LEXICAL_FIELDS, TOKENS_FIELD, CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
@@ -87,6 +87,11 @@ class Dialect:
     # The engine's largest k for one kNN search, and the request field it limits.
     max_k: ClassVar[int] = 10_000
     limit_name: ClassVar[str] = "k"
+    # Whether a search's hits bring back what their per-term truths are computed from (the
+    # vector; for hybrid truths the lexical fields): set by ClusterBackend for its own
+    # searches, so hits carry truths on a cluster as on the embedded engine. Requests built for
+    # others (itlr translate, the query-bar proxy) leave it off.
+    with_truths: bool = False
 
     def __init__(self, layout: IndexLayout | None = None, inline_script: bool = False) -> None:
         self.layout = layout or IndexLayout()
@@ -269,7 +274,8 @@ class Dialect:
             }
             params["mention_score"] = MENTION_SCORE
         rest: dict[str, Any] = {
-            # With explain the hits' vectors come back so truths can be shown; never otherwise.
+            # With explain the hits' vectors come back so truths can be shown; otherwise only
+            # where the hits' truths are asked for (with_truths).
             "_source": self.explained_source() if options.explain else self.source(options),
         }
         if options.from_:
@@ -305,12 +311,21 @@ class Dialect:
 
     def source(self, options: SearchOptions) -> Any:
         """The hits' _source: every field but `unshown` (the hash is dropped when hits are
-        read), or the chosen ones."""
+        read), or the chosen ones; and, `with_truths`, what the truths are computed from (hits
+        are read without it: itlr.engines.response)."""
+        needed = self.truth_fields(options) if self.with_truths else []
+        hidden = [name for name in self.unshown if name not in needed]
         if options.source_fields is None:
-            return {"excludes": self.unshown}
+            return {"excludes": hidden} if hidden else True
         if not options.source_fields:
-            return False
-        return {"includes": list(options.source_fields), "excludes": self.unshown}
+            return {"includes": needed} if needed else False
+        return {"includes": [*options.source_fields, *needed], "excludes": hidden}
+
+    def truth_fields(self, options: SearchOptions) -> list[str]:
+        """What a hit's per-term truths are computed from: its vector, and for hybrid truths
+        its stored tokens and length."""
+        lexical = [TOKENS_FIELD, LENGTH_FIELD] if options.truth.uses_lexical else []
+        return [self.layout.vector_field, *lexical]
 
     def highlight(self, words: Sequence[str]) -> dict[str, Any]:
         """The engine's highlighter on the text field, driven by the positive terms' words
