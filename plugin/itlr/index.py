@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 from warnings import warn
 
 from itlr.changes import Change, Delete, Patch, Update
-from itlr.documents import Reading
+from itlr.documents import BadLine, Reading
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -278,7 +278,7 @@ class Index:
 
     def add(
         self,
-        documents: Iterable[Mapping[str, Any] | Change],
+        documents: Iterable[Mapping[str, Any] | Change | BadLine],
         *,
         batch_size: int = 64,
         on_batch: Any = None,
@@ -291,7 +291,8 @@ class Index:
         vector, an unchanged one is skipped (compared by content hash, never by vector).
 
         `documents` is read lazily unless it is a sequence: an iterator of any length (e.g.
-        itlr.documents.DocumentStream's entries) costs the memory of a few batches. Updates,
+        itlr.documents.DocumentStream's entries) costs the memory of a few batches; a stream's
+        lines that are not documents are warnings (UserWarning) and skipped. Updates,
         patches and deletions (itlr.changes) apply in their place.
 
         A document is a Document or a mapping with an id and a text (`id`/`_id`/`doc_id`,
@@ -309,7 +310,11 @@ class Index:
         text patches the stored document's fields and keeps its text and vector.
         """
         reading = Reading(Fields(id_field, text_field), merge)
-        docs: Iterable[Change] = (_change(d, n, reading) for n, d in enumerate(documents, 1))
+        docs: Iterable[Change] = (
+            _change(d, n, reading)
+            for n, d in enumerate(documents, 1)
+            if _entry(d)  # a DocumentStream's line that is no document: warned, skipped
+        )
         if isinstance(documents, Sequence):
             docs = list(docs)  # all checked (and, into a foreign index, compared) before writing
         with writer_session(self.backend):
@@ -474,6 +479,14 @@ class Index:
             lexical=statistics,
         )
         return Translation(requests, notes)
+
+
+def _entry(given: object) -> TypeGuard[Mapping[str, Any] | Change]:
+    """Whether `given` is a document or change; a stream's bad line is a warning."""
+    if isinstance(given, BadLine):
+        warn(str(given), stacklevel=4)
+        return False
+    return True
 
 
 def _change(given: Mapping[str, Any] | Change, number: int, reading: Reading) -> Change:

@@ -270,3 +270,19 @@ def test_an_id_over_512_bytes_is_stored_by_the_embedded_engine(tmp_path: Path, e
     report = index.add([{"id": long_id, "text": "long id"}, {"id": "short", "text": "short"}])
     assert (report.added, report.failed) == (2, {})
     assert index.backend.get(long_id)["text"] == "long id"
+
+
+def test_index_add_takes_a_stream_warning_of_its_bad_lines(tmp_path: Path, embedder) -> None:
+    import pytest
+
+    source = tmp_path / "docs.csv"
+    source.write_text('id,text,lang\n1,vitamin D,en\n2,"unbalanced,en\n3,bone health,en\n')
+    index = itlr.Index.open(str(tmp_path / "idx"))
+    with pytest.warns(UserWarning, match=r"docs\.csv:3: a quoted cell opened here"):
+        report = index.add(DocumentStream(source))
+    assert report.added == 2 and sorted(index.backend.ids()) == ["1", "3"]
+    patch = tmp_path / "patch.csv"
+    patch.write_text("id,lang\n1,de\n")
+    report = index.add(DocumentStream(patch, merge=True))
+    assert (report.updated, report.added) == (1, 0)
+    assert index.backend.get("1") == {"id": "1", "text": "vitamin D", "fields": {"lang": "de"}}
