@@ -103,12 +103,8 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
     @cached_property
     def dialect(self) -> Dialect:
         """The engine's requests for this index (pure; no client), built on first use: the
-        layout and the engine version do not change while the backend lives. Its searches
-        bring back what hits' truths are computed from, so that hits carry them as on the
-        embedded engine (without --explain)."""
-        dialect = self._make_dialect()
-        dialect.with_truths = True
-        return dialect
+        layout and the engine version do not change while the backend lives."""
+        return self._make_dialect()
 
     def _make_dialect(self) -> Dialect:
         raise NotImplementedError

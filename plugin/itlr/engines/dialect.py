@@ -87,11 +87,6 @@ class Dialect:
     # The engine's largest k for one kNN search, and the request field it limits.
     max_k: ClassVar[int] = 10_000
     limit_name: ClassVar[str] = "k"
-    # Whether a search's hits bring back what their per-term truths are computed from (the
-    # vector; for hybrid truths the lexical fields): set by ClusterBackend for its own
-    # searches, so hits carry truths on a cluster as on the embedded engine. Requests built for
-    # others (itlr translate, the query-bar proxy) leave it off.
-    with_truths: bool = False
 
     def __init__(self, layout: IndexLayout | None = None, inline_script: bool = False) -> None:
         self.layout = layout or IndexLayout()
@@ -274,8 +269,8 @@ class Dialect:
             }
             params["mention_score"] = MENTION_SCORE
         rest: dict[str, Any] = {
-            # With explain the hits' vectors come back so truths can be shown; otherwise only
-            # where the hits' truths are asked for (with_truths).
+            # With explain the hits' vectors come back so truths can be shown; ClusterBackend
+            # asks for them on its own searches too (`with_truth_fields`), never otherwise.
             "_source": self.explained_source() if options.explain else self.source(options),
         }
         if options.from_:
@@ -309,23 +304,25 @@ class Dialect:
         doc values by the script; in _source they only add to every response)."""
         return [self.layout.vector_field, *LEXICAL_FIELDS]
 
-    def source(self, options: SearchOptions) -> Any:
+    def source(self, options: SearchOptions, needed: Sequence[str] = ()) -> Any:
         """The hits' _source: every field but `unshown` (the hash is dropped when hits are
-        read), or the chosen ones; and, `with_truths`, what the truths are computed from (hits
-        are read without it: itlr.engines.response)."""
-        needed = self.truth_fields(options) if self.with_truths else []
+        read), or the chosen ones; and the `needed` ones (hits are read without them)."""
         hidden = [name for name in self.unshown if name not in needed]
         if options.source_fields is None:
             return {"excludes": hidden} if hidden else True
         if not options.source_fields:
-            return {"includes": needed} if needed else False
+            return {"includes": list(needed)} if needed else False
         return {"includes": [*options.source_fields, *needed], "excludes": hidden}
 
-    def truth_fields(self, options: SearchOptions) -> list[str]:
-        """What a hit's per-term truths are computed from: its vector, and for hybrid truths
-        its stored tokens and length."""
+    def with_truth_fields(self, body: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
+        """A logical search body whose hits also bring back what their per-term truths are
+        computed from (the vector; for hybrid truths the stored tokens and length), so that
+        hits carry truths on a cluster as on the embedded engine: ClusterBackend's own searches.
+        The request shown to others (itlr translate, the query-bar proxy) stays without."""
+        if options.explain:
+            return body  # its _source has them already
         lexical = [TOKENS_FIELD, LENGTH_FIELD] if options.truth.uses_lexical else []
-        return [self.layout.vector_field, *lexical]
+        return {**body, "_source": self.source(options, [self.layout.vector_field, *lexical])}
 
     def highlight(self, words: Sequence[str]) -> dict[str, Any]:
         """The engine's highlighter on the text field, driven by the positive terms' words
