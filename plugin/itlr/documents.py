@@ -32,7 +32,6 @@ Rules, the same for every format and engine:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -64,6 +63,7 @@ from itlr.records import (
 
 # Re-exported: callers read documents through itlr.documents.
 from itlr.records import Document as Document
+from itlr.seen_ids import SeenIds
 
 BOM = "\ufeff"
 BULK_ACTIONS = ("index", "create", "update", "delete")
@@ -468,35 +468,6 @@ def _entries(
         f"{path}: expected a .jsonl / .ndjson (JSON lines or _bulk), .json (array or lines) "
         "or .csv file, or a BEIR folder"
     )
-
-
-class SeenIds:
-    """Which ids a stream has given, in 8 bytes each (a 64-bit digest; a collision only
-    miscounts a repeat): recent ids in a set, merged now and then into a sorted array."""
-
-    _MERGE_EVERY = 1 << 16
-
-    def __init__(self) -> None:
-        self._sorted = np.zeros(0, dtype=np.uint64)
-        self._recent: set[int] = set()
-
-    def add(self, doc_id: str) -> bool:
-        """Record the id; whether it was given before."""
-        digest = int.from_bytes(
-            hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-            "little",
-        )
-        if digest in self._recent:
-            return True
-        at = int(np.searchsorted(self._sorted, digest))
-        if at < len(self._sorted) and int(self._sorted[at]) == digest:
-            return True
-        self._recent.add(digest)
-        if len(self._recent) >= self._MERGE_EVERY:
-            recent = np.fromiter(self._recent, dtype=np.uint64, count=len(self._recent))
-            self._sorted = np.union1d(self._sorted, recent)
-            self._recent.clear()
-        return False
 
 
 class DocumentStream:

@@ -286,3 +286,16 @@ def test_index_add_takes_a_stream_warning_of_its_bad_lines(tmp_path: Path, embed
     report = index.add(DocumentStream(patch, merge=True))
     assert (report.updated, report.added) == (1, 0)
     assert index.backend.get("1") == {"id": "1", "text": "vitamin D", "fields": {"lang": "de"}}
+
+
+def test_a_streams_repeated_ids_are_counted_in_8_bytes_each(tmp_path: Path) -> None:
+    from itlr.seen_ids import SeenIds
+
+    seen = SeenIds()
+    seen._MERGE_EVERY = 1000  # the merged array and the recent set both answer
+    found = [seen.add(f"id-{i % 2500}") for i in range(10_000)]
+    assert found.count(True) == 7_500 and not any(found[:2500])
+    source = tmp_path / "docs.csv"
+    source.write_text("id,text\n" + "".join(f"{i % 700},text {i}\n" for i in range(1000)))
+    stream = DocumentStream(source)
+    assert sum(1 for _ in stream) == 1000 and stream.duplicates == 300
