@@ -4,9 +4,9 @@ from the fitting so that searching never imports the evaluation package."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from itlr import json_values
 from itlr.embed import DEFAULT_MODEL
 from itlr.errors import ConfigurationError
 from itlr.paths import itlr_home, model_slug
@@ -30,7 +30,7 @@ def load_calibration(model: str | None) -> TruthMap | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text())
+        record = json_values.loads(path.read_bytes(), str(path))  # depth-checked first
         truth = TruthMap.from_dict(record)
     except (ValueError, TypeError, KeyError) as bad:
         raise ConfigurationError(
@@ -53,8 +53,8 @@ def default_hard_filter(model: str | None) -> float:
     path = calibration_path(model)
     if path.is_file():
         try:
-            value = json.loads(path.read_text()).get("hard_filter")
-        except ValueError:
+            value = json_values.loads(path.read_bytes(), str(path)).get("hard_filter")
+        except (ValueError, AttributeError):
             value = None
         if isinstance(value, int | float):
             return float(value)

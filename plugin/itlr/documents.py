@@ -7,8 +7,14 @@ Rules, the same for every format and engine:
   - the id and the text are read from `id_field` / `text_field` when given, else from the first
     of ID_KEYS / TEXT_KEYS present; the text is stored as given (a `title` stays its own field;
     only the BEIR loader `read_jsonl` joins title and text, as BEIR's baselines do);
-  - an id given more than once in a file: the last copy wins, and the copies are counted; a
+  - entries apply in the file's order (itlr.changes.combine): an id given more than once: the
+    last copy wins, and the copies are counted; a `_bulk` `update` merges its fields into the
+    document before it (in the file, or stored in the index when the file is streamed); a
     `_bulk` `delete` of an id drops its earlier copies and asks the index to delete it;
+  - a file is read as a stream (`DocumentStream`): memory holds one line, one CSV record or one
+    array element at a time (and 8 bytes per id, to count repeats), whatever the file's size;
+  - a `_bulk` file is told from JSON lines by an action line among its first records, not by
+    its first line alone, so a damaged first action line costs its own document only;
   - a line that cannot be a document (undecodable bytes, not JSON, not an object, no id, empty
     or whitespace-only text, JSON nested deeper than `LIMITS.max_depth`, a NaN / Infinity
     number, text that is not valid Unicode) is reported with file, line number and reason, and
@@ -16,33 +22,36 @@ Rules, the same for every format and engine:
     (`read_jsonl`), where a bad line is an error;
   - nesting is measured on the raw text before any JSON parsing, so a line nested 100,000 deep
     costs one linear scan, never a recursion;
-  - CSV cells are typed per column: a column whose every non-empty cell is an integer becomes
-    int, else float, else a boolean (true/false); `types` forces a column's type; an empty cell
-    is no value;
+  - CSV (itlr.csv_input): a malformed row (an unbalanced quote, more cells than the header, a
+    cell over the size limit) is a bad line and reading goes on at the next line; cells are
+    typed per column: a column whose every non-empty cell is an integer becomes int, else
+    float, else a boolean (true/false); `types` forces a column's type; an empty cell is no
+    value;
   - a byte-order mark at the start of a file is ignored.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from itlr import json_values
+from itlr.changes import Change, Delete, Patch, Update, combine
+from itlr.csv_input import CSV_TYPES as CSV_TYPES
+from itlr.csv_input import csv_entries
+from itlr.csv_input import parse_types as parse_types
 from itlr.errors import ConfigurationError
+from itlr.json_array import ArrayElements
 from itlr.limits import LIMITS
-
-# Re-exported: callers read documents through itlr.documents.
-from itlr.records import Document as Document
 from itlr.records import (
+    ID_KEYS,
     Fields,
     NotADocument,
     check_value,
@@ -52,9 +61,16 @@ from itlr.records import (
     too_large,
 )
 
+# Re-exported: callers read documents through itlr.documents.
+from itlr.records import Document as Document
+from itlr.seen_ids import SeenIds
+
 BOM = "\ufeff"
 BULK_ACTIONS = ("index", "create", "update", "delete")
-CSV_TYPES = ("int", "float", "bool", "str")
+# Records looked at to tell a `_bulk` file from JSON lines: one action line among them is enough.
+_BULK_WINDOW = 16
+# Told where a reader opened its file (the progress of a stream is its position).
+Opened = Callable[[IO[bytes]], None]
 
 
 @dataclass(frozen=True)
@@ -92,9 +108,11 @@ class DocumentFile:
         }
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
+def _decoded_lines(path: Path, opened: Opened | None = None) -> Iterator[tuple[int, str | BadLine]]:
     """(line number, text) per line, or a BadLine for a line that is not UTF-8."""
     with open(path, "rb") as handle:
+        if opened is not None:
+            opened(handle)
         for number, raw in enumerate(_bounded_lines(handle), 1):
             if raw is None:
                 yield number, BadLine(str(path), number, too_large("this line", -1))
@@ -148,19 +166,6 @@ def _nested_too_deep(text: str, allowed: int) -> bool:
     return bool(profile.size and profile.max() > allowed)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise NotADocument(
-        f"a value is {name}, which JSON cannot carry: write a finite number or leave the field out"
-    )
-
-
-def _finite_float(text: str) -> float:  # a CSV cell
-    value = float(text)
-    if not math.isfinite(value):
-        _refuse_constant(text)
-    return value
-
-
 def _loads(text: str) -> Any:
     """Parse one JSON value whose size and nesting were checked, refusing numbers that are no
     finite double (NaN, 1e999, 400 digits) and lone surrogates (itlr.json_values)."""
@@ -208,12 +213,43 @@ def read_jsonl(path: Path) -> Iterator[Document]:
             yield document
 
 
-# What one parsed entry of an input file asks for: a document, an id to delete, a bad line.
-_Entry = Document | BadLine | tuple[Any, ...]
+# What one parsed entry of an input file asks for (itlr.changes), or a line that is not one.
+_Entry = Change | BadLine
 
 
-def _parsed_lines(path: Path) -> Iterator[tuple[int, Any | BadLine]]:
-    for number, line in _decoded_lines(path):
+@dataclass(frozen=True)
+class Reading:
+    """How records become changes: the id and text keys, and whether each is a partial update
+    (`--merge`: `_bulk` `update` semantics)."""
+
+    keys: Fields
+    merge: bool = False
+
+    def change(self, record: Any, path: str, line: int) -> Change:
+        """A record as a document, or under `merge` an update (with a text) or a patch of its
+        fields (without one); NotADocument says why it is neither."""
+        if not self.merge:
+            return record_document(record, self.keys)
+        if isinstance(record, dict) and not any(
+            isinstance(record.get(k), str) for k in self.keys.text_keys
+        ):
+            doc_id = next(
+                (i for i in (document_id(record.get(k)) for k in self.keys.id_keys) if i), None
+            )
+            if doc_id is None:
+                raise NotADocument(
+                    f"no id: each document needs an id ({'/'.join(self.keys.id_keys)}); got "
+                    f"keys {sorted(record)}"
+                )
+            used = self.keys.id_keys if self.keys.id_field else ID_KEYS
+            fields = {k: v for k, v in record.items() if k not in used}
+            check_value(fields, f"document {doc_id!r}")
+            return Patch(doc_id, fields, path, line)
+        return Update(record_document(record, self.keys))
+
+
+def _parsed_lines(path: Path, opened: Opened | None) -> Iterator[tuple[int, Any | BadLine]]:
+    for number, line in _decoded_lines(path, opened):
         if isinstance(line, BadLine):
             yield number, line
             continue
@@ -239,41 +275,68 @@ def _bulk_action(record: Any) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def _jsonl_entries(path: Path, keys: Fields) -> Iterator[_Entry]:
-    """JSON lines, or `_bulk` NDJSON when the first record is an action line."""
-    lines = _parsed_lines(path)
-    bulk: bool | None = None
+class _Pushback:
+    """An iterator of parsed lines that can take one back (the line after an action that
+    turned out to be the next action, not its document)."""
+
+    def __init__(self, lines: Iterator[tuple[int, Any]]) -> None:
+        self._lines = lines
+        self._back: list[tuple[int, Any]] = []
+
+    def __iter__(self) -> _Pushback:
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        return self._back.pop() if self._back else next(self._lines)
+
+    def push(self, item: tuple[int, Any]) -> None:
+        self._back.append(item)
+
+
+def _jsonl_entries(path: Path, reading: Reading, opened: Opened | None) -> Iterator[_Entry]:
+    """JSON lines, or `_bulk` NDJSON when an action line is among the first records."""
+    parsed = _parsed_lines(path, opened)
+    window = list(islice(parsed, _BULK_WINDOW))
+    bulk = any(_bulk_action(record) is not None for _, record in window)
+    lines = _Pushback(chain(window, parsed))
+    if not bulk:
+        for number, record in lines:
+            if isinstance(record, BadLine):
+                yield record
+                continue
+            try:
+                yield reading.change(record, str(path), number)
+            except NotADocument as bad:
+                yield BadLine(str(path), number, str(bad))
+        return
+    damaged: int | None = None  # the line of the last action line that was not JSON
     for number, record in lines:
         if isinstance(record, BadLine):
+            damaged = number
             yield record
             continue
         action = _bulk_action(record)
-        if bulk is None:
-            bulk = action is not None
-        if not bulk:
-            try:
-                yield record_document(record, keys)
-            except NotADocument as bad:
-                yield BadLine(str(path), number, str(bad))
-            continue
         if action is None:
-            yield BadLine(
-                str(path),
-                number,
-                'a _bulk file alternates action lines ({"index": {"_id": ...}}) and '
-                "documents: this line is not an action",
+            after = (
+                f"its action line {damaged} is damaged, so its id is lost: fix line {damaged}"
+                if damaged == number - 1
+                else 'a _bulk file alternates action lines ({"index": {"_id": ...}}) and '
+                "documents: this line is not an action"
             )
+            yield BadLine(str(path), number, after)
             continue
-        yield from _bulk_entry(path, number, action, lines, keys)
+        damaged = None
+        yield from _bulk_entry(path, number, action, lines, reading)
 
 
 def _bulk_entry(
     path: Path,
     number: int,
     action: tuple[str, dict[str, Any]],
-    lines: Iterator[tuple[int, Any]],
-    keys: Fields,
+    lines: _Pushback,
+    reading: Reading,
 ) -> Iterator[_Entry]:
+    keys = reading.keys
     kind, meta = action
     try:
         doc_id = document_id(meta.get("_id"))
@@ -282,11 +345,20 @@ def _bulk_entry(
     else:
         reason = f'the {kind} action has no "_id": itlr needs an id per document'
     if kind == "delete":
-        yield ("delete", doc_id) if doc_id else BadLine(str(path), number, reason)
+        yield Delete(doc_id) if doc_id else BadLine(str(path), number, reason)
         return
     source_number, source = next(lines, (number + 1, None))
     if isinstance(source, BadLine):
         yield source
+        return
+    if _bulk_action(source) is not None:
+        # The next action, not this one's document: this action alone is lost.
+        lines.push((source_number, source))
+        yield BadLine(
+            str(path),
+            number,
+            f"the {kind} action is not followed by a document (the next line is another action)",
+        )
         return
     if doc_id is None:
         yield BadLine(str(path), number, reason)
@@ -305,20 +377,15 @@ def _bulk_entry(
     record = {k: v for k, v in source.items() if k not in keys.id_keys}
     own_id = next(((k, source[k]) for k in keys.id_keys if k in source), None)
     id_key = keys.id_field or "_id"
-    if kind == "update" and not any(isinstance(record.get(k), str) for k in keys.text_keys):
-        # A partial update of fields only: it can patch a copy earlier in this file.
+    partial = kind == "update" or reading.merge
+    if partial and not any(isinstance(record.get(k), str) for k in keys.text_keys):
+        # A partial update of fields only: it patches the document before it.
         try:
             check_value(record, f"document {doc_id!r}")
         except NotADocument as bad:
             yield BadLine(str(path), source_number, str(bad))
             return
-        orphan = BadLine(
-            str(path),
-            source_number,
-            f"update of {doc_id!r} without a text ({'/'.join(keys.text_keys)}) and no earlier "
-            "copy in this file: itlr re-embeds whole documents, give the text",
-        )
-        yield ("patch", doc_id, record, orphan)
+        yield Patch(doc_id, record, str(path), source_number)
         return
     try:
         document = record_document({**record, id_key: doc_id}, keys)
@@ -327,38 +394,28 @@ def _bulk_entry(
         return
     # The id field the document itself carried (the action's _id is the id).
     document = replace(document, id_source=own_id)
-    yield ("update", document) if kind == "update" else document
+    yield Update(document) if partial else document
 
 
-def _array_entries(path: Path, keys: Fields) -> Iterator[_Entry]:
-    """A JSON array of documents: each element is checked and parsed on its own, so a bad or
-    too deep element costs itself only."""
-    text = path.read_bytes().decode("utf-8", errors="surrogateescape").removeprefix(BOM)
-    if not _encodable(text):
-        yield BadLine(str(path), 1, "not UTF-8 text: save the file as UTF-8")
-        return
-    profile = _depth_profile(text)
-    blank = _STRING.sub(lambda m: " " * len(m.group()), text)
-    opening = blank.find("[")
-    closing = blank.rfind("]")
-    if opening < 0 or closing < opening or profile[closing] != 0:
-        yield BadLine(str(path), 1, "not a JSON array of documents (unbalanced brackets)")
-        return
-    # Element boundaries: commas at depth 1 of the outer array.
-    commas = [i for i in range(opening + 1, closing) if blank[i] == "," and profile[i] == 1]
-    starts = [opening + 1, *(c + 1 for c in commas)]
-    ends = [*commas, closing]
-    for start, end in zip(starts, ends, strict=True):
-        element = text[start:end]
-        if not element.strip():
-            continue
-        number = text.count("\n", 0, start + len(element) - len(element.lstrip())) + 1
-        try:
-            yield record_document(_loads(element), keys)
-        except json.JSONDecodeError as bad:
-            yield BadLine(str(path), number, f"not valid JSON ({bad.msg})")
-        except NotADocument as bad:
-            yield BadLine(str(path), number, str(bad))
+def _array_entries(path: Path, reading: Reading, opened: Opened | None) -> Iterator[_Entry]:
+    """A JSON array of documents, read element by element (itlr.json_array): each is checked
+    and parsed on its own, so a bad or too deep element costs itself only."""
+    with open(path, "rb") as handle:
+        if opened is not None:
+            opened(handle)
+        for number, element, problem in ArrayElements(handle, LIMITS.max_document_bytes):
+            if element is None:
+                yield BadLine(str(path), number, problem or "not a document")
+                continue
+            if not _encodable(element):
+                yield BadLine(str(path), number, "not UTF-8 text: save the file as UTF-8")
+                continue
+            try:
+                yield reading.change(_loads(element), str(path), number)
+            except json.JSONDecodeError as bad:
+                yield BadLine(str(path), number, f"not valid JSON ({bad.msg})")
+            except NotADocument as bad:
+                yield BadLine(str(path), number, str(bad))
 
 
 def _is_array_file(path: Path) -> bool:
@@ -367,93 +424,14 @@ def _is_array_file(path: Path) -> bool:
     return head.lstrip().startswith("[")
 
 
-def _csv_entries(path: Path, keys: Fields, types: Mapping[str, str]) -> Iterator[_Entry]:
-    # surrogateescape keeps undecodable bytes as lone surrogates, found again per record, so a
-    # bad byte costs its own row only; utf-8-sig drops a byte-order mark.
-    text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    records: list[tuple[int, dict[str, Any]]] = []
-    for record in reader:
-        number = reader.line_num
-        values = [*record.keys(), *(v for v in record.values() if isinstance(v, str))]
-        if any(not _encodable(str(v)) for v in values):
-            yield BadLine(str(path), number, "not UTF-8 text: save the file as UTF-8")
-            continue
-        # An empty cell is no value, so a typed column is not broken by gaps.
-        records.append((number, {k: v for k, v in record.items() if v not in ("", None)}))
-    unknown = set(types) - set(reader.fieldnames or ())
-    if unknown:
-        raise ConfigurationError(
-            f"--types names {sorted(unknown)}, not columns of {path} "
-            f"(its columns: {list(reader.fieldnames or ())})"
-        )
-    column_types = _column_types(records, types, keys)
-    for number, record in records:
-        try:
-            typed = {k: _typed(v, column_types.get(k, "str"), k) for k, v in record.items()}
-            yield record_document(typed, keys)
-        except NotADocument as bad:
-            yield BadLine(str(path), number, str(bad))
+def _csv_document_entries(
+    path: Path, reading: Reading, types: Mapping[str, str], opened: Opened | None
+) -> Iterator[_Entry]:
+    def make(record: dict[str, Any], number: int) -> Change:
+        return reading.change(record, str(path), number)
 
-
-_BOOLEANS = {"true": True, "false": False}
-
-
-def _parses(value: str, kind: str) -> bool:
-    try:
-        _typed(value, kind, "")
-    except NotADocument:
-        return False
-    return True
-
-
-def _column_types(
-    records: list[tuple[int, dict[str, Any]]], forced: Mapping[str, str], keys: Fields
-) -> dict[str, str]:
-    """Each column's type: forced, else the narrowest of int, float, bool that every non-empty
-    cell parses as; id and text columns stay text."""
-    columns: dict[str, list[str]] = {}
-    for _, record in records:
-        for name, value in record.items():
-            columns.setdefault(name, []).append(value)
-    kept = {*keys.id_keys, *keys.text_keys}
-    chosen = {}
-    for name, values in columns.items():
-        if name in forced:
-            chosen[name] = forced[name]
-        elif name not in kept:
-            chosen[name] = next(
-                (k for k in ("int", "float", "bool") if all(_parses(v, k) for v in values)),
-                "str",
-            )
-    return chosen
-
-
-def _typed(value: str, kind: str, name: str) -> Any:
-    try:
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            return _finite_float(value)
-        if kind == "bool":
-            return _BOOLEANS[value.strip().lower()]
-    except (ValueError, KeyError):
-        raise NotADocument(f"column {name!r} is {kind}, but this row has {value!r}") from None
-    return value
-
-
-def parse_types(specs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """`year=int,score=float` (or repeated) -> {"year": "int", "score": "float"}."""
-    types: dict[str, str] = {}
-    for spec in specs or ():
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            name, _, kind = part.partition("=")
-            if not name or kind not in CSV_TYPES:
-                raise ConfigurationError(
-                    f"--types {part!r}: write COLUMN=TYPE with TYPE one of {', '.join(CSV_TYPES)}"
-                )
-            types[name.strip()] = kind
-    return types
+    for number, found in csv_entries(path, reading.keys, types, opened, make):
+        yield BadLine(str(path), number, found) if isinstance(found, str) else found
 
 
 def _encodable(text: str) -> bool:
@@ -462,6 +440,86 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _entries(
+    source: str | Path, reading: Reading, types: Mapping[str, str], opened: Opened | None
+) -> Iterator[_Entry]:
+    """The entries of a file or BEIR folder, in order, read lazily; what makes the whole
+    source unreadable (no such file, an unknown suffix) is refused here, before any read."""
+    path = Path(source)
+    if types and path.suffix.lower() != ".csv":
+        raise ConfigurationError("--types applies to CSV files; JSON values carry their types")
+    if path.is_dir():
+        corpus = path / "corpus.jsonl"
+        if not corpus.exists():
+            raise ConfigurationError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
+        return _jsonl_entries(corpus, reading, opened)
+    if not path.exists():
+        raise ConfigurationError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _csv_document_entries(path, reading, types, opened)
+    if suffix == ".json" and _is_array_file(path):
+        return _array_entries(path, reading, opened)
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return _jsonl_entries(path, reading, opened)
+    raise ConfigurationError(
+        f"{path}: expected a .jsonl / .ndjson (JSON lines or _bulk), .json (array or lines) "
+        "or .csv file, or a BEIR folder"
+    )
+
+
+class DocumentStream:
+    """The entries of a file (documents, updates, patches, deletions and the lines that are not
+    documents) read lazily, in the file's order: memory holds one entry at a time whatever the
+    file's size. With `merge` every document is an update of the stored one (its fields
+    merge in) and a record without a text a patch of its fields. `duplicates` counts the entries whose id came before in the file; `position`
+    and `size` are the bytes read and the file's bytes (for progress). Each iteration reads the
+    file again from its start."""
+
+    def __init__(
+        self,
+        source: str | Path,
+        *,
+        id_field: str | None = None,
+        text_field: str | None = None,
+        types: Mapping[str, str] | None = None,
+        merge: bool = False,
+    ) -> None:
+        self.source = Path(source)
+        self._reading = Reading(Fields(id_field, text_field), merge)
+        self._types = dict(types or {})
+        self.duplicates = 0
+        self._handle: IO[bytes] | None = None
+        # Refuse now what makes the whole file unreadable (no such file, a suffix, --types).
+        _entries(self.source, self._reading, self._types, None)  # not started: nothing opened
+
+    @property
+    def size(self) -> int:
+        path = self.source / "corpus.jsonl" if self.source.is_dir() else self.source
+        return path.stat().st_size
+
+    @property
+    def position(self) -> int:
+        handle = self._handle
+        if handle is None:
+            return 0
+        try:
+            return handle.tell()
+        except (OSError, ValueError):  # closed: read to the end
+            return self.size
+
+    def _opened(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+
+    def __iter__(self) -> Iterator[_Entry]:
+        self.duplicates = 0
+        seen = SeenIds()
+        for entry in _entries(self.source, self._reading, self._types, self._opened):
+            if not isinstance(entry, BadLine | Delete) and seen.add(entry.id):
+                self.duplicates += 1
+            yield entry
 
 
 def read_documents(
@@ -473,67 +531,53 @@ def read_documents(
 ) -> DocumentFile:
     """Documents from a JSON-lines / `_bulk` NDJSON file (.jsonl, .ndjson, .json), a JSON array
     (.json), a .csv file, or a BEIR folder (corpus.jsonl), with the lines that are not
-    documents, the ids to delete and the count of repeated ids (module docstring)."""
-    path = Path(source)
-    keys = Fields(id_field, text_field)
-    types = dict(types or {})
-    if types and path.suffix.lower() != ".csv":
-        raise ConfigurationError("--types applies to CSV files; JSON values carry their types")
-    if path.is_dir():
-        corpus = path / "corpus.jsonl"
-        if not corpus.exists():
-            raise ConfigurationError(f"{path} is a folder without corpus.jsonl: not a BEIR folder")
-        entries = _jsonl_entries(corpus, keys)
-    elif not path.exists():
-        raise ConfigurationError(f"no such file: {path}")
-    elif path.suffix.lower() == ".csv":
-        entries = _csv_entries(path, keys, types)
-    elif path.suffix.lower() == ".json" and _is_array_file(path):
-        entries = _array_entries(path, keys)
-    elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        entries = _jsonl_entries(path, keys)
-    else:
-        raise ConfigurationError(
-            f"{path}: expected a .jsonl / .ndjson (JSON lines or _bulk), .json (array or lines) "
-            "or .csv file, or a BEIR folder"
-        )
-    return _collect(entries)
+    documents, the ids to delete and the count of repeated ids (module docstring), held whole:
+    the file's entries combined by id. `DocumentStream` reads a file of any size instead, and
+    ingestion (`itlr ingest`) applies its `_bulk` updates to the stored documents."""
+    reading = Reading(Fields(id_field, text_field))
+    return _collect(_entries(source, reading, dict(types or {}), None))
 
 
 def _collect(entries: Iterator[_Entry]) -> DocumentFile:
-    by_id: dict[str, Document] = {}
+    by_id: dict[str, Change] = {}
     deleted: dict[str, None] = {}
     bad_lines: list[BadLine] = []
     duplicates = 0
-    earlier: Document | None  # the copy an update or a patch merges into, when there is one
     for entry in entries:
         if isinstance(entry, BadLine):
             bad_lines.append(entry)
-        elif isinstance(entry, Document):
-            duplicates += entry.id in by_id
-            deleted.pop(entry.id, None)
-            by_id[entry.id] = entry  # the last copy wins; the first copy's place is kept
-        elif entry[0] == "patch":
-            _, doc_id, patch, orphan = entry
-            if doc_id in by_id:
-                earlier = by_id[doc_id]
-                duplicates += 1
-                by_id[doc_id] = replace(earlier, fields={**earlier.fields, **patch})
-            else:
-                bad_lines.append(orphan)
-        elif entry[0] == "delete":
-            by_id.pop(entry[1], None)
-            deleted[entry[1]] = None
-        else:  # a _bulk update: its fields merge into this file's earlier copy, if any
-            document: Document = entry[1]
-            earlier = by_id.get(document.id)
-            if earlier is not None:
-                duplicates += 1
-                document = replace(
-                    document,
-                    fields={**earlier.fields, **document.fields},
-                    id_source=document.id_source or earlier.id_source,
-                )
-            deleted.pop(document.id, None)
-            by_id[document.id] = document
-    return DocumentFile(list(by_id.values()), bad_lines, duplicates, list(deleted))
+            continue
+        earlier: Change | None = by_id.get(entry.id)
+        if earlier is None and entry.id in deleted:
+            earlier = Delete(entry.id)
+        combined = combine(earlier, entry)
+        if isinstance(combined, Delete):
+            by_id.pop(entry.id, None)
+            deleted[entry.id] = None
+            continue
+        deleted.pop(entry.id, None)
+        if combined is None:  # a patch of a deleted id
+            assert isinstance(entry, Patch)
+            bad_lines.append(_orphan(entry))
+            continue
+        duplicates += isinstance(earlier, Document | Update | Patch)
+        by_id[entry.id] = combined
+    documents = []
+    for change in by_id.values():
+        if isinstance(change, Patch):  # nothing in the file to patch
+            bad_lines.append(_orphan(change))
+        elif isinstance(change, Update):  # nothing in the file to merge into
+            documents.append(change.document)
+        elif isinstance(change, Document):
+            documents.append(change)
+    bad_lines.sort(key=lambda b: b.line)
+    return DocumentFile(documents, bad_lines, duplicates, list(deleted))
+
+
+def _orphan(patch: Patch) -> BadLine:
+    return BadLine(
+        patch.path,
+        patch.line,
+        f"update of {patch.id!r} without a text and no earlier copy in this file: itlr "
+        "re-embeds whole documents, give the text",
+    )

@@ -14,7 +14,7 @@ read-modify-write), when a partial `_update` leaves it, or when a `_bulk` `updat
 pipeline. Two things catch those. The hash guard (itlr.hash_guard, `--install-pipeline`) moves
 `itlr_hash` aside on every write that runs pipelines; the follower then compares the old hash
 with the current text's: equal, only the hash is put back; different, it embeds again. And the
-hash sweep reads the index in `_seq_no` order (itlr.changes), paced at `verify_rate` documents
+hash sweep reads the index in `_seq_no` order (itlr.change_feed), paced at `verify_rate` documents
 a second: a first pass over every document, then every write as it comes; a stored hash that
 is not of the current text is moved aside the same way, so the document is embedded again and,
 until it is, counted by coverage. How far the sweep has verified is kept in the index's
@@ -49,7 +49,7 @@ from itlr.backfill import (
     prepare_guarded,
     require_vector_field,
 )
-from itlr.changes import ChangeFeed, save_state, saved_state
+from itlr.change_feed import ChangeFeed, save_state, saved_state
 from itlr.deadline import Deadline
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend

@@ -4,7 +4,7 @@ application keeps writing where it writes, and the follower keeps itlr's copy of
 current.
 
 At the start a whole copy is made (itlr.backfill, into), the source's shard checkpoints read
-before it; then the change feed (itlr.changes) reads every write of the source since, in
+before it; then the change feed (itlr.change_feed) reads every write of the source since, in
 `_seq_no` order, and copies each document (re-embedded only when its text changed, else with
 the vector the copy holds). A write the copy refuses is retried (read again from the source by
 id). Deletions leave no trace in the feed: once the copy is current, a copy holding more
@@ -28,7 +28,7 @@ from itlr.backfill import (
     require_vector_field,
     routing,
 )
-from itlr.changes import saved_state
+from itlr.change_feed import saved_state
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.follow import FollowCycle, Follower, Retry
 from itlr.follow_watch import Changes, Snapshot

@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 from warnings import warn
 
+from itlr.changes import Change, Delete, Patch, Update
+from itlr.documents import BadLine, Reading
 from itlr.embed import Embedder, get_embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
@@ -29,7 +31,7 @@ from itlr.limits import LIMITS
 from itlr.options import SearchOptions, search_options
 from itlr.prompts import settle
 from itlr.query import Node, Query
-from itlr.records import Document, Fields, check_document, document_from_record
+from itlr.records import Document, Fields, NotADocument, check_document
 from itlr.results import Hit, SearchResult
 from itlr.retriever import Retriever
 from itlr.translation import Request, Translation, translate_requests, truths_to_build
@@ -288,16 +290,22 @@ class Index:
 
     def add(
         self,
-        documents: Iterable[Mapping[str, Any] | Document],
+        documents: Iterable[Mapping[str, Any] | Change | BadLine],
         *,
         batch_size: int = 64,
         on_batch: Any = None,
         id_field: str | None = None,
         text_field: str | None = None,
+        merge: bool = False,
     ) -> WriteReport:
         """Embed and store documents as upserts: a new id is added, an id whose text changed is
         embedded again and replaced, one whose fields only changed is replaced with its stored
         vector, an unchanged one is skipped (compared by content hash, never by vector).
+
+        `documents` is read lazily unless it is a sequence: an iterator of any length (e.g.
+        itlr.documents.DocumentStream's entries) costs the memory of a few batches; a stream's
+        lines that are not documents are warnings (UserWarning) and skipped. Updates,
+        patches and deletions (itlr.changes) apply in their place.
 
         A document is a Document or a mapping with an id and a text (`id`/`_id`/`doc_id`,
         `text`/`body`/`content`, or the keys `id_field` / `text_field` name); its other keys
@@ -308,13 +316,16 @@ class Index:
         their keys stay at the top of `_source`, the id goes to `_id` (and stays a field only
         where the index maps its key or `id_field` names it), and itlr's own fields are mapped
         before the first write; what cannot be written safely is refused in one line first.
+
+        With `merge`, each document is a partial update (`_bulk` `update` with `doc`): its
+        fields merge into the stored document's, whose other fields stay; a mapping without a
+        text patches the stored document's fields and keeps its text and vector.
         """
-        keys = Fields(id_field, text_field)
-        docs: Iterable[Document] = (
-            check_document(d, f"document {n}")
-            if isinstance(d, Document)
-            else document_from_record(dict(d), f"document {n}", keys)
+        reading = Reading(Fields(id_field, text_field), merge)
+        docs: Iterable[Change] = (
+            _change(d, n, reading)
             for n, d in enumerate(documents, 1)
+            if _entry(d)  # a DocumentStream's line that is no document: warned, skipped
         )
         if isinstance(documents, Sequence):
             docs = list(docs)  # all checked (and, into a foreign index, compared) before writing
@@ -480,3 +491,25 @@ class Index:
             lexical=statistics,
         )
         return Translation(requests, notes)
+
+
+def _entry(given: object) -> TypeGuard[Mapping[str, Any] | Change]:
+    """Whether `given` is a document or change; a stream's bad line is a warning."""
+    if isinstance(given, BadLine):
+        warn(str(given), stacklevel=4)
+        return False
+    return True
+
+
+def _change(given: Mapping[str, Any] | Change, number: int, reading: Reading) -> Change:
+    """One item given to `Index.add` as a checked change (a one-line error for a bad one)."""
+    where = f"document {number}"
+    if isinstance(given, Update | Patch | Delete):  # e.g. from itlr.documents.DocumentStream
+        return given
+    if isinstance(given, Document):
+        document = check_document(given, where)
+        return Update(document) if reading.merge else document
+    try:
+        return reading.change(dict(given), "", number)
+    except NotADocument as bad:
+        raise ConfigurationError(f"{where}: {bad}") from None

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from itlr.errors import ConfigurationError
+from itlr.limits import LIMITS
 
 # The longest integer text that can be a finite double: 309 digits and a sign.
 _MAX_INT_TEXT = len(str(int(sys.float_info.max))) + 1
@@ -59,7 +60,9 @@ def _decimal(text: str) -> float | _OutOfRange:
 
 def loads(text: str | bytes, where: str = "") -> Any:
     """Parse JSON text and check it (`check`); malformed JSON raises json.JSONDecodeError and
-    bytes that are not UTF-8 UnicodeDecodeError, as json.loads does."""
+    bytes that are not UTF-8 UnicodeDecodeError, as json.loads does. Nesting deeper than
+    LIMITS.max_depth is a LimitError before parsing (json.loads recurses: no RecursionError)."""
+    LIMITS.check_json_depth(text, where or "the JSON text")
     value = json.loads(text, parse_int=_integer, parse_float=_decimal, parse_constant=_OutOfRange)
     check(value, where)
     return value

@@ -14,6 +14,8 @@ proxy, filters, ingestion) checks against these figures, so one request cannot s
 |                   |         |                        | clauses of all its `bool`s together         |
 | max_document_bytes|   1 MiB | ITLR_MAX_DOCUMENT_BYTES| one document at ingest (its JSON); one      |
 |                   |         |                        | value of a hit returned (longer: cut)       |
+| max_filter_work   |     10M | ITLR_MAX_FILTER_WORK   | clauses x rows one filter may test on the   |
+|                   |         |                        | embedded engine (under 1 us each)           |
 
 The checks here are cheap scans that run before the expensive work (pyparsing, json.loads,
 the encoder), so a hostile input costs a linear pass over at most its bytes.
@@ -54,6 +56,7 @@ ENV = {
     "max_msearch": "ITLR_MAX_MSEARCH",
     "max_filter_values": "ITLR_MAX_FILTER_VALUES",
     "max_document_bytes": "ITLR_MAX_DOCUMENT_BYTES",
+    "max_filter_work": "ITLR_MAX_FILTER_WORK",
 }
 
 
@@ -66,6 +69,9 @@ class Limits:
     max_msearch: int = 64  # request pairs in one _msearch
     max_filter_values: int = 1_024  # values and clauses of one filter, every bool together
     max_document_bytes: int = 1 << 20  # one document at ingest, one value of a hit returned
+    # Clause tests one filter may make on the embedded engine (its clauses x the rows it
+    # reads), so the cost of a filter, not only its size, is bounded: under 1 us per test.
+    max_filter_work: int = 10_000_000
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -160,6 +166,17 @@ class Limits:
                         count,
                         f"{what} holds over {self.max_filter_values:,} values",
                     )
+
+    def check_filter_work(self, clauses: int, rows: int, what: str = "the filter") -> None:
+        """Refuse a filter whose clauses, each tested on every row, would cost more than
+        max_filter_work tests, before the first row is read."""
+        work = clauses * rows
+        if work > self.max_filter_work:
+            raise self.refuse(
+                "max_filter_work",
+                work,
+                f"{what} has {clauses:,} clauses to test on {rows:,} documents ({work:,} tests)",
+            )
 
     # -- JSON ------------------------------------------------------------------------------
 

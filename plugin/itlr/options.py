@@ -29,6 +29,8 @@ Mode = Literal["knn", "exact"]
 # The default deepest budget, as a multiple of the first: conjunctions on a 100k corpus of
 # repetitive text needed 20x the default to find their exact top 10 (docs/benchmarks.md).
 CAP_FACTOR = 20
+# The most hits one search may ask for, whatever front end it came through.
+MAX_K = 10_000
 
 
 @dataclass(frozen=True)
@@ -77,18 +79,19 @@ class SearchOptions:
     highlight: bool = False
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ConfigurationError(f"`k` must be at least 1, got {self.k}")
-        if self.from_ < 0:
-            raise ConfigurationError(f"`from_` must be 0 or more, got {self.from_}")
+        # Whole numbers in the bounds every front end has (the service's schema, the CLI's
+        # flags), for options built in code too: a NaN or a float is no count of hits.
+        _whole("k", self.k, 1, MAX_K)
+        _whole("from_", self.from_, 0, None)
+        for name in ("candidates", "max_candidates"):
+            if getattr(self, name) is not None:
+                _whole(name, getattr(self, name), 1, None)
         if self.search_after is not None and self.from_:
             raise ConfigurationError("give `from_` or `search_after`, not both")
         if self.mode not in ("knn", "exact"):
             raise ConfigurationError(f"unknown `mode` {self.mode!r}: choose knn or exact")
         if self.plan not in PLANS:
             raise ConfigurationError(f"unknown `plan` {self.plan!r}: choose one of {list(PLANS)}")
-        if self.candidates is not None and self.candidates < 1:
-            raise ConfigurationError(f"`candidates` must be at least 1, got {self.candidates}")
         if self.max_candidates is not None and self.max_candidates < self.candidate_budget:
             raise ConfigurationError(
                 f"`max_candidates` ({self.max_candidates}) is below the first round's "
@@ -120,6 +123,16 @@ class SearchOptions:
 
 
 _TRUTH = TruthMap()
+
+
+def _whole(name: str, value: Any, least: int, most: int | None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigurationError(f"`{name}` must be a whole number, got {value!r}")
+    if value < least:
+        bound = "0 or more" if least == 0 else f"at least {least}"
+        raise ConfigurationError(f"`{name}` must be {bound}, got {value}")
+    if most is not None and value > most:
+        raise ConfigurationError(f"`{name}` must be at most {most:,}, got {value:,}")
 
 
 def search_options(
@@ -262,7 +275,7 @@ def _option(name: str, kind: OptionKind, help: str, **more: Any) -> Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    _option("k", "int", "Number of hits.", minimum=1),
+    _option("k", "int", "Number of hits.", minimum=1, maximum=MAX_K),
     _option(
         "max_candidates",
         "int",

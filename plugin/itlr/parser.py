@@ -24,9 +24,8 @@ import pyparsing as pp
 
 from itlr.errors import QuerySyntaxError
 from itlr.limits import LIMITS
-from itlr.tree import And, Node, Not, Or, Term
+from itlr.tree import MAX_WEIGHT, And, Node, Not, Or, Term
 
-MAX_WEIGHT = 1000.0
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BINARY_OPERATOR = re.compile(r"(?i)(and|or)\b|&&|\|\|")
 

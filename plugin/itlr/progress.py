@@ -9,6 +9,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskProgressColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
@@ -49,6 +50,31 @@ def follow_progress(console: Console) -> Progress:
         "{task.completed:,.0f} documents",
         RateColumn(),
         TimeElapsedColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    )
+
+
+class DocumentsColumn(ProgressColumn):
+    """The documents a stream has given so far and their rate, from the task's `documents`
+    field: a stream's bar advances by the bytes read (its total is the file's size)."""
+
+    def render(self, task: Task) -> Text:
+        documents = int(task.fields.get("documents", 0))
+        elapsed = task.finished_time if task.finished else task.elapsed
+        rate = f", {documents / elapsed:,.1f} docs/s" if elapsed and documents else ""
+        return Text(f"{documents:,} documents{rate}", style="progress.data.speed")
+
+
+def stream_progress(console: Console) -> Progress:
+    """A file read as a stream: how much of it is read, the documents so far and their rate,
+    and the time left (on a terminal only, as document_progress)."""
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TaskProgressColumn(),
+        DocumentsColumn(),
+        TimeRemainingColumn(),
         console=console,
         transient=not console.is_terminal,
     )

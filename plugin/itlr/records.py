@@ -133,14 +133,6 @@ def _json_kind(value: Any) -> str:
     return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
-def document_from_record(record: Any, where: str, keys: Fields = Fields()) -> Document:
-    """One document from a mapping (the front door's `add`); a bad one is a one-line error."""
-    try:
-        return record_document(record, keys)
-    except NotADocument as bad:
-        raise ConfigurationError(f"{where}: {bad}") from None
-
-
 def check_document(document: Document, where: str) -> Document:
     """A Document built in code gets the same checks as a parsed line (one-line error)."""
     try:

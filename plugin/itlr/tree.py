@@ -7,10 +7,13 @@ from it; the nodes know nothing of queries, programs or engines.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TypeVar, Union
+
+from itlr.errors import ConfigurationError
 
 T = TypeVar("T")
 
@@ -43,11 +46,26 @@ class _Composable:
         return Not(_as_node(self))
 
 
+# A term's weight: a finite number from 0 to this, whether parsed (`"a"^2`) or built in code.
+MAX_WEIGHT = 1000.0
+
+
 @dataclass(frozen=True)
 class Term(_Composable):
     text: str
     weight: float = 1.0
     span: Span = field(default=NO_SPAN, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The parser's bounds, for a term built in code too: NaN scores nothing yet passes
+        # for exact, infinity overflows, a negative weight inverts the ranking.
+        weight = self.weight
+        number = isinstance(weight, int | float) and not isinstance(weight, bool)
+        if not number or not math.isfinite(weight) or not 0 <= weight <= MAX_WEIGHT:
+            raise ConfigurationError(
+                f"the weight of term {self.text!r} is {weight!r}: weights are finite numbers "
+                f"from 0 to {MAX_WEIGHT:g}"
+            )
 
     def __str__(self) -> str:
         escaped = self.text.replace("\\", "\\\\").replace('"', '\\"')

@@ -135,3 +135,25 @@ def test_one_index_is_asked_of_a_name_that_names_several_in_one_line(cluster) ->
     operations.bulk([{"_op_type": "index", "_index": name, "_id": "r", "routing": "x"}], name)
     assert operations.shard_checkpoints(name) in ({0: 0, 1: -1}, {0: -1, 1: 0})
     assert operations.mget(name, ["r"], False, routing={"r": "x"}) == {"r": {}}
+
+
+def test_an_action_that_makes_the_engine_refuse_its_whole_request_costs_itself_only(
+    cluster,
+) -> None:
+    # An id over 512 bytes fails validation of the whole _bulk request (HTTP 400): the request
+    # is sent again in halves until that action alone is refused (issue 56, item 2).
+    operations, _url, name = cluster
+    operations.create_index(name, {"index": {"number_of_shards": 1}}, {})
+    long_id = "x" * 600
+    actions = [
+        {"_op_type": "index", "_index": name, "_id": f"d{i}", "_source": {"n": i}}
+        for i in range(40)
+    ]
+    actions.insert(17, {"_op_type": "index", "_index": name, "_id": long_id, "_source": {"n": -1}})
+    actions.append({"_op_type": "update", "_index": name, "_id": "d3", "doc": {"m": 3}})
+    failed = operations.bulk(actions, name, chunk_size=16)
+    assert list(failed) == [long_id]
+    assert "512" in failed[long_id] and len(failed[long_id]) <= 300
+    operations.refresh(name)
+    assert operations.count(name) == 40
+    assert operations.mget(name, ["d3"])["d3"] == {"n": 3, "m": 3}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -73,15 +74,29 @@ def test_lexical_exclusion_drops_documents_containing_the_phrase(
     assert hits and not any("bone health" in h.text.lower() for h in hits)
 
 
-def test_hits_come_without_vectors_unless_explained(opensearch_demo, vocabulary_vectors) -> None:
+def test_hits_carry_truths_without_explain_and_never_their_vectors(
+    opensearch_demo, vocabulary_vectors, embedded
+) -> None:
+    # Issue 53, item 6: on a cluster hits' truths were {} unless explained; the embedded
+    # engine's hits always carry them.
     query = itlr.parse('"vitamin D" AND NOT "bone health"')
     vectors = term_vectors(query, vocabulary_vectors)
-    body = opensearch_demo.build_request(query, vectors, SearchOptions())
-    assert body["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}
-    plain = opensearch_demo.search(query, vectors, SearchOptions(k=3))
-    assert all(h.truths == {} for h in plain)
-    explained = opensearch_demo.search(query, vectors, SearchOptions(k=3, explain=True))
-    assert set(explained[0].truths) == {"vitamin D", "bone health"}
+    for truth in ("hybrid", "clamp"):
+        options = SearchOptions(k=5, truth=TruthMap(truth))
+        plain = opensearch_demo.search(query, vectors, options)
+        explained = opensearch_demo.search(query, vectors, replace(options, explain=True))
+        local = {h.id: h for h in embedded.search(query, vectors, replace(options, mode="exact"))}
+        assert [h.id for h in plain] == [h.id for h in explained]
+        for hit, same in zip(plain, explained, strict=True):
+            assert set(hit.truths) == {"vitamin D", "bone health"}
+            assert hit.truths == pytest.approx(same.truths, abs=1e-9)
+            assert hit.truths == pytest.approx(local[hit.id].truths, abs=1e-4)
+            assert not any(k == "embedding" or k.startswith("itlr_") for k in hit.fields)
+    chosen = opensearch_demo.search(query, vectors, SearchOptions(k=3, source_fields=()))
+    assert all(h.fields == {} and len(h.truths) == 2 for h in chosen)
+    # A request built for someone else (translate, the proxy) brings no vector back.
+    translated = itlr.Index.open("translated-truths").request(query, k=3, engine="opensearch")
+    assert translated["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}
 
 
 def test_hostile_terms_change_nothing_but_their_vectors(opensearch_demo, embedder) -> None:

@@ -62,7 +62,8 @@ def test_a_call_slower_than_the_time_out_fails_in_one_line(infinity_url, monkeyp
     with pytest.raises(EmbeddingError) as failure:
         encoder.encode(["a passage that takes the server longer than half a millisecond"] * 4)
     message = str(failure.value)
-    assert "did not answer within 0.0005 s (1 retries)" in message and "\n" not in message
+    # The time-out is the whole call's: its one attempt used it up, so no retry was made.
+    assert "did not answer within 0.0005 s (1 attempt in" in message and "\n" not in message
 
 
 def test_a_url_without_the_api_path_is_the_servers_404_in_one_line(
@@ -76,4 +77,5 @@ def test_a_url_without_the_api_path_is_the_servers_404_in_one_line(
     assert message.startswith(
         f"the embedding endpoint {bare} (model 'all-MiniLM-L6-v2') answered 404"
     )
+    assert f"try --encoder-url {bare}/v1" in message
     assert "\n" not in message

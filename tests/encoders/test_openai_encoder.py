@@ -124,14 +124,60 @@ def test_a_server_that_does_not_answer_in_time_fails_in_one_line(
 ) -> None:
     monkeypatch.setenv("ITLR_ENCODER_TIMEOUT", "0.5")
     impatient = Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=server.base_url)
-    server.misbehave(*[Misbehaviour(delay=1.5)] * 3)
+    server.misbehave(Misbehaviour(delay=1.5))
     started = time.monotonic()
     with pytest.raises(EmbeddingError) as failure:
         impatient.encode(["vitamin D"])
-    assert "did not answer within 0.5 s (2 retries)" in str(failure.value)
-    assert "ITLR_ENCODER_TIMEOUT" in str(failure.value)
-    # Three attempts of 0.5 s and the back-off between them: bounded, not the server's pace.
-    assert time.monotonic() - started < 8
+    assert "did not answer within 0.5 s (1 attempt in" in str(failure.value)
+    assert "ITLR_ENCODER_TIMEOUT is the time for the whole call" in str(failure.value)
+    # The time-out is the whole call's: no attempt after it, whatever the retries allow.
+    assert time.monotonic() - started < 1.4
+
+
+# -- issue 53, item 5: one deadline per call, retries said, a hint for a URL without /v1 ----------
+
+
+def test_retries_share_the_calls_deadline_and_each_is_said_on_stderr(
+    server, monkeypatch, capfd
+) -> None:
+    monkeypatch.setenv("ITLR_ENCODER_RETRIES", "10")
+    monkeypatch.setenv("ITLR_ENCODER_TIMEOUT", "3")
+    slow = Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=server.base_url)
+    capfd.readouterr()
+    server.misbehave(*[Misbehaviour(status=503, delay=0.4)] * 10)
+    before = len(server.requests)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"answered 503 after \d retries: scripted 503"):
+        slow.encode(["vitamin D"])
+    spent = time.monotonic() - started
+    assert spent < 3.5, spent  # 3 s for everything, not 11 attempts of 0.4 s plus back-off
+    attempts = len(server.requests) - before
+    assert 2 <= attempts < 10
+    retried = [line for line in capfd.readouterr().err.splitlines() if "retry" in line]
+    assert len(retried) == attempts - 1
+    assert "answered 503; retry 1 of 10 in 0.5 s" in retried[0] and "left of 3 s" in retried[0]
+    with server._lock:  # the script's steps the deadline left unused
+        server._script.clear()
+
+
+def test_an_answer_trickling_in_is_cut_at_the_deadline(server, quick, monkeypatch) -> None:
+    monkeypatch.setenv("ITLR_ENCODER_TIMEOUT", "1")
+    impatient = Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=server.base_url)
+    server.misbehave(Misbehaviour(trickle=0.05))  # 384 numbers at 20 bytes a second
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"did not answer within 1 s \(1 attempt"):
+        impatient.encode(["vitamin D"])
+    assert time.monotonic() - started < 1.6
+
+
+def test_a_404_at_a_url_without_v1_says_where_the_endpoint_answers(server, quick) -> None:
+    without = server.base_url.removesuffix("/v1")
+    with pytest.raises(EmbeddingError) as failure:
+        Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=without)
+    message = str(failure.value)
+    assert "answered 404" in message and "\n" not in message
+    assert "the URL has no /v1" in message and f"try --encoder-url {without}/v1" in message
+    assert Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=f"{without}/v1").dims
 
 
 def test_an_endpoint_that_is_not_running_fails_in_one_line(quick, monkeypatch) -> None:

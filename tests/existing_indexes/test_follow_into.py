@@ -20,7 +20,7 @@ import pytest
 
 import itlr
 from foreign_index import all_sources, bulk, delete_index, documents
-from itlr.changes import FOLLOW_META
+from itlr.change_feed import FOLLOW_META
 from itlr.errors import ConfigurationError
 from itlr.fingerprint import HASH_FIELD, content_hash
 

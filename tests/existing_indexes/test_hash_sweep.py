@@ -1,4 +1,4 @@
-"""No silent stale vector, on a real OpenSearch: the follower's hash sweep (itlr.changes) catches
+"""No silent stale vector, on a real OpenSearch: the follower's hash sweep (itlr.change_feed) catches
 a `_bulk` `update` that changes a text (no pipeline runs for it, so the hash guard cannot); until
 a changed document is embedded again coverage counts it, a search is not exact and says why;
 coverage and `/healthz` say up to when every write was verified; a restarted follower resumes
@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 import itlr
 from foreign_index import all_sources, create_index, delete_index, documents
-from itlr.changes import FOLLOW_META
+from itlr.change_feed import FOLLOW_META
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.service.app import create_app
 

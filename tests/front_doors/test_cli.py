@@ -150,3 +150,40 @@ def test_a_markdown_report_keeps_its_table_rows_whole_when_piped(capsys) -> None
     row = "| " + " | ".join(f"measurement {i}" for i in range(12)) + " |"
     print_markdown(f"| a | b |\n|---|---|\n{row}")
     assert row in capsys.readouterr().out.splitlines()
+
+
+# -- issue 53, item 6: help text printed as written ---------------------------------------------
+
+
+def _commands(command, path=()):
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_help_shows_the_extras_names_and_every_bracket_it_holds() -> None:
+    import re
+
+    import typer
+
+    wide = {"COLUMNS": "1000"}
+    shown = runner.invoke(app, ["search", "--help"], env=wide)
+    assert shown.exit_code == 0, shown.output
+    assert "needs itlr[torch])" in shown.stdout and "needs itlr[llm];" in shown.stdout
+    root = typer.main.get_command(app)
+    checked = 0
+    for path, command in _commands(root):
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        brackets = {
+            found
+            for text in texts
+            for found in re.findall(r"\[[^\]\s]+\]", text.replace("\\[", "["))
+        }
+        if not brackets:
+            continue
+        page = runner.invoke(app, [*path, "--help"], env=wide)
+        assert page.exit_code == 0, (path, page.output)
+        for found in brackets:
+            assert found in page.stdout, (path, found)
+            checked += 1
+    assert checked >= 2

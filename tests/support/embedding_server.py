@@ -6,7 +6,7 @@ bundled model behind it (the local encoder), and scripted misbehaviour in front 
         Embedder("all-MiniLM-L6-v2", encoder="openai", encoder_url=server.base_url)
 
 Each request takes the next scripted misbehaviour, if any: a status with an error body, a delay
-before the answer, or a raw body instead of the embeddings. With none left it answers as a real
+before the answer, a raw body instead of the embeddings, or an answer sent a byte at a time. With none left it answers as a real
 server does. `requests` records the inputs of every request.
 """
 
@@ -27,6 +27,7 @@ class Misbehaviour:
     status: int = 200
     delay: float = 0.0
     body: str | None = None  # sent as it is, instead of the embeddings
+    trickle: float = 0.0  # seconds between the answer's bytes (its headers come at once)
 
 
 class EmbeddingServer:
@@ -84,14 +85,20 @@ class EmbeddingServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, status: int, body: str) -> None:
+            def _send(self, status: int, body: str, trickle: float = 0.0) -> None:
                 data = body.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)  # unless the client gave up (its time-out)
+                    if not trickle:
+                        self.wfile.write(data)  # unless the client gave up (its time-out)
+                        return
+                    for byte in range(len(data)):
+                        self.wfile.write(data[byte : byte + 1])
+                        self.wfile.flush()
+                        time.sleep(trickle)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
@@ -112,6 +119,7 @@ class EmbeddingServer:
                 elif step is not None and step.body is not None:
                     self._send(200, step.body)
                 else:
-                    self._send(200, json.dumps(server.answer(inputs)))
+                    trickle = step.trickle if step is not None else 0.0
+                    self._send(200, json.dumps(server.answer(inputs)), trickle)
 
         return Handler

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_args
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 from typer.core import TyperGroup
 
@@ -33,7 +34,12 @@ T = TypeVar("T")
 
 
 class ItlrGroup(TyperGroup):
-    """The command group, with a hint for a query that starts with '-' (Kibana's NOT)."""
+    """The command group, with a hint for a query that starts with '-' (Kibana's NOT), whose
+    help is printed as written."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _help_as_written(self)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -56,6 +62,24 @@ class ItlrGroup(TyperGroup):
                 f"(itlr {command} -- '{unknown.option_name} ...') or write NOT instead of '-'"
             )
             raise
+
+
+def _help_as_written(command: Any) -> None:
+    """Escape the `[` of every help text below `command`: rich reads help as markup, where
+    `itlr[torch]` and `itlr[llm]` were style tags and vanished from `--help` (the help of every
+    command and option, the bench group's too, once each)."""
+    if getattr(command, "_itlr_help_escaped", False):
+        return
+    command._itlr_help_escaped = True
+    for name in ("help", "short_help", "epilog"):
+        text = getattr(command, name, None)
+        if isinstance(text, str):
+            setattr(command, name, escape(text))
+    for param in getattr(command, "params", ()):
+        if isinstance(getattr(param, "help", None), str):
+            param.help = escape(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _help_as_written(sub)
 
 
 app = typer.Typer(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -117,6 +119,14 @@ def ingest(
             "without it a column is typed when every cell parses.",
         ),
     ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            help="Partial updates (_bulk update with doc): each document's fields merge into "
+            "the stored document, whose other fields stay; a line without a text changes only "
+            "the fields it gives."
+        ),
+    ] = False,
 ) -> None:
     """Embed documents and upsert them into an index: new ids are added, changed ones replaced,
     unchanged ones skipped (so re-running after a crash or an edit does only what is needed).
@@ -126,50 +136,62 @@ def ingest(
     document); an id repeated in the file keeps its last copy; _bulk delete actions delete.
     Lines that are not documents are listed with their line number and skipped (exit status
     1), or, with --strict, refuse the file. A file without a single document creates nothing.
+    The file is read as a stream, in batches: memory does not grow with its size. Fields an
+    index's ingest pipeline adds (a time stamp) and itlr's own fields never count as a change.
     """
-    from itlr.documents import parse_types, read_documents
-    from itlr.progress import document_progress
+    from itlr.documents import DocumentStream, parse_types
+    from itlr.progress import stream_progress
 
     def action() -> None:
         text_field = spec.layout.text_field
-        source_file = read_documents(
+        stream = DocumentStream(
             source,
             id_field=id_field,
             # The default name keeps the usual fallbacks (text, body, content, passage).
             text_field=None if text_field == "text" else text_field,
             types=parse_types(types),
+            merge=merge,
         )
-        for bad in source_file.bad_lines:
-            say(err, "bad line", "red", str(bad))
-        if strict and source_file.bad_lines:
+        bad = _BadLines()
+        if strict:
+            # A first pass over the whole file, writing nothing; the second ingests it.
+            for _ in bad.passed(stream):
+                pass
+            if bad.count:
+                raise ConfigurationError(
+                    f"{bad.count} lines of {source} are not documents (listed above): nothing "
+                    "was ingested; fix them, or drop --strict to ingest the rest"
+                )
+        changes = bad.passed(stream)
+        first = next(changes, None)  # reads up to the first document: none creates nothing
+        if first is None:
             raise ConfigurationError(
-                f"{len(source_file.bad_lines)} lines of {source} are not documents (listed "
-                "above): nothing was ingested; fix them, or drop --strict to ingest the rest"
-            )
-        documents = source_file.documents
-        if not documents and not source_file.deletions:
-            raise ConfigurationError(
-                f"{source} holds no document ({len(source_file.bad_lines)} bad lines, listed "
-                "above): nothing was ingested and no index was created"
+                f"{source} holds no document ({bad.count} bad lines, listed above): nothing "
+                "was ingested and no index was created"
             )
         chosen = encoding(encoder, encoder_url, query_prompt, passage_prompt)
         target = _open(replace(spec, knn_engine=knn_engine), model, create=True, **chosen)
-        with document_progress(err) as progress:
-            task = progress.add_task("embedding", total=len(documents))
+        with stream_progress(err) as progress:
+            task = progress.add_task("ingesting", total=stream.size, documents=0)
+            read = 0
+
+            def advance(entries: int) -> None:
+                nonlocal read
+                read += entries
+                progress.update(task, completed=stream.position, documents=read)
+
             report = target.add(
-                documents,
+                chain([first], changes),
                 batch_size=batch_size,
-                on_batch=lambda n: progress.advance(task, n),
+                on_batch=advance,
                 id_field=id_field,
             )
-        if source_file.deletions:
-            report.deleted = target.delete(source_file.deletions).deleted
         for doc_id, reason in report.failed.items():
             say(err, "failed", "red", f"{doc_id}: {reason}")
         report.count = target.count()
         notes = (
-            f"{source_file.duplicates} repeated ids (last copy kept)",
-            f"{len(source_file.bad_lines)} bad lines",
+            f"{stream.duplicates} repeated ids (last copy kept)",
+            f"{bad.count} bad lines",
         )
         out.print(
             report.summary(notes),
@@ -177,10 +199,30 @@ def ingest(
             markup=False,
             soft_wrap=True,
         )
-        if report.failed or source_file.bad_lines:
+        if report.failed or bad.count:
             raise typer.Exit(1)
 
     run_guarded(action)
+
+
+class _BadLines:
+    """Prints each line of an input that is not a document as the stream meets it (a file of
+    any size holds none of them), and counts them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def passed(self, stream: Iterable[Any]) -> Iterator[Any]:
+        """The stream's entries without its bad lines (reported on stderr)."""
+        from itlr.documents import BadLine
+
+        self.count = 0
+        for entry in stream:
+            if isinstance(entry, BadLine):
+                self.count += 1
+                say(err, "bad line", "red", str(entry))
+            else:
+                yield entry
 
 
 def _print_hits(title: str, hits: list[Hit], terms: tuple[str, ...]) -> None:

@@ -20,6 +20,7 @@ from itlr.results import Hit, SearchResult
 
 if TYPE_CHECKING:
     from itlr.prompts import Prompts
+    from itlr.records import Document
     from itlr.results import Coverage
 
 # {id: (content hash, fields)} of stored documents; a hash of None or "" is embedded again.
@@ -101,6 +102,15 @@ class Backend(Protocol):
 
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
+        ...
+
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them)."""
+        ...
+
+    def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
+        """Each document's fields as the index will hold them once written (a cluster's
+        ingest pipelines applied), to compare with what it holds."""
         ...
 
     def refresh(self) -> None:

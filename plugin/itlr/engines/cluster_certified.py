@@ -96,8 +96,9 @@ class ClusterRounds:
             and options.search_after is None
             and budget >= options.from_ + options.k
         )
+        body = dialect.with_truth_fields(request.body, options)  # the hits' truths come back
         responses = self.responses_to(
-            [request.body, *([] if by_order else probes)], self.query, self.guessed
+            [body, *([] if by_order else probes)], self.query, self.guessed
         )
         self.guessed = None
         ranked = dialect.hits(responses[0], self.query, self.term_vectors, options, self.lexical)

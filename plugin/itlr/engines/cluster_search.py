@@ -186,7 +186,8 @@ class ClusterSearch:
             unproved: tuple[str, ...] = ()
             if asked and too_many:
                 exact, unproved = False, (too_many,)
-            (response,) = self._responses([request.body], query, guessed)
+            body = self.dialect.with_truth_fields(request.body, options)  # hits' truths
+            (response,) = self._responses([body], query, guessed)
             found = self.dialect.hits(response, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,

@@ -18,8 +18,13 @@ from itlr.engines.foreign import add_itlr_fields
 from itlr.engines.layout import IndexLayout, own_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
-from itlr.errors import ConfigurationError, IndexStateError
-from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.errors import ConfigurationError, EngineError, IndexStateError
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.records import Document
+
+# itlr's own final pipeline (itlr.hash_guard): it only moves `itlr_hash`, never a field of the
+# document's own, so a write's fields need no simulation of it.
+HASH_GUARD_PIPELINE = "itlr-hash-guard-v1"
 
 
 class ClusterWrites:
@@ -35,6 +40,8 @@ class ClusterWrites:
     remembered: RememberedStats
     coverage_cache: CoverageCache
     _writes_ready: bool
+    # The ingest pipelines a write runs (itlr's hash guard aside); None: not read yet.
+    _pipelines: tuple[str, ...] | None = None
     check_index: Callable[[], None]
     _mappings: Callable[[], dict[str, Any]]
     _learn_shape: Callable[[dict[str, Any]], None]
@@ -56,6 +63,7 @@ class ClusterWrites:
         field (if missing) and itlr's own fields explicitly, or refuse in one line (a vector
         field of another type or dimension, `index.knn` off on OpenSearch, a field itlr writes
         mapped with another type) before anything is written."""
+        self._pipelines = None  # read again for this run of writes
         if self._writes_ready:
             return
         if self.foreign is None:
@@ -141,19 +149,87 @@ class ClusterWrites:
 
     def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (content hash, fields)} of the stored ids; a document written without a hash
-        (by an older itlr or another tool) has hash "" and is embedded again."""
+        (by an older itlr or another tool) has hash "" and is embedded again.
+
+        Under itlr's hash guard (itlr.hash_guard) a document itlr wrote holds its hash as
+        `itlr_hash_was`: it counts when the stored text still has that hash (the vector is
+        the stored text's), so a re-run finds the document unchanged."""
+        text = self.layout.text_field
         if self.foreign:
             # The document's own fields are the top of its _source (all but the vector).
             found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
             return {
-                i: (str(source.get(HASH_FIELD, "")), own_fields(source, self.layout))
+                i: (self._stored_hash(source), own_fields(source, self.layout))
                 for i, source in found.items()
             }
-        found = self.operations.mget(self.index_name, ids, [HASH_FIELD, self.layout.metadata_field])
+        wanted = [HASH_FIELD, PREVIOUS_HASH_FIELD, text, self.layout.metadata_field]
+        found = self.operations.mget(self.index_name, ids, wanted)
+        return {
+            i: (self._stored_hash(source), dict(source.get(self.layout.metadata_field) or {}))
+            for i, source in found.items()
+        }
+
+    def _stored_hash(self, source: dict[str, Any]) -> str:
+        own = source.get(HASH_FIELD)
+        if own:
+            return str(own)
+        moved = source.get(PREVIOUS_HASH_FIELD)
+        text = source.get(self.layout.text_field)
+        if moved and isinstance(text, str) and content_hash(text, self.model) == moved:
+            return str(moved)
+        return ""
+
+    def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
+        """Each document's fields as the index will hold them once written: the index's
+        ingest pipelines (its default and final pipeline; itlr's hash guard, which only moves
+        `itlr_hash`, aside) applied by the engine's own simulation, one request per pipeline
+        for the batch. As given where there is no pipeline, or where the engine could not
+        simulate it (a caller without the privilege to)."""
+        given = [dict(d.fields) for d in documents]
+        pipelines = self._ingest_pipelines()
+        if not pipelines or not documents:
+            return given
+        text, metadata = self.layout.text_field, self.layout.metadata_field
+        sources: list[dict[str, Any] | None] = [
+            {**d.fields, text: d.text} if self.foreign else {text: d.text, metadata: d.fields}
+            for d in documents
+        ]
+        ids = [d.id for d in documents]
+        for pipeline in pipelines:
+            try:
+                sources = self.operations.simulate(pipeline, self.index_name, ids, sources)
+            except EngineError:
+                return given
+        return [
+            fields
+            if source is None
+            else own_fields(source, self.layout)
+            if self.foreign
+            else dict(source.get(metadata) or {})
+            for fields, source in zip(given, sources, strict=True)
+        ]
+
+    def _ingest_pipelines(self) -> tuple[str, ...]:
+        """The pipelines a write into the index runs, read once per run of writes."""
+        if self._pipelines is None:
+            settings = self.operations.settings(self.index_name)
+            named = (settings.get("default_pipeline"), settings.get("final_pipeline"))
+            self._pipelines = tuple(
+                str(p) for p in named if p and p not in ("_none", HASH_GUARD_PIPELINE)
+            )
+        return self._pipelines
+
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them): a
+        foreign index's fields are the top of its _source, itlr's its metadata object."""
+        found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
+        text = self.layout.text_field
         return {
             i: (
-                str(source.get(HASH_FIELD, "")),
-                dict(source.get(self.layout.metadata_field) or {}),
+                str(source.get(text, "")),
+                own_fields(source, self.layout)
+                if self.foreign
+                else dict(source.get(self.layout.metadata_field) or {}),
             )
             for i, source in found.items()
         }

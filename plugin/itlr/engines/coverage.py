@@ -14,7 +14,7 @@ from typing import Any
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.results import Coverage
 
-# The `_meta` key of the follower's state in the index it writes (itlr.changes keeps it).
+# The `_meta` key of the follower's state in the index it writes (itlr.change_feed keeps it).
 FOLLOW_META = "itlr_follow"
 
 # Seconds a count is reused: a document written since is missed for at most this long.
@@ -65,7 +65,7 @@ def parse_coverage(
 
 def followed(mappings: list[dict[str, Any]]) -> tuple[int, float | None]:
     """(documents the followers could not write, the time before which every write of every
-    index was verified) from the follower state in each index's `_meta` (itlr.changes); no
+    index was verified) from the follower state in each index's `_meta` (itlr.change_feed); no
     state in one of them: no time."""
     states = [((m.get("_meta") or {}).get(FOLLOW_META)) for m in mappings]
     kept = [s for s in states if isinstance(s, dict)]

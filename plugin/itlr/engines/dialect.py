@@ -31,7 +31,7 @@ from itlr.engines.lexical_requests import (
 from itlr.engines.painless import StoredScript
 from itlr.engines.response import hits_from_response
 from itlr.engines.script_params import exclusion_params, packed_floats, script_params
-from itlr.lexical import LEXICAL_FIELDS, CorpusStats
+from itlr.lexical import LENGTH_FIELD, LEXICAL_FIELDS, TOKENS_FIELD, CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
@@ -269,7 +269,8 @@ class Dialect:
             }
             params["mention_score"] = MENTION_SCORE
         rest: dict[str, Any] = {
-            # With explain the hits' vectors come back so truths can be shown; never otherwise.
+            # With explain the hits' vectors come back so truths can be shown; ClusterBackend
+            # asks for them on its own searches too (`with_truth_fields`), never otherwise.
             "_source": self.explained_source() if options.explain else self.source(options),
         }
         if options.from_:
@@ -303,14 +304,25 @@ class Dialect:
         doc values by the script; in _source they only add to every response)."""
         return [self.layout.vector_field, *LEXICAL_FIELDS]
 
-    def source(self, options: SearchOptions) -> Any:
+    def source(self, options: SearchOptions, needed: Sequence[str] = ()) -> Any:
         """The hits' _source: every field but `unshown` (the hash is dropped when hits are
-        read), or the chosen ones."""
+        read), or the chosen ones; and the `needed` ones (hits are read without them)."""
+        hidden = [name for name in self.unshown if name not in needed]
         if options.source_fields is None:
-            return {"excludes": self.unshown}
+            return {"excludes": hidden} if hidden else True
         if not options.source_fields:
-            return False
-        return {"includes": list(options.source_fields), "excludes": self.unshown}
+            return {"includes": list(needed)} if needed else False
+        return {"includes": [*options.source_fields, *needed], "excludes": hidden}
+
+    def with_truth_fields(self, body: dict[str, Any], options: SearchOptions) -> dict[str, Any]:
+        """A logical search body whose hits also bring back what their per-term truths are
+        computed from (the vector; for hybrid truths the stored tokens and length), so that
+        hits carry truths on a cluster as on the embedded engine: ClusterBackend's own searches.
+        The request shown to others (itlr translate, the query-bar proxy) stays without."""
+        if options.explain:
+            return body  # its _source has them already
+        lexical = [TOKENS_FIELD, LENGTH_FIELD] if options.truth.uses_lexical else []
+        return {**body, "_source": self.source(options, [self.layout.vector_field, *lexical])}
 
     def highlight(self, words: Sequence[str]) -> dict[str, Any]:
         """The engine's highlighter on the text field, driven by the positive terms' words

@@ -152,6 +152,9 @@ class ElasticsearchOperations(ClusterOperations):
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(actions=actions)
 
+    def _simulate(self, pipeline_id: str, docs: list[dict[str, Any]]) -> Any:
+        return self.client.ingest.simulate(id=pipeline_id, docs=docs)
+
 
 class ElasticsearchBackend(ClusterBackend):
     engine = "elasticsearch"

@@ -28,7 +28,7 @@ from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.embedded_knn import ROUTING_MIN_ROWS, knn_rounds
 from itlr.engines.embedded_lexical import LexicalState
-from itlr.engines.filters import compile_filter, unknown_fields
+from itlr.engines.filters import clause_count, compile_filter, unknown_fields
 from itlr.engines.folders import writable_folder
 from itlr.engines.kernels import cosine_matrix, normalise, top_k
 from itlr.engines.store import FORMAT_VERSION, StoredRow, VectorStore, exists
@@ -37,9 +37,11 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import query_words, shaped_hit
 from itlr.lexical import CorpusStats
+from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
+from itlr.records import Document
 from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
 
@@ -417,6 +419,20 @@ class EmbeddedBackend:
                 found[doc_id] = (content_hash(record.text, self.model), record.fields)
         return found
 
+    def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
+        """The fields as given: nothing runs between a write and the store."""
+        return [dict(d.fields) for d in documents]
+
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """{id: (text, fields)} of the stored ids (an update or a patch merges into them)."""
+        found = {}
+        for doc_id in ids:
+            row = self._latest.get(doc_id)
+            record = self._rows[row] if row is not None else None
+            if record is not None:
+                found[doc_id] = (record.text, dict(record.fields))
+        return found
+
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
         if not ids:
@@ -568,6 +584,8 @@ class EmbeddedBackend:
         if not filter:
             return rows, []
         matches, names = compile_filter(filter)
+        # Refused before the first row is read: clauses x rows bounds its cost, not its size.
+        LIMITS.check_filter_work(clause_count(filter), len(rows))
         notes = [
             f"filter field {name!r} is in no document of index at {self.path}: "
             "check its spelling (the filter matches as if the field were empty)"

@@ -47,6 +47,24 @@ def compile_filter(spec: Any) -> tuple[Matcher, frozenset[str]]:
     return matcher, frozenset(n.removeprefix("metadata.") for n in names)
 
 
+def clause_count(spec: Any) -> int:
+    """The leaf clauses of a compiled filter (term, terms, range, exists), each a test per row
+    (a `terms` of many values is one: a set lookup)."""
+    count = 0
+    stack = [spec]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict) and len(item) == 1:
+            ((kind, body),) = item.items()
+            if kind == "bool" and isinstance(body, dict):
+                stack.extend(body.values())
+            else:
+                count += 1
+    return count
+
+
 def _fail(message: str) -> ConfigurationError:
     return ConfigurationError(f"bad filter: {message}")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from itlr.engines import store
+from itlr.engines import legacy, store
 from itlr.engines.writer_lock import wait_for_creation
 from itlr.errors import IndexStateError
 from itlr.paths import is_folder_name, itlr_home
@@ -51,6 +51,10 @@ def check_index_folder(path: Path, shown: str) -> None:
         raise IndexStateError(f"{shown} lies inside {above}, a file: give a folder path")
     if not path.is_dir() or store.exists(path):
         return
+    if legacy.present(path):
+        # A `manifest.json` that is not a format 1 index's: the user's (issue 56, item 1).
+        reason = legacy.refusal(path, store.leftover_of_creation) or "it changed meanwhile"
+        raise IndexStateError(legacy.not_legacy_message(shown, reason))
     foreign = _foreign_files(path)
     if foreign and not any(p.is_dir() or not _INDEX_FILES.fullmatch(p.name) for p in foreign):
         # Only an index's own files, some not empty: perhaps another process creating it now.

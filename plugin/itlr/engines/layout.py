@@ -65,11 +65,16 @@ def derive_mapping(
     return body
 
 
+# Every field itlr writes or moves beside a document starts with it (itlr_hash, itlr_hash_was,
+# the lexical fields): none is ever one of the document's own.
+ITLR_PREFIX = "itlr_"
+
+
 def own_fields(source: dict[str, Any], layout: IndexLayout) -> dict[str, Any]:
     """A document's own fields in an index made elsewhere: every top-level field of _source
-    but the text and what itlr writes beside it."""
+    but the text, the vector and every `itlr_` field."""
     skip = {layout.text_field, layout.vector_field, HASH_FIELD, *LEXICAL_FIELDS}
-    return {k: v for k, v in source.items() if k not in skip}
+    return {k: v for k, v in source.items() if k not in skip and not k.startswith(ITLR_PREFIX)}
 
 
 _BOOL_KEYS = ("must", "filter", "should", "must_not")

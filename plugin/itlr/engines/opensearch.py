@@ -109,6 +109,9 @@ class OpenSearchOperations(ClusterOperations):
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(body={"actions": actions})
 
+    def _simulate(self, pipeline_id: str, docs: list[dict[str, Any]]) -> Any:
+        return self.client.ingest.simulate(id=pipeline_id, body={"docs": docs})
+
 
 class OpenSearchBackend(ClusterBackend):
     engine = "opensearch"

@@ -14,6 +14,7 @@ bulk in the same way).
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -115,6 +116,9 @@ class ClusterOperations:
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         raise NotImplementedError
 
+    def _simulate(self, pipeline_id: str, docs: list[dict[str, Any]]) -> Any:
+        raise NotImplementedError
+
     # -- reading ---------------------------------------------------------------------------
 
     def exists(self, index: str) -> bool:
@@ -159,7 +163,7 @@ class ClusterOperations:
     def shard_checkpoints(self, index: str) -> dict[int, int]:
         """{shard number: global checkpoint} of one index: every operation up to that
         sequence number is done on every in-sync copy, so a refresh after this read shows
-        them all (itlr.changes reads the index in `_seq_no` order up to it)."""
+        them all (itlr.change_feed reads the index in `_seq_no` order up to it)."""
         with self.errors(index):
             answer = dict(self.client.indices.stats(index=index, level="shards", metric="docs"))
         shards = one_index(index, answer["indices"])["shards"]
@@ -279,6 +283,33 @@ class ClusterOperations:
             actions.append({"add": {"index": index, "alias": alias}})
             self._update_aliases(actions)
 
+    def simulate(
+        self,
+        pipeline_id: str,
+        index: str,
+        ids: list[str],
+        sources: list[dict[str, Any] | None],
+    ) -> list[dict[str, Any] | None]:
+        """Each `_source` as the ingest pipeline would leave it in `index`, in order; None for
+        one it drops, refuses, or that is None already."""
+        docs = [
+            {"_index": index, "_id": i, "_source": s}
+            for i, s in zip(ids, sources, strict=True)
+            if s is not None
+        ]
+        if not docs:
+            return list(sources)
+        with self.errors(index):
+            answer = self._simulate(pipeline_id, docs)
+        results = iter(answer.get("docs") or [])
+        simulated: list[dict[str, Any] | None] = []
+        for source in sources:
+            result = next(results, None) if source is not None else None
+            doc = result.get("doc") if isinstance(result, dict) else None
+            kept = doc.get("_source") if isinstance(doc, dict) else None
+            simulated.append(dict(kept) if isinstance(kept, dict) else None)
+        return simulated
+
     def bulk(
         self, actions: Iterable[dict[str, Any]], index: str, chunk_size: int = 500
     ) -> dict[str, str]:
@@ -292,8 +323,13 @@ class ClusterOperations:
         self, actions: Iterable[dict[str, Any]], index: str, chunk_size: int = 500
     ) -> dict[str, Refusal]:
         """`bulk`, with each refused action's status and error type (a conflict is known by
-        them, not by the engine's words)."""
+        them, not by the engine's words).
+
+        A whole request refused for what one of its actions holds (400: an id over 512 bytes;
+        413: more than the cluster takes in one request) is sent again in halves until each
+        refusal is one action's, so such a document costs itself only, never its batch."""
         failures: dict[str, Refusal] = {}
+        again: list[dict[str, Any]] = []
         with self.errors(index):
             # streaming_bulk retries 429s with exponential backoff (1 s doubling to 30 s, five
             # tries); the client retries 5xx and time-outs.
@@ -307,10 +343,34 @@ class ClusterOperations:
                 initial_backoff=1,
                 max_backoff=30,
             ):
-                if not ok:
-                    (result,) = item.values()
+                if ok:
+                    continue
+                ((op_type, result),) = item.items()
+                if chunk_size > 1 and "exception" in result and result.get("status") in _SPLIT:
+                    again.append(_action_again(op_type, result))
+                else:
                     failures[str(result.get("_id"))] = refusal(result)
+        if again:
+            smaller = max(1, min(chunk_size, len(again)) // 2)
+            failures.update(self.bulk_refusals(again, index, smaller))
         return failures
+
+
+# Statuses of a whole bulk request refused for what some of its actions hold.
+_SPLIT = (400, 413)
+# The keys the client's report of a refused request adds to an action's metadata.
+_REPORT_KEYS = frozenset({"error", "status", "exception", "data"})
+
+
+def _action_again(op_type: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The action a refused request's report describes, to send again."""
+    action = {"_op_type": op_type, **{k: v for k, v in result.items() if k not in _REPORT_KEYS}}
+    if op_type == "delete":
+        return action
+    data = result.get("data")
+    if op_type == "update" and isinstance(data, dict):
+        return {**action, **data}  # its body: doc, upsert, script, ...
+    return {**action, "_source": data}
 
 
 def one_index(name: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -342,5 +402,21 @@ def refused_reason(result: dict[str, Any]) -> str:
     """Why the engine refused one bulk action, as the report names it."""
     if result.get("result") == "not_found":
         return "not found"
+    exception = result.get("exception")
+    if exception is not None:  # the whole request was refused: the engine's own reason
+        info = getattr(exception, "info", None) or getattr(exception, "body", None)
+        return _shortened(error_reason(info, str(exception)))
     error = result.get("error", {})
-    return str(error.get("reason", str(error)) if isinstance(error, dict) else error)
+    return _shortened(str(error.get("reason", str(error)) if isinstance(error, dict) else error))
+
+
+_LONG_WORD = re.compile(r"\S{61,}")
+
+
+def _shortened(reason: str, most: int = 300) -> str:
+    """A reason that may quote a whole document or id, cut to one readable line: a long word
+    (an id the engine quotes) keeps its ends."""
+    reason = _LONG_WORD.sub(
+        lambda m: f"{m.group()[:24]}…{m.group()[-12:]}", " ".join(reason.split())
+    )
+    return reason if len(reason) <= most else reason[: most - 1] + "…"

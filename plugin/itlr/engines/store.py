@@ -39,8 +39,10 @@ and then gets an IndexStateError naming the lock. A writer first catches up with
 processes committed, so two writers in turn never lose or duplicate each other's rows.
 
 Indexes written by itlr before this format are migrated in place on first open: format 1
-(manifest.json + docs.jsonl + vectors.f32) keeps the rows that have both a document line and a
-vector, a torn last line dropped; format 2 (no token counts or postings) gets them in one
+(manifest.json + docs.jsonl + vectors.f32), only once itlr.engines.legacy has proved the folder
+holds nothing else and every line is one of its rows (a user's folder with a `manifest.json` is
+never touched), keeps the rows that have both a document line and a vector, a torn last line
+dropped; format 2 (no token counts or postings) gets them in one
 transaction, every row tokenised once (docs/cli.md says how long that takes).
 """
 
@@ -63,6 +65,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
+from itlr.engines import legacy
 from itlr.engines.writer_lock import LOCK, LOCK_WAIT_SECONDS, held, writer_lock
 from itlr.errors import IndexStateError
 from itlr.lexical import tokenize
@@ -72,8 +75,6 @@ FORMAT_VERSION = 3
 # Format 2 lacks the token counts and postings; opening it adds them (_add_postings).
 POSTINGS_FORMAT = 3
 DATABASE = "index.db"
-LEGACY_MANIFEST = "manifest.json"
-LEGACY_DOCS = "docs.jsonl"
 # Rows tokenised at a time when a format 2 index gets its postings.
 _UPGRADE_ROWS = 4096
 
@@ -131,8 +132,10 @@ _REQUIRED_TABLES = frozenset({"meta", "rows"})  # format 2 has no postings
 
 
 def exists(path: Path) -> bool:
-    """Whether an index (this format or the legacy one) lives at path."""
-    return _has_meta(path / DATABASE) or (path / LEGACY_MANIFEST).is_file()
+    """Whether an index (this format or, proved by its files, the legacy one) lives at path."""
+    if _has_meta(path / DATABASE):
+        return True
+    return legacy.present(path) and legacy.refusal(path, leftover_of_creation) is None
 
 
 def _peek(database: Path, sql: str) -> list[tuple[Any, ...]] | None:
@@ -257,10 +260,14 @@ class VectorStore:
 
     @classmethod
     def open(cls, path: Path, lock_timeout: float = LOCK_WAIT_SECONDS) -> VectorStore:
-        if not exists(path):
-            raise IndexStateError(
-                f"no itlr index at {path}: create one by adding documents (`itlr ingest FILE` or `Index.add`)"
-            )
+        if not _has_meta(path / DATABASE):
+            if legacy.present(path):
+                # Proved whole before the first byte is written (the database, the lock).
+                legacy.read(path, str(path), leftover_of_creation)
+            else:
+                raise IndexStateError(
+                    f"no itlr index at {path}: create one by adding documents (`itlr ingest FILE` or `Index.add`)"
+                )
         store = cls(path, lock_timeout)
         if store._read_meta() is None:
             store._migrate_legacy()
@@ -548,28 +555,10 @@ class VectorStore:
         with self.writing(), self._db_guard:
             if self._read_meta() is not None:  # another process migrated it meanwhile
                 return
-            manifest = json.loads((self.path / LEGACY_MANIFEST).read_text(encoding="utf-8"))
-            model, dims = manifest["model"], int(manifest["dims"])
-            vector_rows = (self.path / vector_file(0)).stat().st_size // (4 * dims)
-            rows: list[StoredRow] = []
-            with open(self.path / LEGACY_DOCS, "rb") as handle:
-                for line in handle:
-                    if len(rows) == vector_rows:
-                        break
-                    try:
-                        record = json.loads(line.decode("utf-8"))
-                    except (UnicodeDecodeError, json.JSONDecodeError):
-                        break  # a torn last line: the rows before it are whole
-                    rows.append(
-                        StoredRow(
-                            str(record["id"]),
-                            record.get("text", ""),
-                            record.get("fields") or {},
-                            bool(record.get("deleted")),
-                        )
-                    )
+            old = legacy.read(self.path, str(self.path), leftover_of_creation)
+            rows = [StoredRow(r.id, r.text, r.fields, r.deleted) for r in old.rows]
             with self._transaction():
                 self._insert(0, rows)
-                self._write_meta(model=model, dims=dims, committed=len(rows), generation=0)
-            for name in (LEGACY_MANIFEST, LEGACY_MANIFEST + ".tmp", LEGACY_DOCS):
+                self._write_meta(model=old.model, dims=old.dims, committed=len(rows), generation=0)
+            for name in (legacy.MANIFEST, legacy.MANIFEST + ".tmp", legacy.DOCS):
                 (self.path / name).unlink(missing_ok=True)

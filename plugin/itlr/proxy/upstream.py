@@ -24,6 +24,7 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
+from itlr import json_values
 from itlr.engines.connection import Connection, engine_from_root, error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
@@ -101,7 +102,7 @@ def load_index_configs(path: Path) -> tuple[IndexConfig, ...]:
     """A proxy index config file: `{"PATTERN": {"vector_field": ..., "text_field": ...,
     "model": ...}, ...}`; the first pattern that matches an index wins."""
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json_values.loads(Path(path).read_bytes(), "the index config")  # depth-checked
     except (OSError, ValueError) as bad:
         raise ConfigurationError(f"cannot read the index config {path}: {bad}") from None
     if not isinstance(raw, dict):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from itlr.errors import QuerySyntaxError, RewriteError
 from itlr.extras import require
+from itlr.limits import LIMITS
 from itlr.paths import itlr_home
 from itlr.query import Query, parse
 from itlr.settings import seconds
@@ -141,7 +142,9 @@ def cache_key(config: LLMConfig, question: str) -> str:
 def _read_cache(config: LLMConfig, question: str) -> str | None:
     path = cache_dir() / f"{cache_key(config, question)}.json"
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        LIMITS.check_json_depth(text, str(path))  # a LimitError, never a RecursionError
+        entry = json.loads(text)
     except (OSError, ValueError):
         return None
     # A hash collision is absurdly unlikely, but a hand-edited entry is not.

@@ -53,8 +53,6 @@ DEFAULT_UPSTREAM_TIMEOUT = 120.0
 log = logging.getLogger("itlr.service")
 
 
-# A body comes from anyone the service answers: bound what one search may ask for.
-MAX_K = 10_000
 _JSON_TYPES: dict[str, Any] = {
     "int": int,
     "float": float,
@@ -77,7 +75,7 @@ def _body_field(option: Option) -> tuple[Any, Any]:
         aliases["alias"] = option.key
     bounds: dict[str, Any] = {
         "ge": option.minimum,
-        "le": MAX_K if option.name == "k" else option.maximum,
+        "le": option.maximum,  # k's is itlr.options.MAX_K
     }
     return kind, Field(
         option.default,
