@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-from itlr.composition import compose
 from itlr.embed import get_embedder
 from itlr.evaluation.answers import AnswersServer, read_answers
 from itlr.evaluation.cache import EmbeddingCache

@@ -103,16 +103,18 @@ class AnswersServer:
     def answer(self, request: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """The status and body for one chat request."""
         messages = request.get("messages")
-        user = messages[-1].get("content") if isinstance(messages, list) and messages else None
+        if not isinstance(messages, list):
+            messages = []
+        said = [m.get("content") for m in messages if isinstance(m, dict)]
+        user = said[-1] if said else None
         if not isinstance(user, str):
             return 400, _error("the request has no user message")
         answer = self._answers.get(user)
         if answer is None:
-            if len(messages) > 2:
-                # The rewriter's second try after an answer that did not parse: the file has
-                # one answer per question, so the same one again.
-                first = messages[1].get("content") if isinstance(messages[1], dict) else None
-                answer = self._answers.get(first) if isinstance(first, str) else None
+            # The rewriter's second try after an answer that did not parse: the file has one
+            # answer per question, so the same one again (the question is the first user's).
+            first = said[1] if len(said) > 2 else None
+            answer = self._answers.get(first) if isinstance(first, str) else None
             if answer is None:
                 # The rewriter shows 160 characters of the message: the question's end fits.
                 question = " ".join(user.split())[-100:]
