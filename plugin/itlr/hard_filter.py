@@ -29,14 +29,18 @@ match it).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from itlr.errors import ConfigurationError
 from itlr.query import Query
 from itlr.scoring import TruthMap
+
+if TYPE_CHECKING:
+    from itlr.options import SearchOptions
+    from itlr.results import Hit, SearchResult
 
 HardFilterRule = Literal["relative", "absolute"]
 HARD_FILTER_RULES: tuple[str, ...] = ("relative", "absolute")
@@ -179,11 +183,41 @@ def explained_evidence(
     return [found[term] for term in query.terms], kind
 
 
+def explain_filtering(
+    result: SearchResult, unfiltered: Sequence[Hit], options: SearchOptions
+) -> SearchResult:
+    """`result` (a search with explain and a hard filter) with each hit's verdict and the
+    documents the filter dropped: those of `unfiltered` (the same search without the filter)
+    missing from the result whose verdict says dropped, best first. A hit without an
+    explanation tree has no verdict."""
+    hard = options.hard
+    if hard is None or not result.query.excluded_terms:
+        return result
+    query = result.query
+
+    def judged(hit: Hit) -> Hit:
+        found = (
+            explained_evidence(query, hit.explanation, options.truth)
+            if hit.explanation is not None
+            else None
+        )
+        return hit if found is None else replace(hit, hard_filter=hard.verdict(query, *found))
+
+    kept = {hit.id for hit in result.hits}
+    dropped = [judged(hit) for hit in unfiltered if hit.id not in kept]
+    return replace(
+        result,
+        hits=[judged(hit) for hit in result.hits],
+        dropped=[h for h in dropped if h.hard_filter is not None and not h.hard_filter["kept"]],
+    )
+
+
 __all__ = [
     "DEFAULT_HARD_FILTER_RULE",
     "EXCLUDED_SCORE_BASE",
     "HARD_FILTER_RULES",
     "HardFilter",
     "HardFilterRule",
+    "explain_filtering",
     "explained_evidence",
 ]
