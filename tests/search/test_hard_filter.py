@@ -95,12 +95,11 @@ def test_cli_prints_the_verdict_and_the_dropped(embedded) -> None:
     assert bad.exit_code == 2 and "sometimes" in bad.stderr
 
 
+TRANSLATE = ["translate", QUERY, "--engine", "opensearch", "--index", "demo", "--format", "json"]
+
+
 def test_translate_prints_one_relative_exclusion_clause(embedded) -> None:
-    printed = runner.invoke(
-        app,
-        ["translate", QUERY, "--engine", "opensearch", "--index", "demo", "--format", "json"]
-        + ["--hard-filter", str(THETA), "--truth", "clamp"],
-    )
+    printed = runner.invoke(app, [*TRANSLATE, "--hard-filter", str(THETA), "--truth", "clamp"])
     assert printed.exit_code == 0, printed.output
     body = json.loads(printed.stdout)
     (clause,) = body["query"]["script_score"]["query"]["bool"]["must_not"]
@@ -108,10 +107,9 @@ def test_translate_prints_one_relative_exclusion_clause(embedded) -> None:
     # The excluded term, then the positive term it must outweigh.
     assert clause["script_score"]["script"]["params"]["excluded"] == 1
     assert clause["script_score"]["script"]["params"]["dims"] == 384
+    rule = ["--hard-filter-rule", "absolute"]
     absolute = runner.invoke(
-        app,
-        ["translate", QUERY, "--engine", "opensearch", "--index", "demo", "--format", "json"]
-        + ["--hard-filter", str(THETA), "--hard-filter-rule", "absolute", "--truth", "clamp"],
+        app, [*TRANSLATE, "--hard-filter", str(THETA), *rule, "--truth", "clamp"]
     )
     params = json.loads(absolute.stdout)["query"]["script_score"]["query"]["bool"]["must_not"][0]
     assert len(params["script_score"]["script"]["params"]["tau"]) == 1  # no positive vector
