@@ -31,6 +31,7 @@ from itlr.evaluation.answers import AnswersServer, read_answers
 from itlr.evaluation.cache import EmbeddingCache
 from itlr.evaluation.datasets import load_beir
 from itlr.evaluation.folds import FOLDS, fold_of
+from itlr.hard_filter import HardFilter
 from itlr.lexical import LexicalCorpus, tokenize
 from itlr.query import And, Not, Query, Term, walk
 from itlr.rewrite import rewrite_for_search
@@ -208,12 +209,18 @@ def combined_nots(how: str, s: float = 0.5) -> Variant:
 
 
 def hard(base: Variant, theta: float, rule: str, margin: float = 0.0) -> Variant:
-    """`base` with a hard filter on root-level NOT terms, judged on clamped cosines:
-    absolute (cos >= theta) or relative (cos >= theta and cos > best positive cos + margin);
-    relative-hybrid compares hybrid truths on both sides."""
+    """`base` with a hard filter on root-level NOT terms, judged on clamped cosines: the
+    product's (itlr.hard_filter) for absolute (cos >= theta) and relative without a margin
+    (cos >= theta and cos > best positive cos); a margin (cos > best + margin), or
+    relative-hybrid (hybrid truths compared on both sides), only here."""
 
     def score(q: Question) -> np.ndarray:
         s = base(q).copy()
+        if rule in ("absolute", "relative") and not margin:
+            shipped = HardFilter(theta, rule)  # type: ignore[arg-type]
+            evidence = HardFilter.evidence(q.cos, truths(q), TruthMap())
+            s[~shipped.kept(q.query, evidence)] = -np.inf
+            return s
         c = np.clip(q.cos, 0.0, 1.0)
         side = truths(q) if rule == "relative-hybrid" else c
         best = best_positive(side, q)
@@ -366,7 +373,7 @@ def main() -> None:
     variants += [(f"hard absolute {t}", hard(default, t, "absolute")) for t in thetas]
     variants += [(f"hard relative {t}", hard(default, t, "relative")) for t in thetas]
     variants += [
-        (f"hard relative-margin {m}", hard(default, HARD, "relative", m)) for m in (0.0, 0.05, 0.1)
+        (f"hard relative-margin {m}", hard(default, HARD, "relative", m)) for m in (0.05, 0.1)
     ]
     variants += [(f"hard relative-hybrid {t}", hard(default, t, "relative-hybrid")) for t in thetas]
     variants = [(n, v) for n, v in variants if n.startswith(args.only)]
@@ -387,6 +394,16 @@ def main() -> None:
     ):
         if any(n.startswith(family) for n in scores):
             cross_validate(scores, family, questions)
+    print("\n| hard filter at 0.53 | rules: answers lost | rules: dropped a question |", end="")
+    print(" llm: answers lost | llm: dropped a question |\n|---|---|---|---|---|")
+    for rule in ("absolute", "relative"):
+        cells = []
+        for rw in ("rules", "llm"):
+            filtered = [hard(default, HARD, rule)(q) for q in questions[rw]]
+            pairs = zip(filtered, questions[rw], strict=True)
+            cells.append(str(sum(not np.isfinite(f[q.relevant]) for f, q in pairs)))
+            cells.append(f"{np.mean([np.sum(~np.isfinite(f)) for f in filtered]):.2f}")
+        print(f"| {rule} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
