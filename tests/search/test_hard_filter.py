@@ -74,7 +74,24 @@ def test_explain_says_why_each_hit_was_kept_and_lists_the_dropped(embedded) -> N
     assert why.startswith('dropped: NOT "vitamin D and bone health" cosine 0.6')
 
 
-def test_without_explain_no_verdict_and_no_second_search(embedded) -> None:
+def test_service_answers_carry_the_verdict_and_the_dropped(embedded) -> None:
+    from itlr.service import create_app
+    from itlr.service.server import serving
+
+    index = itlr.Index.open(str(embedded.path), create=False)
+    names = {"k": 10, "hard_filter": THETA, "hard_filter_rule": "absolute", "explain": True}
+    expected = index.search(QUERY, **names).to_dict()
+    with serving(create_app(index)) as url:
+        answer = httpx.post(f"{url}/search", json={"query": QUERY, **names}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    served = answer.json()
+    assert [h["hard_filter"] for h in served["hits"]] == [
+        h["hard_filter"] for h in expected["hits"]
+    ]
+    assert ANSWER in [h["id"] for h in served["dropped"]]
+
+
+def test_without_explain_there_is_no_verdict_and_no_dropped_list(embedded) -> None:
     index = itlr.Index.open(str(embedded.path), create=False)
     result = index.search(QUERY, k=5, hard_filter=THETA)
     assert result.dropped is None and all(h.hard_filter is None for h in result.hits)
