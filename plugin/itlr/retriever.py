@@ -39,6 +39,9 @@ class Retriever:
             # the same search without it, explained the same way (itlr.hard_filter).
             unfiltered = self.backend.search(query, vectors, replace(options, hard_filter=None))
             found = explain_filtering(found, unfiltered.hits, options)
+            if found.dropped:
+                dropped, cut = bound_hits(found.dropped, LIMITS.max_document_bytes)
+                found = replace(found, dropped=dropped, warnings=(*found.warnings, *cut))
         bounded, cut = bound_hits(found.hits, LIMITS.max_document_bytes)
         if not (query.warnings or cut):
             return found
