@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from itlr.explain import explain_score
+from itlr.hard_filter import HardFilter
 from itlr.query import Query
 from itlr.scoring import Operators, TruthMap
 
@@ -30,22 +31,22 @@ def compose(
     cosines: np.ndarray,
     ops: Operators,
     truth: TruthMap,
-    hard_filter: float | None = None,
+    hard_filter: HardFilter | float | None = None,
     lexical: np.ndarray | None = None,
 ) -> Composed:
     """Score documents from their (documents x query.terms) cosines, and for hybrid truths
-    their lexical truths (itlr.lexical, same shape)."""
+    their lexical truths (itlr.lexical, same shape). `hard_filter`: the filter on root-level
+    NOT terms (itlr.hard_filter; a bare threshold takes the default rule)."""
     terms = query.terms
     weights = truth.lexical_weights(terms, query.negated_terms)
     truths = truth.apply(cosines, terms, lexical, weights)
     kept = np.ones(len(truths), dtype=bool)
-    if hard_filter is not None:
-        # Only NOT terms at the root's AND: a document matching one can never score well. The
-        # filter judges the cosine evidence (clamped, for hybrid truths) like the engines'
-        # exclusion script; `exclude_lexical` is the lexical filter.
-        judged = np.clip(cosines, 0.0, 1.0) if truth.uses_lexical else truths
-        for term in query.excluded_terms:
-            kept &= judged[:, terms.index(term)] < hard_filter
+    if hard_filter is not None and query.excluded_terms:
+        # Only NOT terms at the root's AND, judged as the engines' exclusion script judges
+        # them (the cosine evidence, clamped, for hybrid truths); `exclude_lexical` is the
+        # lexical filter.
+        hard = hard_filter if isinstance(hard_filter, HardFilter) else HardFilter(hard_filter)
+        kept = hard.kept(query, HardFilter.evidence(cosines, truths, truth))
     scores = np.maximum(query.program.compose_matrix(truths, ops), 0.0)
     return Composed(truths, scores, kept)
 

@@ -382,8 +382,8 @@ class Index:
         """Run a logical query: hits with score and per-term truths, best first, and warnings.
 
         Options by name (itlr.options.OPTIONS): mode ("knn" or "exact"), candidates, plan,
-        hard_filter, and_, or_, not_, not_strength, truth, tau, lam, filter, exclude_lexical,
-        explain, from_, search_after, source_fields, highlight. With `rewrite="rules"` (or "llm" and
+        hard_filter, hard_filter_rule, and_, or_, not_, not_strength, truth, tau, lam, filter,
+        exclude_lexical, explain, from_, search_after, source_fields, highlight. With `rewrite="rules"` (or "llm" and
         an `llm` config) `query` is a plain-language question, rewritten first; text that is
         already a logical query is used as typed.
         """

@@ -10,6 +10,12 @@ from typing import Any, Literal, get_args
 from itlr import json_values
 from itlr.candidates import DEFAULT_PLAN, PLANS, Plan
 from itlr.errors import ConfigurationError
+from itlr.hard_filter import (
+    DEFAULT_HARD_FILTER_RULE,
+    HARD_FILTER_RULES,
+    HardFilter,
+    HardFilterRule,
+)
 from itlr.limits import LIMITS
 from itlr.scoring import (
     DEFAULT_LEXICAL_SHARE,
@@ -46,7 +52,11 @@ class SearchOptions:
                  (itlr.certificate); if this depth stops it first, the result says exact: false.
                  The embedded engine past its graph threshold scores every row instead of a
                  second round (allowed when this is above the first round's budget).
-    hard_filter: drop documents whose truth for a root-level NOT term is >= this threshold.
+    hard_filter: drop documents whose evidence for a root-level NOT term is >= this threshold
+                 (itlr.hard_filter; the cosine for hybrid truths, else the truth value) ...
+    hard_filter_rule: ... and, with "relative" (the default), above the document's best evidence
+                 for a positive term of the query, so a NOT term that repeats what the query
+                 asks for cannot drop its answer; "absolute" drops on the threshold alone.
     exclude_lexical: drop documents whose text contains a root-level NOT term as a phrase
                  (OpenSearch / Elasticsearch only).
     plan:        which kNN searches gather the candidates (itlr.candidates): auto (default),
@@ -68,6 +78,7 @@ class SearchOptions:
     max_candidates: int | None = None
     plan: Plan = DEFAULT_PLAN
     hard_filter: float | None = None
+    hard_filter_rule: HardFilterRule = DEFAULT_HARD_FILTER_RULE
     exclude_lexical: bool = False
     ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
@@ -101,6 +112,18 @@ class SearchOptions:
             raise ConfigurationError(
                 f"`hard_filter` is a truth threshold in [0, 1], got {self.hard_filter}"
             )
+        if self.hard_filter_rule not in HARD_FILTER_RULES:
+            raise ConfigurationError(
+                f"unknown `hard_filter_rule` {self.hard_filter_rule!r}: choose one of "
+                f"{list(HARD_FILTER_RULES)}"
+            )
+
+    @property
+    def hard(self) -> HardFilter | None:
+        """The hard filter these options ask for (None: off)."""
+        if self.hard_filter is None:
+            return None
+        return HardFilter(self.hard_filter, self.hard_filter_rule)
 
     @property
     def candidate_budget(self) -> int:
@@ -143,6 +166,7 @@ def search_options(
     max_candidates: int | None = SearchOptions.max_candidates,
     plan: str = SearchOptions.plan,
     hard_filter: float | None = SearchOptions.hard_filter,
+    hard_filter_rule: str = SearchOptions.hard_filter_rule,
     and_: str = SEARCH_OPERATORS.and_,
     or_: str = SEARCH_OPERATORS.or_,
     not_: str = SEARCH_OPERATORS.not_,
@@ -201,6 +225,7 @@ def search_options(
         max_candidates=max_candidates,
         plan=plan,  # type: ignore[arg-type]
         hard_filter=hard_filter,
+        hard_filter_rule=hard_filter_rule,  # type: ignore[arg-type]
         ops=Operators(and_, or_, not_, not_strength=not_strength),  # type: ignore[arg-type]
         truth=truth_map(truth, tau, lam, model, lexical, not_evidence),
         filter=filter,
@@ -307,12 +332,21 @@ OPTIONS: tuple[Option, ...] = (
     _option(
         "hard_filter",
         "float",
-        "Drop documents whose truth for a NOT term at the root's AND is >= THETA. "
-        "A NOT under an OR stays fuzzy.",
+        "Drop documents whose truth for a NOT term at the root's AND is >= THETA (the cosine "
+        "for hybrid truths) and, by default, above their best positive term's (see "
+        "hard_filter_rule). A NOT under an OR stays fuzzy.",
         optional=True,
         minimum=0.0,
         maximum=1.0,
         metavar="THETA",
+    ),
+    _option(
+        "hard_filter_rule",
+        "choice",
+        "relative (default): the hard filter drops a document only when its NOT term's "
+        "evidence reaches THETA and exceeds its best positive term's, so a NOT that repeats "
+        "the query's own subject cannot drop the answer; absolute: on THETA alone.",
+        choices=HARD_FILTER_RULES,
     ),
     _option("and_", "choice", "AND operator.", field="ops", choices=get_args(AndName)),
     _option("or_", "choice", "OR operator.", field="ops", choices=get_args(OrName)),

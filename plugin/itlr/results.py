@@ -96,6 +96,9 @@ class Hit:
     explanation: dict[str, Any] | None = None
     # The sort values a `search_after` continues from (clusters).
     sort: list[Any] | None = None
+    # Why the hard filter kept (or, in SearchResult.dropped, dropped) it (itlr.hard_filter;
+    # options.explain with a hard filter).
+    hard_filter: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -111,6 +114,8 @@ class Hit:
             payload["explanation"] = self.explanation
         if self.sort is not None:
             payload["sort"] = self.sort
+        if self.hard_filter is not None:
+            payload["hard_filter"] = self.hard_filter
         return payload
 
 
@@ -145,6 +150,9 @@ class SearchResult(Sequence[Hit]):
     exact:    whether the top k is provably the exact top k (see Ranking.exact).
     coverage: for a cluster index, how many of its documents have a text but no vector (no
               search can find them; itlr.engines.coverage); None for an embedded index.
+    dropped:  with explain and a hard filter, the documents the filter removed from these
+              hits' places (the same search without it ranked them here), best first, each
+              with its would-be score and why (Hit.hard_filter); None otherwise.
     """
 
     query: Query
@@ -153,6 +161,7 @@ class SearchResult(Sequence[Hit]):
     rewrite: RewriteResult | None = None
     exact: bool | None = None
     coverage: Coverage | None = None
+    dropped: list[Hit] | None = None
 
     def __len__(self) -> int:
         return len(self.hits)
@@ -179,4 +188,6 @@ class SearchResult(Sequence[Hit]):
         }
         if self.rewrite is not None:
             payload["rewrite"] = self.rewrite.to_dict()
+        if self.dropped is not None:
+            payload["dropped"] = [h.to_dict() for h in self.dropped]
         return payload

@@ -10,6 +10,7 @@ import numpy as np
 
 from itlr.embed import Embedder
 from itlr.engines import Backend
+from itlr.hard_filter import explain_filtering
 from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.query import Query
@@ -31,7 +32,16 @@ class Retriever:
         options = options or SearchOptions()
         query = Query.of(query)
         LIMITS.check_tree(query.root)  # what the request became: rewritten, built or parsed
-        found = self.backend.search(query, self.embed_terms(query), options)
+        vectors = self.embed_terms(query)
+        found = self.backend.search(query, vectors, options)
+        if options.explain and options.hard_filter is not None and query.excluded_terms:
+            # Why the filter kept each hit, and which documents it dropped from their places:
+            # the same search without it, explained the same way (itlr.hard_filter).
+            unfiltered = self.backend.search(query, vectors, replace(options, hard_filter=None))
+            found = explain_filtering(found, unfiltered.hits, options)
+            if found.dropped:
+                dropped, cut = bound_hits(found.dropped, LIMITS.max_document_bytes)
+                found = replace(found, dropped=dropped, warnings=(*found.warnings, *cut))
         bounded, cut = bound_hits(found.hits, LIMITS.max_document_bytes)
         if not (query.warnings or cut):
             return found

@@ -198,21 +198,27 @@ def test_a_budget_beyond_the_num_candidates_limit_is_capped_with_a_warning() -> 
     assert backend.warnings == []  # a search's warning travels with it, never on the backend
 
 
-def test_hard_filter_is_a_script_score_with_min_score_in_must_not_per_root_not_term() -> None:
-    query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "sleep"')
-    vectors = unit_vectors(3)
-    body = offline().build_request(
-        query, vectors, cosine_options(hard_filter=0.4, exclude_lexical=True)
-    )
-    must_not = body["query"]["script_score"]["query"]["bool"]["must_not"]
-    scripted = [c["script_score"] for c in must_not if "script_score" in c]
-    assert [c["min_score"] for c in scripted] == [0.4, 0.4]
-    for clause, term in zip(scripted, ("bone health", "sleep"), strict=True):
+def test_hard_filter_is_one_script_score_in_must_not_with_the_excluded_then_positive_vectors() -> (
+    None
+):
+    query = itlr.parse('("vitamin D" OR calcium) AND NOT "bone health" AND NOT "sleep"')
+    vectors = unit_vectors(4)
+    for rule, rivals in (("relative", ("vitamin D", "calcium")), ("absolute", ())):
+        options = cosine_options(hard_filter=0.4, hard_filter_rule=rule, exclude_lexical=True)
+        body = offline().build_request(query, vectors, options)
+        must_not = body["query"]["script_score"]["query"]["bool"]["must_not"]
+        (clause,) = [c["script_score"] for c in must_not if "script_score" in c]
+        # min_score = base + theta: a score of 0 (nothing beats the positive terms) never drops.
+        assert clause["min_score"] == pytest.approx(1.4)
         assert clause["script"]["id"] == EXCLUDE_SCRIPT.id
-        packed = base64.b64decode(clause["script"]["params"]["vector"])
-        assert np.array_equal(np.frombuffer(packed, "<f4"), vectors[query.terms.index(term)])
-    phrases = [c["match_phrase"]["text"] for c in must_not if "match_phrase" in c]
-    assert phrases == ["bone health", "sleep"]
+        params = clause["script"]["params"]
+        assert params["excluded"] == 2 and params["base"] == 1.0
+        chosen = ["bone health", "sleep", *rivals]
+        packed = np.frombuffer(base64.b64decode(params["vectors"]), "<f4")
+        packed = packed.reshape(len(chosen), -1)
+        assert np.array_equal(packed, vectors[[query.terms.index(t) for t in chosen]])
+        phrases = [c["match_phrase"]["text"] for c in must_not if "match_phrase" in c]
+        assert phrases == ["bone health", "sleep"]
 
 
 def test_requests_carry_only_the_stored_script_id_and_params() -> None:
@@ -331,13 +337,14 @@ def test_es_score_script_on_a_real_painless_matches_the_embedded_engine_on_60_qu
 
 
 @pytest.mark.opensearch
+@pytest.mark.parametrize("rule", ["relative", "absolute"])
 def test_es_exclude_script_on_a_real_painless_drops_what_the_embedded_engine_drops(
-    opensearch_demo, embedded, vocabulary_vectors
+    opensearch_demo, embedded, vocabulary_vectors, rule
 ) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
-        options = cosine_options(k=50, mode="exact", hard_filter=theta)
+        options = cosine_options(k=50, mode="exact", hard_filter=theta, hard_filter_rule=rule)
         remote = run_es_script_on_opensearch(
             opensearch_demo, offline().build_request(query, vectors, options)
         )
@@ -535,15 +542,21 @@ def test_two_terms_get_two_different_similarities_on_the_same_document(
 
 
 @pytest.mark.elasticsearch
-def test_hard_filter_drops_the_same_documents(painless_demo, embedded, vocabulary_vectors) -> None:
+@pytest.mark.parametrize("rule", ["relative", "absolute"])
+def test_hard_filter_drops_the_same_documents(
+    painless_demo, embedded, vocabulary_vectors, rule
+) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
-        options = cosine_options(k=50, mode="exact", hard_filter=theta, explain=True)
+        options = cosine_options(
+            k=50, mode="exact", hard_filter=theta, hard_filter_rule=rule, explain=True
+        )
         remote = painless_demo.search(query, vectors, options)
         local = embedded.search(query, vectors, options)
         assert [h.id for h in remote] == [h.id for h in local]
-        assert all(h.truths["bone health"] < theta for h in remote)
+        if rule == "absolute":
+            assert all(h.truths["bone health"] < theta for h in remote)
 
 
 @pytest.mark.elasticsearch

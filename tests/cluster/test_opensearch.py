@@ -36,20 +36,27 @@ def client(opensearch_url: str):
     return Connection(opensearch_url).opensearch()
 
 
+@pytest.mark.parametrize("rule", ["relative", "absolute"])
 def test_hard_filter_drops_the_same_documents(
-    opensearch_demo, embedded, vocabulary_vectors
+    opensearch_demo, embedded, vocabulary_vectors, rule
 ) -> None:
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "immune system"')
     vectors = term_vectors(query, vocabulary_vectors)
     for theta in (0.25, 0.4):
         # The hard filter judges the clamped cosine: with cosine truths, the truth itself.
         options = SearchOptions(
-            k=50, mode="exact", hard_filter=theta, explain=True, truth=TruthMap("clamp")
+            k=50,
+            mode="exact",
+            hard_filter=theta,
+            hard_filter_rule=rule,
+            explain=True,
+            truth=TruthMap("clamp"),
         )
         remote = opensearch_demo.search(query, vectors, options)
         local = embedded.search(query, vectors, options)
         assert [h.id for h in remote] == [h.id for h in local]
-        assert all(h.truths["bone health"] < theta for h in remote)
+        if rule == "absolute":
+            assert all(h.truths["bone health"] < theta for h in remote)
 
 
 def test_user_filters_apply_inside_knn_and_outside(
@@ -124,8 +131,10 @@ def test_term_vectors_travel_packed_as_the_exact_float32_values(opensearch_demo,
     assert params["dims"] == embedder.dims
     assert np.array_equal(unpacked.reshape(len(query.terms), -1), vectors.astype(np.float32))
     exclusion = candidate_bool(body)["must_not"][0]["script_score"]["script"]["params"]
-    excluded = np.frombuffer(base64.b64decode(exclusion["vector"]), "<f4")
-    assert np.array_equal(excluded, vectors[query.terms.index("bone health")])
+    excluded = np.frombuffer(base64.b64decode(exclusion["vectors"]), "<f4").reshape(3, -1)
+    # The excluded term's vector, then the positive terms' it must outweigh (relative rule).
+    chosen = [query.terms.index(t) for t in ("bone health", "vitamin D", "sleep")]
+    assert np.array_equal(excluded, vectors[chosen].astype(np.float32))
     # A fifth of a list of numbers' length: what the engine parses for every search.
     assert len(params["vectors"]) * 4 < len(json.dumps(vectors.tolist()))
 

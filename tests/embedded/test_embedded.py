@@ -179,12 +179,34 @@ def test_knn_plan_only_rescores_candidates_of_positive_terms(index: EmbeddedBack
     assert hits.exact is False and hits.warnings
 
 
-def test_hard_filter_drops_documents_matching_a_root_not(index: EmbeddedBackend) -> None:
+def test_absolute_hard_filter_drops_every_document_whose_not_truth_reaches_theta(
+    index: EmbeddedBackend,
+) -> None:
     query = itlr.parse("a AND NOT b")
     terms = unit(2, seed=4)
-    hits = index.search(query, terms, SearchOptions(k=200, mode="exact", hard_filter=0.2))
+    options = SearchOptions(k=200, mode="exact", hard_filter=0.2, hard_filter_rule="absolute")
+    hits = index.search(query, terms, options)
     assert hits and all(h.truths["b"] < 0.2 for h in hits)
     assert len(hits) < 200
+
+
+def test_relative_hard_filter_drops_only_documents_closer_to_the_not_than_to_every_positive(
+    index: EmbeddedBackend,
+) -> None:
+    # The default rule: dropped when the NOT's cosine reaches theta AND exceeds the document's
+    # best positive cosine ("a" or "c"); hybrid truths judge the clamped cosines.
+    query = itlr.parse('("a" OR "c") AND NOT "b"')
+    terms = unit(3, seed=4)
+    hits = index.search(query, terms, SearchOptions(k=200, mode="exact", hard_filter=0.1))
+    cosines = np.clip(np.array([index.vector(f"d{i}") for i in range(200)]) @ terms.T, 0, 1)
+    a, c, b = (cosines[:, query.terms.index(t)] for t in ("a", "c", "b"))
+    expected = {f"d{i}" for i in range(200) if not (b[i] >= 0.1 and b[i] > max(a[i], c[i]))}
+    assert {h.id for h in hits} == expected
+    # Both kinds of survivor exist: below theta, and at or above it but outweighed.
+    assert any(b[i] < 0.1 for i in range(200)) and any(
+        0.1 <= b[i] <= max(a[i], c[i]) for i in range(200)
+    )
+    assert 0 < 200 - len(expected) < 200
 
 
 def test_hard_filter_leaves_not_under_or_fuzzy(index: EmbeddedBackend) -> None:

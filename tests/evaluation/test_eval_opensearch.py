@@ -148,7 +148,8 @@ def test_exact_mode_itlr_rankings_on_opensearch_equal_the_in_process_rankings(
     text_vectors = dict(zip(texts, embedder.encode(texts), strict=True))
     # The default truths are hybrid: in process they read the corpus' tokens.
     lexical = LexicalCorpus([d.text for d in data.corpus])
-    methods = build_methods(["itlr", "itlr-hard"], hard_filter=0.3, lexical=lexical)
+    names = ["itlr", "itlr-hard", "itlr-hard-absolute"]
+    methods = build_methods(names, hard_filter=0.3, lexical=lexical)
     backend = OpenSearchBackend(
         Connection(opensearch_url).opensearch(),
         f"itlr-eval-rank-{uuid.uuid4().hex[:8]}",
@@ -160,14 +161,16 @@ def test_exact_mode_itlr_rankings_on_opensearch_equal_the_in_process_rankings(
     assert engine.sync(data.corpus, corpus.vectors).failed == {}
     on_engine = engine.run(cases, methods, corpus, text_vectors, depth=100)
     in_process = run_methods(cases, methods, corpus, text_vectors, depth=100)
-    for method in ("itlr", "itlr-hard"):
+    for method in names:
         for case in cases:
             assert list(on_engine[method][case.id]) == list(in_process[method][case.id]), (
                 method,
                 case.id,
             )
-    # The hard filter really dropped something: q1's bone-health document.
-    assert "bone" in in_process["itlr"]["q1"] and "bone" not in on_engine["itlr-hard"]["q1"]
+    # The absolute hard filter really dropped something: q1's bone-health document (the
+    # relative one keeps it: it is closer to "vitamin D benefits" than to "bone health").
+    assert "bone" in in_process["itlr"]["q1"]
+    assert "bone" not in on_engine["itlr-hard-absolute"]["q1"]
 
 
 def test_a_second_eval_run_adds_no_documents(

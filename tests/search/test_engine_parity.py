@@ -8,10 +8,12 @@ import pytest
 from itlr.engines.cluster import ClusterBackend
 from parity import (
     check_exact_scores_match_the_embedded_engine,
+    check_hard_filter_drops_what_the_embedded_engine_drops,
     check_index_recording_another_model_warns,
     check_index_with_other_dimensions_is_refused,
     check_knn_mode_matches_exact_when_the_budget_covers_the_corpus,
     check_refused_documents_are_reported_and_ingestion_resumes,
+    hard_filter_cases,
     random_cases,
 )
 
@@ -51,6 +53,14 @@ def test_exact_scores_match_the_embedded_engine_on_60_random_queries(
 ) -> None:
     check_exact_scores_match_the_embedded_engine(
         scoring_demo, embedded, vocabulary_vectors, PARITY_CASES[engine]
+    )
+
+
+def test_hard_filter_keeps_what_the_embedded_engine_keeps_under_both_rules(
+    engine, scoring_demo, embedded, vocabulary_vectors
+) -> None:
+    check_hard_filter_drops_what_the_embedded_engine_drops(
+        scoring_demo, embedded, vocabulary_vectors, hard_filter_cases(24)
     )
 
 

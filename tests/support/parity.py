@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -61,6 +62,30 @@ def random_cases(
     for _ in range(count):
         query = itlr.parse(str(Query(random_tree(rng, VOCABULARY))))
         cases.append((query, random_options(rng)))
+    return cases
+
+
+def hard_filter_cases(count: int, seed: int = 5) -> list[tuple[Query, SearchOptions]]:
+    """Random trees ANDed with one or two root-level NOT terms, each with a random truth map
+    (hybrid, the default, included), hard-filter threshold and rule, in exact mode."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        excluded = rng.sample(VOCABULARY, rng.choice([1, 2]))
+        tree = Query(random_tree(rng, VOCABULARY))
+        text = f"({tree})" + "".join(f' AND NOT "{term}"' for term in excluded)
+        truth = rng.choice(
+            [TruthMap(), TruthMap("clamp"), TruthMap("shift"), TruthMap("sigmoid", 0.3, 8.0)]
+        )
+        theta = rng.choice([0.2, 0.3, 0.45]) if truth.kind != "shift" else 0.65
+        options = SearchOptions(
+            k=40,
+            mode="exact",
+            truth=truth,
+            hard_filter=theta,
+            hard_filter_rule=rng.choice(["relative", "absolute"]),
+        )
+        cases.append((itlr.parse(text), options))
     return cases
 
 
@@ -122,6 +147,23 @@ def check_exact_scores_match_the_embedded_engine(
         assert_same_ranking(remote, local)
         identical_top10 += [h.id for h in remote] == [h.id for h in local]
     assert identical_top10 >= len(cases) - 5
+
+
+def check_hard_filter_drops_what_the_embedded_engine_drops(
+    backend, embedded, vocabulary_vectors, cases: list[tuple[Query, SearchOptions]]
+) -> None:
+    """Both rules keep the same documents with the same scores (1e-4) as the embedded engine,
+    and the cases do drop documents (the relative rule fewer than the absolute one)."""
+    dropped = {"relative": 0, "absolute": 0}
+    for query, options in cases:
+        vectors = term_vectors(query, vocabulary_vectors)
+        remote = backend.search(query, vectors, options)
+        local = embedded.search(query, vectors, options)
+        assert_same_ranking(remote, local)
+        assert {h.id for h in remote} == {h.id for h in local}, (str(query), options)
+        unfiltered = embedded.search(query, vectors, replace(options, hard_filter=None))
+        dropped[options.hard_filter_rule] += len({h.id for h in unfiltered} - {h.id for h in local})
+    assert dropped["relative"] > 0 and dropped["absolute"] > 0, dropped
 
 
 def check_knn_mode_matches_exact_when_the_budget_covers_the_corpus(

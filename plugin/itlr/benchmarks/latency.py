@@ -172,6 +172,13 @@ def measure_backend(
             variants[f"itlr {terms}-term, knn mode, cosine truths, one round"] = SearchOptions(
                 k=k, mode="knn", truth=TruthMap("clamp"), max_candidates=one_round
             )
+            # What the hard filter's exclusion clause costs (itlr.hard_filter): the relative
+            # rule, the default, also reads the positive terms' cosines; the absolute one only
+            # the NOT term's, as the filter did before.
+            for rule in ("relative", "absolute"):
+                variants[f"itlr {terms}-term, knn mode, hard filter ({rule})"] = SearchOptions(
+                    k=k, mode="knn", hard_filter=0.53, hard_filter_rule=rule
+                )
         if len(query.positive_terms) > 1:
             # The per-term plan, one kNN search per positive term, to compare the default with.
             variants[f"itlr {terms}-term, knn mode, per-term plan"] = SearchOptions(

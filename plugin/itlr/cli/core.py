@@ -225,7 +225,9 @@ class _BadLines:
                 yield entry
 
 
-def _print_hits(title: str, hits: list[Hit], terms: tuple[str, ...]) -> None:
+def _print_hits(
+    title: str, hits: list[Hit], terms: tuple[str, ...], dropped: list[Hit] | None = None
+) -> None:
     table = Table(title=Text(title), title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("id")
@@ -243,6 +245,22 @@ def _print_hits(title: str, hits: list[Hit], terms: tuple[str, ...]) -> None:
         if hit.explanation is not None:
             tree = "\n".join(explanation_lines(hit.explanation, "  "))
             out.print(f"#{rank} {hit.id}\n{tree}", highlight=False, markup=False, soft_wrap=True)
+        if hit.hard_filter is not None:
+            out.print(
+                f"  hard filter: {hit.hard_filter['reason']}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+    for hit in dropped or ():
+        assert hit.hard_filter is not None
+        out.print(
+            f"dropped by the hard filter: {hit.id} (score {hit.score:.4f}): "
+            f"{hit.hard_filter['reason']}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -300,7 +318,7 @@ def search(
         if as_json:
             print(strict_json.dumps(result.to_dict(), indent=2))  # no bare NaN from a field
         else:
-            _print_hits(str(result.query), result.hits, result.query.terms)
+            _print_hits(str(result.query), result.hits, result.query.terms, result.dropped)
 
     run_guarded(action)
 

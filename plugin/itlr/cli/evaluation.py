@@ -33,6 +33,8 @@ from itlr.evaluation.experiment import (
 from itlr.options import search_options
 
 if TYPE_CHECKING:
+    from itlr.evaluation.beir import EvalResult
+    from itlr.evaluation.datasets import BeirDataset
     from itlr.evaluation.engine_runs import IndexSync
 
 SplitOpt = Annotated[str, typer.Option(help="Which qrels/<split>.tsv to use.")]
@@ -92,9 +94,11 @@ def staged_progress() -> Iterator[tuple[Callable[[str, int], None], Callable[[in
         yield on_stage, on_progress
 
 
-def _print_metrics(title: str, metrics: dict[str, dict[str, float]], names: list[str]) -> None:
+def _print_metrics(
+    title: str, metrics: dict[str, dict[str, float]], names: list[str], rows: str = "method"
+) -> None:
     table = Table(title=title, title_justify="left")
-    table.add_column("method")
+    table.add_column(rows)
     for name in names:
         table.add_column(name, justify="right")
     for method, values in metrics.items():
@@ -114,6 +118,7 @@ EVAL_OPTIONS = (
     "lexical",
     "not_evidence",
     "hard_filter",
+    "hard_filter_rule",
 )
 
 
@@ -137,12 +142,14 @@ def eval_command(
         ),
     ] = None,
     rewrite: Annotated[
-        Rewrite,
+        str,
         typer.Option(
             help="Turn each question into a logical query first: none (use the dataset's "
-            "'logical' field, else parse the text), rules, or llm."
+            "'logical' field, else parse the text), rules, or llm; several, comma-separated "
+            "(rules,llm), run one evaluation each and compare them.",
+            metavar="none|rules|llm[,...]",
         ),
-    ] = Rewrite.none,
+    ] = "none",
     split: SplitOpt = "test",
     qrels: QrelsOpt = None,
     negatives: NegativesOpt = None,
@@ -158,6 +165,15 @@ def eval_command(
     llm_model: LLMModelOpt = None,
     llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
     llm_timeout: LLMTimeoutOpt = 30.0,
+    llm_answers: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --rewrite llm: a JSON-lines file of earlier answers "
+            '({"question": ..., "answer": ...} a line) served to the LLM rewriter from a '
+            "local OpenAI-compatible endpoint, instead of --llm-base-url / --llm-model.",
+            rich_help_panel="LLM rewriter",
+        ),
+    ] = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("--out", help="Output folder (default results/eval/<dataset name>)."),
@@ -174,42 +190,33 @@ def eval_command(
         from itlr.embed import get_embedder
         from itlr.evaluation.datasets import load_beir
         from itlr.evaluation.experiment import (
+            answers_endpoint,
             cluster_runner,
             default_results_folder,
-            metric_names,
-            negation_groups,
             ranked_depth,
+            rewriter_comparison,
+            rewriter_names,
             run_evaluation,
             write_results,
         )
+        from itlr.evaluation.report import metrics_markdown
 
         on_cluster = spec.engine != "embedded"
+        rewriters = rewriter_names(rewrite)
         ranked_depth(depth, on_cluster)  # before an index is created or anything encoded
         if not on_cluster and (mode is not None or candidates is not None or index is not None):
             err.print(
                 "[yellow]note:[/] --index, --mode and --candidates apply to a cluster (--url); "
                 "the embedded engine scores every document in process"
             )
-        # The LLM options may come from the environment: they only matter with --rewrite llm.
-        config = (
-            llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
-            if rewrite is Rewrite.llm
-            else None
-        )
+        if llm_answers is not None and "llm" not in rewriters:
+            raise ConfigurationError("--llm-answers serves the LLM rewriter: add --rewrite llm")
+        if llm_answers is not None and (llm_base_url or llm_model):
+            raise ConfigurationError(
+                "give --llm-answers or --llm-base-url / --llm-model, not both: the answers "
+                "file is the endpoint"
+            )
         chosen = search_options(**option_values, model=model)
-        settings = EvalSettings(
-            methods=[m.strip() for m in methods.split(",")] if methods else None,
-            rewrite=rewrite.value,
-            llm=config,
-            ops=chosen.ops,
-            truth=chosen.truth,
-            hard_filter=chosen.hard_filter,
-            split=split,
-            qrels=qrels,
-            negatives=negatives,
-            depth=depth,
-            model=model,
-        )
         data = load_beir(dataset, split=split, qrels=qrels, negatives=negatives)
         if data.skipped_queries:
             err.print(
@@ -224,28 +231,78 @@ def eval_command(
             )
             for warning in warnings:
                 warn(warning)
-        with staged_progress() as (on_stage, on_progress):
-            result = run_evaluation(data, settings, embedder, runner, on_stage, on_progress)
-        if result.index_sync is not None:
-            _print_sync(result.index_sync, result.config["computed_in_process"])
-        names = metric_names(result)
-        _print_metrics(
-            f"{data.name}: {len(data.queries)} queries, {len(data.corpus)} documents "
-            f"(MRR@10 = ir-measures RR@10, MAP = AP)",
-            result.metrics,
-            names,
-        )
-        groups = negation_groups(result)
-        if len(groups) > 1:
-            _print_metrics("nDCG@10 by number of NOTs", result.by_negations, groups)
         folder = out_dir or default_results_folder(data)
-        write_results(result, data, folder)
-        out.print(f"wrote {folder / 'results.json'} and plots in {folder}", highlight=False)
-        if result.index_sync is not None and result.index_sync.failed:
+        results: dict[str, EvalResult] = {}
+        with answers_endpoint(llm_answers, llm_timeout) as answers_config:
+            # The LLM options may come from the environment: they only matter with llm.
+            config = answers_config or (
+                llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+                if "llm" in rewriters
+                else None
+            )
+            for name in rewriters:
+                settings = EvalSettings(
+                    methods=[m.strip() for m in methods.split(",")] if methods else None,
+                    rewrite=name,
+                    llm=config if name == "llm" else None,
+                    ops=chosen.ops,
+                    truth=chosen.truth,
+                    hard_filter=chosen.hard_filter,
+                    hard_filter_rule=chosen.hard_filter_rule,
+                    split=split,
+                    qrels=qrels,
+                    negatives=negatives,
+                    depth=depth,
+                    model=model,
+                )
+                with staged_progress() as (on_stage, on_progress):
+                    result = run_evaluation(data, settings, embedder, runner, on_stage, on_progress)
+                results[name] = result
+                shown = f" (--rewrite {name})" if len(rewriters) > 1 else ""
+                _print_result(result, data, shown)
+                written = folder / name if len(rewriters) > 1 else folder
+                write_results(result, data, written)
+                out.print(
+                    f"wrote {written / 'results.json'} and plots in {written}", highlight=False
+                )
+        if len(rewriters) > 1:
+            table = rewriter_comparison(results)
+            names = list(next(iter(results.values())).metrics)
+            _print_metrics("nDCG@10 by rewriter and number of NOTs", table, names, "questions")
+            (folder / "by_rewriter.md").write_text(
+                metrics_markdown(table, names, "questions") + "\n", encoding="utf-8"
+            )
+            out.print(f"wrote {folder / 'by_rewriter.md'}", highlight=False)
+        if any(r.index_sync is not None and r.index_sync.failed for r in results.values()):
             # As `itlr ingest`: the results are written, but a partial index is an error.
             raise typer.Exit(1)
 
     run_guarded(action)
+
+
+def _print_result(result: EvalResult, data: BeirDataset, shown: str) -> None:
+    """One evaluation's tables: the metrics, then nDCG@10 by number of NOTs (with each group's
+    question count), and how many questions the LLM rewriter left to the rules."""
+    from itlr.evaluation.experiment import metric_names, negation_groups
+
+    if result.index_sync is not None:
+        _print_sync(result.index_sync, result.config["computed_in_process"])
+    _print_metrics(
+        f"{data.name}{shown}: {len(data.queries)} queries, {len(data.corpus)} documents "
+        f"(MRR@10 = ir-measures RR@10, MAP = AP)",
+        result.metrics,
+        metric_names(result),
+    )
+    groups = negation_groups(result)
+    if len(groups) > 1:
+        _print_metrics(f"nDCG@10 by number of NOTs{shown}", result.by_negations, groups)
+    fallbacks = sum(bool((q.get("rewrite") or {}).get("fallback")) for q in result.queries.values())
+    if fallbacks:
+        err.print(
+            f"[yellow]note:[/] the LLM rewriter failed on {fallbacks} questions, rewritten by the "
+            "rules instead (results.json: queries.*.rewrite.warnings)",
+            soft_wrap=True,
+        )
 
 
 def _print_sync(sync: IndexSync, in_process: list[str]) -> None:

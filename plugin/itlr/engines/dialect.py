@@ -31,6 +31,7 @@ from itlr.engines.lexical_requests import (
 from itlr.engines.painless import StoredScript
 from itlr.engines.response import hits_from_response
 from itlr.engines.script_params import exclusion_params, packed_floats, script_params
+from itlr.hard_filter import EXCLUDED_SCORE_BASE
 from itlr.lexical import LENGTH_FIELD, LEXICAL_FIELDS, TOKENS_FIELD, CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
@@ -190,19 +191,22 @@ class Dialect:
         )
         warnings: tuple[str, ...] = ()
         searches: tuple[CandidateSearch, ...] = ()
-        must_not: list[dict[str, Any]] = [
-            {
-                "script_score": {
-                    "query": {"match_all": {}},
-                    "script": self.exclude_script.reference(
-                        exclusion_params(query, term_vectors, options, self.layout, term),
-                        self.inline_script,
-                    ),
-                    "min_score": options.hard_filter,
+        must_not: list[dict[str, Any]] = []
+        if shape.excluded and options.hard is not None:
+            # One clause for every excluded term: each document's vector is read once, and
+            # only for documents the rest of the query matches (itlr.hard_filter).
+            must_not.append(
+                {
+                    "script_score": {
+                        "query": {"match_all": {}},
+                        "script": self.exclude_script.reference(
+                            exclusion_params(query, term_vectors, options, self.layout),
+                            self.inline_script,
+                        ),
+                        "min_score": EXCLUDED_SCORE_BASE + options.hard.threshold,
+                    }
                 }
-            }
-            for term in shape.excluded
-        ]
+            )
         inner: dict[str, Any] = {
             "filter": list(shape.filter),
             "must_not": must_not + shape.must_not,

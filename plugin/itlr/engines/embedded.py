@@ -500,7 +500,7 @@ class EmbeddedBackend:
         cosines = cosine_matrix(self._matrix(rows), term_vectors)
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_truths(rows, query.terms)
-        scored = compose(query, cosines, options.ops, options.truth, options.hard_filter, lexical)
+        scored = compose(query, cosines, options.ops, options.truth, options.hard, lexical)
         scores, truths = scored.scores, scored.truths
         if not scored.kept.all():
             # The hard filter dropped rows; without it, no copy of an exact pass's matrices.

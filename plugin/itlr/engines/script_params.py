@@ -11,6 +11,7 @@ import numpy as np
 
 from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError
+from itlr.hard_filter import EXCLUDED_SCORE_BASE
 from itlr.lexical import (
     K1,
     LENGTH_FIELD,
@@ -99,15 +100,23 @@ def exclusion_params(
     term_vectors: np.ndarray,
     options: SearchOptions,
     layout: IndexLayout,
-    term: str,
 ) -> dict[str, Any]:
-    index = query.terms.index(term)
+    """The hard filter's params (scripts/painless/itlr_exclude.painless): the excluded terms'
+    vectors, then their rivals' (the positive terms, under the relative rule), packed."""
+    hard = options.hard
+    assert hard is not None
+    excluded = query.excluded_terms
+    chosen = [query.terms.index(t) for t in (*excluded, *hard.rivals(query))]
     truth = options.truth.to_params(query.terms)
+    vectors = np.asarray(term_vectors, dtype=np.float32)
     return {
         "field": layout.vector_field,
-        "vector": packed_floats(term_vectors[index]),
-        # The hard filter judges the cosine evidence: hybrid truths clamp (composition.compose).
+        "vectors": packed_floats(vectors[chosen]),
+        "dims": int(vectors.shape[-1]) if vectors.size else 0,
+        "excluded": len(excluded),
+        # The hard filter judges the cosine evidence: hybrid truths clamp (itlr.hard_filter).
         "truth": TRUTH_CODES["clamp"] if options.truth.uses_lexical else truth["truth"],
-        "tau": cast("list[float]", truth["tau"])[index],
-        "lam": cast("list[float]", truth["lam"])[index],
+        "tau": [cast("list[float]", truth["tau"])[i] for i in chosen],
+        "lam": [cast("list[float]", truth["lam"])[i] for i in chosen],
+        "base": EXCLUDED_SCORE_BASE,
     }

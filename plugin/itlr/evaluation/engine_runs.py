@@ -227,6 +227,7 @@ class EngineRunner:
             mode=self.mode,
             candidates=budget,
             hard_filter=method.hard_filter,
+            hard_filter_rule=method.hard_filter_rule,
             ops=method.ops,
             truth=method.truth,
         )

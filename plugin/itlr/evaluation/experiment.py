@@ -8,12 +8,14 @@ CLI only turns flags into `EvalSettings` and prints.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from itlr.errors import ConfigurationError
+from itlr.hard_filter import DEFAULT_HARD_FILTER_RULE, HardFilterRule
 from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ SETOPS_DEPTH = 20
 class EvalSettings:
     """What an evaluation compares and how. `methods=None`: DEFAULT_METHODS, plus
     itlr-calibrated when the model has a calibration. `hard_filter=None`: the model's own
-    threshold (`itlr calibrate`), else the bundled model's. `depth=None`: the depth policy."""
+    threshold (`itlr calibrate`), else the bundled model's, applied by `hard_filter_rule`
+    (itlr.hard_filter). `depth=None`: the depth policy."""
 
     methods: Sequence[str] | None = None
     rewrite: str = "none"
@@ -46,11 +49,54 @@ class EvalSettings:
     ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
     hard_filter: float | None = None
+    hard_filter_rule: HardFilterRule = DEFAULT_HARD_FILTER_RULE
     split: str = "test"
     qrels: Path | None = None
     negatives: Path | None = None
     depth: int | None = None
     model: str | None = None  # as given to get_embedder: None is the bundled model
+
+
+def rewriter_names(text: str) -> list[str]:
+    """The rewriters an evaluation compares, from `none`, `rules`, `llm` or several
+    comma-separated (each once, in the order given)."""
+    from itlr.evaluation.beir import REWRITES
+
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in REWRITES]
+    if not names or unknown:
+        raise ConfigurationError(
+            f"unknown `rewrite` {','.join(unknown) or text!r}: choose none, rules or llm, or "
+            "several comma-separated (rules,llm)"
+        )
+    return names
+
+
+@contextmanager
+def answers_endpoint(path: Path | None, timeout: float = 30.0) -> Iterator[LLMConfig | None]:
+    """The LLM rewriter's configuration for a file of earlier answers served on loopback
+    (itlr.evaluation.answers) while the block runs; None without a file."""
+    if path is None:
+        yield None
+        return
+    from itlr.evaluation.answers import AnswersServer, read_answers
+
+    with AnswersServer(read_answers(path)) as server:
+        yield server.config(timeout)
+
+
+def rewriter_comparison(results: dict[str, EvalResult]) -> dict[str, dict[str, float]]:
+    """{"<rewriter>, all (n)" or "<rewriter>, <k> NOT (n)": {method: nDCG@10}}: every rewriter's
+    overall and per-NOT-count nDCG@10, one row each, the methods side by side."""
+    table: dict[str, dict[str, float]] = {}
+    for rewriter, result in results.items():
+        overall = table.setdefault(f"{rewriter}, all ({len(result.queries)})", {})
+        for method, metrics in result.metrics.items():
+            overall[method] = metrics["nDCG@10"]
+            for group, value in result.by_negations.get(method, {}).items():
+                label = f"{rewriter}, {group.replace(' queries', '')}"
+                table.setdefault(label, {})[method] = value
+    return table
 
 
 def ranked_depth(depth: int | None, on_cluster: bool) -> int:
@@ -121,6 +167,7 @@ def run_evaluation(
         ops=settings.ops,
         truth=settings.truth,
         hard_filter=hard_filter,
+        hard_filter_rule=settings.hard_filter_rule,
         calibrated=calibrated,
         setops_depth=SETOPS_DEPTH,
         lexical=LexicalCorpus([d.text for d in data.corpus])
@@ -149,6 +196,7 @@ def run_evaluation(
             "operators": {"and": ops.and_, "or": ops.or_, "not": ops.not_},
             "truth": {"kind": truth.kind, "tau": truth.tau, "lam": truth.lam},
             "hard_filter": hard_filter,
+            "hard_filter_rule": settings.hard_filter_rule,
             "split": settings.split,
             "qrels": str(settings.qrels) if settings.qrels else None,
             "negatives": str(settings.negatives) if settings.negatives else None,

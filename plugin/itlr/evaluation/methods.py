@@ -9,7 +9,10 @@ itlr             fuzzy composition: itlr.composition.compose (truth map, program
                  which is exactly what the embedded engine's exact mode computes, with the
                  search defaults (SEARCH_OPERATORS: NOT at half strength).
 itlr-paper       itlr with the paper's operators (NOT = 1 - x), for reproduction.
-itlr-hard        itlr, dropping documents whose truth for a root-level NOT term is >= theta.
+itlr-hard        itlr with the hard filter (itlr.hard_filter) at its default rule, relative: a
+                 document is dropped for a root-level NOT term whose cosine is >= theta and
+                 above the document's best positive cosine.
+itlr-hard-absolute  itlr with the absolute hard filter: dropped when that cosine is >= theta.
 itlr-calibrated  itlr with sigmoid truth values: per-term (tau, lambda) in the synthetic benchmark,
                  the model's saved global pair (`itlr calibrate`) on a BEIR folder.
 setops           the BoolQuestions decomposition baseline, defined in SetOps below.
@@ -28,6 +31,7 @@ import numpy as np
 from itlr.calibrations import BUNDLED_HARD_FILTER
 from itlr.composition import compose
 from itlr.errors import ConfigurationError
+from itlr.hard_filter import DEFAULT_HARD_FILTER_RULE, HardFilter, HardFilterRule
 from itlr.lexical import LexicalCorpus
 from itlr.query import And, Node, Not, Or, Query, Term
 from itlr.scoring import PAPER_OPERATORS, SEARCH_OPERATORS, Operators, TruthMap
@@ -36,6 +40,7 @@ METHOD_NAMES = (
     "dense",
     "itlr",
     "itlr-hard",
+    "itlr-hard-absolute",
     "setops",
     "itlr-calibrated",
     "itlr-paper",
@@ -81,6 +86,13 @@ class Logical:
     truth: TruthMap = field(default_factory=TruthMap)
     hard_filter: float | None = None
     lexical: LexicalCorpus | None = field(default=None, compare=False, repr=False)
+    hard_filter_rule: HardFilterRule = DEFAULT_HARD_FILTER_RULE
+
+    @property
+    def hard(self) -> HardFilter | None:
+        if self.hard_filter is None:
+            return None
+        return HardFilter(self.hard_filter, self.hard_filter_rule)
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
         lexical = None
@@ -89,9 +101,7 @@ class Logical:
                 raise ConfigurationError("hybrid truth values need the passages' text")
             rows = case.rows if case.rows is not None else np.arange(len(self.lexical))
             lexical = self.lexical.matrix(rows, case.query.terms, self.lexical.full_stats)
-        composed = compose(
-            case.query, term_cosines, self.ops, self.truth, self.hard_filter, lexical
-        )
+        composed = compose(case.query, term_cosines, self.ops, self.truth, self.hard, lexical)
         scores = np.asarray(composed.scores, dtype=np.float64)
         scores[~composed.kept] = -np.inf
         return scores
@@ -167,13 +177,15 @@ def build_methods(
     ops: Operators | None = None,
     truth: TruthMap | None = None,
     hard_filter: float = BUNDLED_HARD_FILTER,
+    hard_filter_rule: HardFilterRule = DEFAULT_HARD_FILTER_RULE,
     calibrated: TruthMap | None = None,
     setops_depth: int = 20,
     setops_share: float | None = None,
     lexical: LexicalCorpus | None = None,
 ) -> list[Method]:
     """Methods by name, all sharing the operator family and truth mapping given (and for
-    hybrid truths the corpus' tokens, rows in corpus order)."""
+    hybrid truths the corpus' tokens, rows in corpus order). `hard_filter_rule` is itlr-hard's;
+    itlr-hard-absolute is always absolute."""
     ops = ops or SEARCH_OPERATORS
     truth = truth or TruthMap()
     unknown = [n for n in names if n not in METHOD_NAMES]
@@ -188,7 +200,12 @@ def build_methods(
     made: dict[str, Method] = {
         "dense": Dense(),
         "itlr": Logical("itlr", ops, truth, lexical=lexical),
-        "itlr-hard": Logical("itlr-hard", ops, truth, hard_filter, lexical=lexical),
+        "itlr-hard": Logical(
+            "itlr-hard", ops, truth, hard_filter, lexical, hard_filter_rule=hard_filter_rule
+        ),
+        "itlr-hard-absolute": Logical(
+            "itlr-hard-absolute", ops, truth, hard_filter, lexical, hard_filter_rule="absolute"
+        ),
         "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth, lexical=lexical),
         "setops": SetOps(depth=setops_depth, share=setops_share),
         "random": RandomScores(),

@@ -21,9 +21,11 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def metrics_markdown(metrics: Mapping[str, Mapping[str, float]], names: Sequence[str]) -> str:
-    rows = [[method, *(_fmt(values.get(n)) for n in names)] for method, values in metrics.items()]
-    return markdown_table(["method", *names], rows)
+def metrics_markdown(
+    metrics: Mapping[str, Mapping[str, float]], names: Sequence[str], rows: str = "method"
+) -> str:
+    body = [[method, *(_fmt(values.get(n)) for n in names)] for method, values in metrics.items()]
+    return markdown_table([rows, *names], body)
 
 
 def synthetic_markdown(report: SyntheticReport) -> str:
