@@ -418,13 +418,14 @@ class Follower:
         self._next_check = time.monotonic() + self.recheck
         before = self.snapshot
         now = self._take()
-        if self.guarded:
+        if self.guarded or now.final_pipeline == PIPELINE_ID:
+            # itlr's guard, installed now or before: deleted, it is stored again; emptied or
+            # rewritten, it would let rewritten texts through unmarked, so the follower stops.
             stored = self.call(self.operations.pipeline, PIPELINE_ID, self.target)
             if stored is None:
                 self.call(self.operations.put_pipeline, PIPELINE_ID, PIPELINE, self.target)
                 self.say(f"the hash guard pipeline {PIPELINE_ID!r} was deleted: stored again")
             else:
-                # Emptied or rewritten, it would let rewritten texts through unmarked: stop.
                 check_stored_pipeline(PIPELINE_ID, PIPELINE, stored, self.backend.url)
         if not self._target_intact(now):
             return

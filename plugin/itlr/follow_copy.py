@@ -44,6 +44,8 @@ class CopyFollower(Follower):
     # The copy's uuid once made or found: writes go only into that index (a copy deleted
     # meanwhile would be created again by the first write, with every field mapped by guess).
     copy_uuid: str = ""
+    # Top-level fields the source's documents carry but its mapping keeps unmapped.
+    unmapped: frozenset[str] = frozenset()
 
     def _prepare_target(self) -> None:
         if self.guarded:
@@ -102,6 +104,17 @@ class CopyFollower(Follower):
             if known is not None and any(h.get("_index") != known.name for h in page.hits):
                 self._next_check = 0.0  # another index answers by the source's name: check
                 return
+            new = _new_fields(page.hits, known) - self.unmapped if known is not None else set()
+            if known is not None and new:
+                # Mapped in the copy as the source maps them before a document carries them
+                # there: written first, the copy would map them by guess (a keyword as text),
+                # and the source's mapping could then never be taken.
+                self._next_check = 0.0
+                self._check()
+                if self.snapshot is None or self.snapshot.uuid != known.uuid:
+                    return  # another index now: the feed starts over
+                # Fields the source keeps unmapped (`dynamic: false`): not asked about again.
+                self.unmapped |= new - set(self.snapshot.properties)
             for hits in batched(page.hits, self.batch_size):
                 self._copy(list(hits), cycle)
             self.feed.done(page)
@@ -208,3 +221,11 @@ class CopyFollower(Follower):
                     "and follow again to copy the source anew"
                 ) from None
             self.say(f"{now.name!r} maps {', '.join(found.remapped)} anew: mapped in the copy too")
+
+
+def _new_fields(hits: list[dict[str, Any]], known: Snapshot) -> set[str]:
+    """The top-level fields of the documents read that the source's mapping, as last seen,
+    did not map."""
+    return {
+        name for hit in hits for name in hit.get("_source") or {} if name not in known.properties
+    }

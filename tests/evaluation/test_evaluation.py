@@ -337,6 +337,12 @@ class EmbeddedAsCluster:
     def stored_vectors(self, ids: list[str]):
         return self.inner.stored_vectors(ids)
 
+    def stored_documents(self, ids: list[str]):
+        return self.inner.stored_documents(ids)
+
+    def written_fields(self, documents):
+        return self.inner.written_fields(documents)
+
     def add(self, ids, texts, vectors, fields=None) -> dict[str, str]:
         keep = [i for i, doc_id in enumerate(ids) if doc_id not in self.refuse]
         if keep:

@@ -20,9 +20,14 @@ import pytest
 
 import itlr
 from foreign_index import all_sources, bulk, delete_index, documents
+from itlr.backfill import cluster_backend
 from itlr.change_feed import FOLLOW_META
+from itlr.engines.connection import Connection
+from itlr.engines.factory import EngineSpec
+from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError
 from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.follow_copy import CopyFollower
 
 pytestmark = pytest.mark.opensearch
 
@@ -311,5 +316,51 @@ def test_follow_into_refuses_an_alias_that_would_make_the_copy_its_own_source(
             )
         assert httpx.head(f"{url}/{source}-itlr", timeout=30).status_code == 404
     finally:
+        delete_index(url, source)
+        httpx.delete(f"{url}/_ingest/pipeline/{pipeline}", timeout=30)
+
+
+def test_a_field_the_source_maps_anew_is_mapped_in_the_copy_before_a_document_carries_it(
+    opensearch_url, corpus, embedder
+) -> None:
+    """The team maps a new field and writes at once: the copy maps it as the source does before
+    any document brings it there (never by guess: `tag` as text would refuse the source's
+    keyword for good and stop the follower)."""
+    url = opensearch_url
+    source, pipeline = team_index(url, documents(corpus, 4))
+    copy = f"{source}-itlr"
+    spec = EngineSpec(
+        engine="opensearch",
+        index_name=source,
+        connection=Connection(url),
+        layout=IndexLayout("vec", "body"),
+    )
+    # No timed look at the source (recheck): only the documents the feed reads can tell.
+    follower = CopyFollower(
+        cluster_backend(spec, embedder), embedder, "body", into=copy, interval=0.2, recheck=3600
+    )
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            follower.prepare()
+            follower.run()
+        except BaseException as stopped:
+            failure.append(stopped)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: mirrored(url, source, copy, embedder))
+        rest("PUT", f"{url}/{source}/_mapping", {"properties": {"tag": {"type": "keyword"}}})
+        bulk(url, source, [{**d, "tag": "Mixed Case"} for d in documents(corpus[10:], 3)])
+        wait_for(lambda: bool(failure) or mirrored(url, source, copy, embedder))
+        assert not failure, failure
+        mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
+        assert mapping["properties"]["tag"] == {"type": "keyword"}
+    finally:
+        follower.stop.set()
+        thread.join(120)
+        delete_index(url, copy)
         delete_index(url, source)
         httpx.delete(f"{url}/_ingest/pipeline/{pipeline}", timeout=30)

@@ -159,7 +159,7 @@ def test_the_service_answers_every_key_given_its_default_as_if_none_were_given(c
 def body_options(body: dict[str, Any]) -> SearchOptions:
     """The SearchOptions the service builds from a /search body."""
     names = SearchBody.model_validate({"query": QUERY, **body}).names()  # type: ignore[attr-defined]
-    del names["query"], names["rewrite"]
+    del names["query"], names["rewrite"], names["dense"]
     return search_options(**names)
 
 

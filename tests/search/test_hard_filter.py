@@ -194,7 +194,7 @@ def test_opensearch_front_door_explains_the_filter_as_the_embedded_engine_does(
 def test_query_bar_proxy_applies_the_relative_filter_by_default(
     opensearch_backend, opensearch_url, embedder
 ) -> None:
-    from itlr.cli.proxy import proxy_defaults
+    from itlr.cli.serve_proxy import proxy_defaults
     from itlr.proxy import create_proxy_app
     from itlr.proxy import serving as serve_proxy
 

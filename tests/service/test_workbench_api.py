@@ -79,10 +79,13 @@ def test_search_with_dense_gives_the_dense_baseline_beside_the_same_itlr_hits(
 def test_dense_hits_the_hard_filter_drops_have_a_null_itlr_score_and_their_truths(
     service, demo_index
 ) -> None:
-    body = {"query": QUERY, "k": 10, "hard_filter": 0.5}
+    # The absolute rule: the relative one (the default) drops none of the demo's dense top 10.
+    body = {"query": QUERY, "k": 10, "hard_filter": 0.5, "hard_filter_rule": "absolute"}
     dense = service.post("/search", json={**body, "dense": True}).json()["dense"]
     # The score each document gets, independently: every document, exact, same hard filter.
-    everything = demo_index.search(QUERY, k=demo_index.count(), mode="exact", hard_filter=0.5)
+    everything = demo_index.search(
+        QUERY, k=demo_index.count(), mode="exact", hard_filter=0.5, hard_filter_rule="absolute"
+    )
     kept = {hit.id: hit.score for hit in everything}
     dropped = [hit for hit in dense["hits"] if hit["id"] not in kept]
     assert dropped, "no dense hit is dropped by the hard filter: the test checks nothing"
@@ -271,7 +274,13 @@ def test_dense_baseline_on_opensearch(cluster_index) -> None:
     with serving(create_app(cluster_index)) as url, httpx.Client(base_url=url, timeout=60) as c:
         dense = check_dense_baseline(c, cluster_index, {"query": QUERY, "k": 10})
         assert any(hit["truths"]["bone health"] > 0.5 for hit in dense["hits"])
-        filtered = {"query": QUERY, "k": 10, "hard_filter": 0.5, "dense": True}
+        filtered = {
+            "query": QUERY,
+            "k": 10,
+            "hard_filter": 0.5,
+            "hard_filter_rule": "absolute",
+            "dense": True,
+        }
         hits = c.post("/search", json=filtered).json()["dense"]["hits"]
         assert any(hit["itlr_score"] is None for hit in hits)
         assert all(set(hit["truths"]) == {"vitamin D benefits", "bone health"} for hit in hits)

@@ -86,12 +86,20 @@ def searches_done(driver) -> int:
 
 
 def run_search(
-    browser, text: str, *, kind: str = "none", mode: str = "knn", k: int = 10, hard: str = ""
+    browser,
+    text: str,
+    *,
+    kind: str = "none",
+    mode: str = "knn",
+    k: int = 10,
+    hard: str = "",
+    rule: str = "relative",
 ) -> None:
     """Fill the form as a person would, press Enter, and wait for the search to finish."""
     driver = browser.driver
     Select(driver.find_element(By.ID, "input-kind")).select_by_value(kind)
     Select(driver.find_element(By.ID, "mode")).select_by_value(mode)
+    Select(driver.find_element(By.ID, "hard-filter-rule")).select_by_value(rule)
     for field, value in (("k", str(k)), ("hard-filter", hard)):
         box = driver.find_element(By.ID, field)
         box.clear()
@@ -283,8 +291,15 @@ def test_a_question_goes_to_the_llm_the_service_was_started_with(browser, demo_i
 def test_mode_k_and_hard_filter_reach_the_search(browser, embedded_workbench) -> None:
     driver = browser.driver
     open_page(browser, embedded_workbench.url)
-    run_search(browser, QUERY, mode="exact", k=5, hard="0.5")
-    body = {"query": QUERY, "mode": "exact", "k": 5, "hard_filter": 0.5}
+    # The absolute rule: the relative one (the default) drops none of the demo's dense top 5.
+    run_search(browser, QUERY, mode="exact", k=5, hard="0.5", rule="absolute")
+    body = {
+        "query": QUERY,
+        "mode": "exact",
+        "k": 5,
+        "hard_filter": 0.5,
+        "hard_filter_rule": "absolute",
+    }
     expected = embedded_workbench.api("search", {**body, "dense": True})
     assert [h.get_attribute("data-id") for h in column(driver, "itlr")] == [
         h["id"] for h in expected["hits"]

@@ -99,7 +99,10 @@ function searchBody() {
     mode: $("mode").value,
   };
   const hard = $("hard-filter").value.trim();
-  if (hard !== "") body.hard_filter = Number(hard);
+  if (hard !== "") {
+    body.hard_filter = Number(hard);
+    body.hard_filter_rule = $("hard-filter-rule").value;
+  }
   const filter = $("filter").value.trim();
   if (filter !== "") {
     try {
@@ -340,8 +343,8 @@ async function showRequest(query, body) {
     box.hidden = true;
     return;
   }
-  const { k, mode, hard_filter, filter } = body;
-  const translated = await api("translate", { query, k, mode, hard_filter, filter });
+  const { k, mode, hard_filter, hard_filter_rule, filter } = body;
+  const translated = await api("translate", { query, k, mode, hard_filter, hard_filter_rule, filter });
   const requests = asList(translated && translated.requests);
   const last = requests[requests.length - 1];
   if (!last) {
