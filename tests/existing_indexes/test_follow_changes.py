@@ -170,8 +170,10 @@ def test_refused_writes_are_retried_and_counted_where_coverage_sees_them(
     url = f"{opensearch_url}/{name}"
     follower = follower_of(opensearch_url, name, embedder, verify_rate=0)
     try:
-        with Running(follower):
-            httpx.put(f"{url}/_settings", json={"index.blocks.write": True}, timeout=30)
+        running = Running(follower)  # prepared (its mapping put) before the block
+        # Blocked before the follower's first cycle: no document can be written ahead of it.
+        httpx.put(f"{url}/_settings", json={"index.blocks.write": True}, timeout=30)
+        with running:
             wait_for(lambda: len(follower.report.failed) == 6)
             assert all("index write" in r for r in follower.report.failed.values())
             index = itlr.Index.open(name, url=opensearch_url, vector_field="vec", text_field="body")
