@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
+from demo_backend import demo_backend
 from itlr.service.security import COMPOSE_DEFAULT_TOKEN, MIN_TOKEN_LENGTH
 from itlr.service.server import free_port
 
@@ -134,19 +132,10 @@ def test_the_compose_default_token_meets_the_servers_rules() -> None:
 
 @pytest.fixture(scope="module")
 def demo(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-image-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    docs = corpus[:30]
-    assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:30]) == {}
-    backend.refresh()
-    yield backend.index_name
-    backend.client.indices.delete(index=backend.index_name)
+    with demo_backend(
+        opensearch_url, "itlr-image", embedder, corpus[:30], corpus_vectors[:30]
+    ) as backend:
+        yield backend.index_name
 
 
 @pytest.mark.opensearch
