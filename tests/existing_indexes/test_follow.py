@@ -17,18 +17,12 @@ import httpx
 import pytest
 
 import itlr
-from following import Following, current, rest, wait_for
+from following import Following, current, hashed, rest, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.hash_guard import PIPELINE_ID
 
 pytestmark = pytest.mark.opensearch
-
-
-def hashed(url: str, name: str) -> int:
-    httpx.post(f"{url}/{name}/_refresh", timeout=30)
-    query = {"query": {"exists": {"field": HASH_FIELD}}}
-    return httpx.post(f"{url}/{name}/_count", json=query, timeout=30).json()["count"]
 
 
 def test_rest_writes_during_a_follow_run_are_embedded_or_gone(

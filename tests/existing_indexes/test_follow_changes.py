@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import itlr
-from following import Running, current, wait_for
+from following import Following, Running, current, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.backfill import cluster_backend
 from itlr.deadline import MAX_ABANDONED, Deadline
@@ -50,39 +50,23 @@ def test_the_follower_embeds_with_the_passage_prompt_the_backfill_used(
 ) -> None:
     docs = documents(corpus, 8)
     name = create_index(opensearch_url, "opensearch", docs[:4])
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=itlr.Index.backfill,
-        args=(name,),
-        kwargs={
-            "url": opensearch_url,
-            "text_field": "body",
-            "vector_field": "vec",
-            "follow": True,
-            "stop": stop,
-            "interval": 0.2,
-            "passage_prompt": "passage: ",
-        },
-        daemon=True,
-    )
     try:
-        thread.start()
-        bulk(opensearch_url, name, docs[4:])  # written while it follows
+        with Following(opensearch_url, name, passage_prompt="passage: "):
+            bulk(opensearch_url, name, docs[4:])  # written while it follows
 
-        def all_embedded() -> bool:
-            return sum(HASH_FIELD in s for s in all_sources(opensearch_url, name).values()) == 8
+            def all_embedded() -> bool:
+                sources = all_sources(opensearch_url, name).values()
+                return sum(HASH_FIELD in s for s in sources) == 8
 
-        wait_for(all_embedded)
-        sources = all_sources(opensearch_url, name)
-        ids = sorted(sources)
-        texts = [sources[i]["body"] for i in ids]
-        stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
-        prompted = embedder.with_prompts("", "passage: ").encode_passages(texts)
-        assert np.allclose(stored, prompted, atol=1e-5)
-        assert not np.allclose(stored, embedder.encode(texts), atol=1e-3)
+            wait_for(all_embedded)
+            sources = all_sources(opensearch_url, name)
+            ids = sorted(sources)
+            texts = [sources[i]["body"] for i in ids]
+            stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
+            prompted = embedder.with_prompts("", "passage: ").encode_passages(texts)
+            assert np.allclose(stored, prompted, atol=1e-5)
+            assert not np.allclose(stored, embedder.encode(texts), atol=1e-3)
     finally:
-        stop.set()
-        thread.join(60)
         delete_index(opensearch_url, name)
 
 

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import yaml
 from demo_backend import demo_backend
 from itlr.service.security import COMPOSE_DEFAULT_TOKEN, MIN_TOKEN_LENGTH
 from itlr.service.server import free_port
+from served_process import first_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = ("Failed to establish a new connection", "Temporary failure in name resolution")
@@ -172,15 +172,13 @@ def test_the_image_runs_the_compose_proxy_command_against_opensearch(
         proxy = subprocess.Popen([*run, *command], env=env, stdout=out, stderr=out)
     token = {"x-itlr-token": environment["ITLR_TOKEN"]}
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/_itlr/healthz", headers=token)
-                break
-            except httpx.TransportError:
-                assert proxy.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the proxy did not come up in 180 s"
-                time.sleep(0.5)
+        health = first_answer(
+            proxy,
+            f"http://127.0.0.1:{port}/_itlr/healthz",
+            seconds=180,
+            headers=token,
+            output=lambda: log.read_text()[-3000:],
+        )
         assert health.status_code == 200, health.text
         body = {"size": 3, "query": {"query_string": {"query": f"itlr:({QUERY})"}}}
         searched = httpx.post(

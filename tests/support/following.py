@@ -38,6 +38,14 @@ def current(url: str, name: str, embedder: Any) -> bool:
     return bool(np.allclose(stored, embedder.encode([s["body"] for s in sources]), atol=1e-5))
 
 
+def hashed(url: str, name: str) -> int:
+    """How many documents of the index carry itlr's content hash (after a refresh)."""
+    httpx.post(f"{url}/{name}/_refresh", timeout=30)
+    query = {"query": {"exists": {"field": HASH_FIELD}}}
+    count: int = httpx.post(f"{url}/{name}/_count", json=query, timeout=30).json()["count"]
+    return count
+
+
 def rest(method: str, url: str, body: Any = None) -> None:
     """One REST call to the cluster that must succeed (200 or 201)."""
     answer = httpx.request(method, url, json=body, timeout=30)
