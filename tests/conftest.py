@@ -147,3 +147,23 @@ def elasticsearch_demo(elasticsearch_url, corpus, corpus_vectors, embedder):
     assert backend.add(ids, texts, corpus_vectors, [d.fields for d in corpus]) == {}
     backend.refresh()
     return backend
+
+
+@pytest.fixture(scope="module")
+def demo_index(embedded):
+    """The demo corpus in the embedded engine, opened through the front door by its path."""
+    import itlr
+
+    return itlr.Index.open(str(embedded.path), create=False)
+
+
+@pytest.fixture(scope="module")
+def service(demo_index):
+    """An HTTP client of `itlr serve` (the JSON service) over `demo_index`, on loopback."""
+    import httpx
+
+    from itlr.service import create_app
+    from itlr.service.server import serving
+
+    with serving(create_app(demo_index)) as url, httpx.Client(base_url=url, timeout=120) as client:
+        yield client

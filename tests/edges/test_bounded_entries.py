@@ -23,8 +23,6 @@ from itlr.errors import ConfigurationError
 from itlr.limits import LIMITS, LimitError
 from itlr.query import parse
 from itlr.rewrite import rewrite
-from itlr.service import create_app
-from itlr.service.server import serving
 
 runner = CliRunner()
 # Far above what any of these takes when bounded (well under a second), far below the probe's
@@ -63,17 +61,6 @@ def question(chars: int, seed: int = 1) -> str:
 PROBE_QUESTION = question(1_020_000)  # the probe's 1.02 MB question: 19,001 terms, 40 s
 WIDE_QUESTION = question(LIMITS.max_query_chars)  # within the length limit, over 64 terms
 MANY_VALUES = list(range(100_000))  # the probe's `terms` filter: 589 KB, 59 s
-
-
-@pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
-@pytest.fixture(scope="module")
-def service(demo_index):
-    with serving(create_app(demo_index)) as url, httpx.Client(base_url=url, timeout=120) as client:
-        yield client
 
 
 @contextmanager

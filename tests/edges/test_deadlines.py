@@ -8,15 +8,14 @@ wedged for 40 minutes before)."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 import itlr
+from demo_backend import demo_backend
 from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import create_proxy_app, serving
 from itlr.service import create_app
 from trickle_relay import TrickleRelay
@@ -33,20 +32,11 @@ CLIENT_WAIT = 40.0
 
 @pytest.fixture(scope="module")
 def demo(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-deadline-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    docs = corpus[:40]
-    assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:40]) == {}
-    backend.refresh()
-    backend.install_scripts()
-    yield backend.index_name
-    backend.client.indices.delete(index=backend.index_name)
+    docs, vectors = corpus[:40], corpus_vectors[:40]
+    with demo_backend(
+        opensearch_url, "itlr-deadline", embedder, docs, vectors, with_scripts=True
+    ) as backend:
+        yield backend.index_name
 
 
 @pytest.fixture

@@ -19,23 +19,10 @@ import itlr
 from itlr.cli import app as cli
 from itlr.documents import Document
 from itlr.errors import ConfigurationError, ItlrError
-from itlr.service import create_app
-from itlr.service.server import serving
 
 runner = CliRunner()
 HUGE = "1" + "0" * 400  # a JSON integer no double holds
 ENORMOUS = "1" + "0" * 4300  # past Python's int <-> str limit: int() itself raises ValueError
-
-
-@pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
-@pytest.fixture(scope="module")
-def service(demo_index):
-    with serving(create_app(demo_index)) as url, httpx.Client(base_url=url, timeout=120) as client:
-        yield client
 
 
 def big(template: str) -> str:

@@ -29,6 +29,7 @@ from itlr.proxy import create_proxy_app, serving
 from itlr.service import create_app
 from itlr.service.server import free_port
 from itlr.service.timeouts import ReadTimeouts
+from served_process import first_answer
 
 FAST = ReadTimeouts(header=1.0, body=1.0)
 ROOT = {"version": {"distribution": "opensearch", "number": "3.6.0"}, "tagline": "The OpenSearch"}
@@ -287,15 +288,7 @@ def test_itlr_serve_proxy_takes_the_time_out_flags(slow_upstream) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            try:
-                answer = httpx.get(f"{url}/", timeout=5)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the proxy did not start"
-                time.sleep(0.5)
+        answer = first_answer(process, f"{url}/")
         assert answer.status_code == 200
         response = httpx.get(f"{url}/_cat/indices", timeout=30)
         assert response.status_code == 504, response.text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -143,6 +144,18 @@ def test_an_answer_that_does_not_parse_is_retried_once_then_falls_back_to_the_ru
     assert asked == 2
     assert result.method == "rules" and result.fallback
     assert any("did not parse" in w for w in result.warnings)
+
+
+def test_the_answers_server_says_what_is_wrong_with_a_request_it_cannot_answer() -> None:
+    # A body that is JSON but not an object reached the right endpoint: it lacks a user
+    # message (it was called "no such endpoint"); a wrong path is the one that is no endpoint.
+    with AnswersServer({"a question": '"a"'}) as server:
+        array = httpx.post(f"{server.base_url}/chat/completions", json=[1], timeout=10)
+        elsewhere = httpx.post(f"{server.base_url}/completions", json={}, timeout=10)
+    assert array.status_code == 400
+    assert array.json()["error"]["message"] == "the request has no user message"
+    assert elsewhere.status_code == 404
+    assert elsewhere.json()["error"]["message"] == "no such endpoint: /v1/completions"
 
 
 def test_rewriter_names_are_checked_and_kept_in_order() -> None:

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import itlr
+from following import Following, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.cli import app
 from itlr.errors import IndexStateError
@@ -173,7 +174,6 @@ def test_exact_only_backfills_an_index_without_knn_in_place_and_exact_search_rea
 ) -> None:
     """OpenSearch's default index (no index.knn) keeps its name and its writers: the vector is
     mapped without an ANN method, exact searches read it, and a follower keeps it current."""
-    import threading
 
     docs = documents(corpus, 12)
     name = create_index(opensearch_url, "opensearch", docs[:10], knn=False)
@@ -189,30 +189,18 @@ def test_exact_only_backfills_an_index_without_knn_in_place_and_exact_search_rea
         assert vector["type"] == "knn_vector" and "method" not in vector
         check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 10)
 
-        stop = threading.Event()
-        follower = threading.Thread(
-            target=itlr.Index.backfill,
-            args=(name,),
-            kwargs={
-                "url": opensearch_url,
-                "text_field": "body",
-                "vector_field": "vec",
-                "follow": True,
-                "exact_only": True,
-                "stop": stop,
-                "interval": 0.2,
-            },
-            daemon=True,
-        )
-        follower.start()
-        changed = {**docs[10], "body": "Penguins huddle together on the Antarctic ice in winter."}
-        bulk(opensearch_url, name, [changed, docs[11]])
-        deadline = time.monotonic() + 120
-        while len([s for s in all_sources(opensearch_url, name).values() if HASH_FIELD in s]) < 12:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        stop.set()
-        follower.join(60)
+        with Following(opensearch_url, name, exact_only=True):
+            changed = {
+                **docs[10],
+                "body": "Penguins huddle together on the Antarctic ice in winter.",
+            }
+            bulk(opensearch_url, name, [changed, docs[11]])
+            wait_for(
+                lambda: (
+                    len([s for s in all_sources(opensearch_url, name).values() if HASH_FIELD in s])
+                    >= 12
+                )
+            )
         check_every_vector_is_of_its_current_text(opensearch_url, name, embedder, 12)
 
         with pytest.warns(UserWarning, match=r"not built for ANN search .* only `mode=\"exact\"`"):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import itlr
+from following import Following, hashed, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.engines.connection import Connection
 from itlr.engines.elasticsearch import ElasticsearchBackend
@@ -79,49 +80,13 @@ def test_backfill_in_place_then_dense_search_finds_each_document_by_its_text(
 def test_follow_embeds_documents_written_since_and_coverage_counts_them(
     elasticsearch_url, corpus, embedder
 ) -> None:
-    import threading
-    import time
-
-    import httpx
-
     docs = documents(corpus, 12)
     name = create_index(elasticsearch_url, "elasticsearch", docs[:8])
-    stop = threading.Event()
-
-    def hashed() -> int:
-        httpx.post(f"{elasticsearch_url}/{name}/_refresh", timeout=30)
-        query = {"query": {"exists": {"field": HASH_FIELD}}}
-        return httpx.post(f"{elasticsearch_url}/{name}/_count", json=query, timeout=30).json()[
-            "count"
-        ]
-
-    def wait_for(count: int) -> None:
-        deadline = time.monotonic() + 120
-        while hashed() != count:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-
-    follower = threading.Thread(
-        target=itlr.Index.backfill,
-        args=(name,),
-        kwargs={
-            "url": elasticsearch_url,
-            "text_field": "body",
-            "vector_field": "vec",
-            "engine": "elasticsearch",
-            "follow": True,
-            "stop": stop,
-            "interval": 0.2,
-        },
-        daemon=True,
-    )
     try:
-        follower.start()
-        wait_for(8)
-        bulk(elasticsearch_url, name, docs[8:])
-        wait_for(12)
-        stop.set()
-        follower.join(60)
+        with Following(elasticsearch_url, name, engine="elasticsearch"):
+            wait_for(lambda: hashed(elasticsearch_url, name) == 8)
+            bulk(elasticsearch_url, name, docs[8:])
+            wait_for(lambda: hashed(elasticsearch_url, name) == 12)
         backend = ElasticsearchBackend(
             Connection(elasticsearch_url).elasticsearch(),
             name,
@@ -135,5 +100,4 @@ def test_follow_embeds_documents_written_since_and_coverage_counts_them(
         backend.coverage_cache.forget()
         assert backend.coverage().without_vector == 1
     finally:
-        stop.set()
         delete_index(elasticsearch_url, name)

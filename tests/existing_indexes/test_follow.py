@@ -14,77 +14,15 @@ import threading
 import time
 
 import httpx
-import numpy as np
 import pytest
 
 import itlr
+from following import Following, current, hashed, rest, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.hash_guard import PIPELINE_ID
 
 pytestmark = pytest.mark.opensearch
-
-
-def hashed(url: str, name: str) -> int:
-    httpx.post(f"{url}/{name}/_refresh", timeout=30)
-    query = {"query": {"exists": {"field": HASH_FIELD}}}
-    return httpx.post(f"{url}/{name}/_count", json=query, timeout=30).json()["count"]
-
-
-def wait_for(condition, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the follower did not catch up in time"
-        time.sleep(0.2)
-
-
-def current(url: str, name: str, embedder) -> bool:
-    """Every document with a text has the vector and hash of its current text."""
-    sources = [s for s in all_sources(url, name).values() if s.get("body")]
-    if any(s.get(HASH_FIELD) != content_hash(s["body"], embedder.name) for s in sources):
-        return False
-    if any("vec" not in s for s in sources):
-        return False
-    stored = np.asarray([s["vec"] for s in sources], dtype=np.float32)
-    return bool(np.allclose(stored, embedder.encode([s["body"] for s in sources]), atol=1e-5))
-
-
-def rest(method: str, url: str, body=None) -> None:
-    answer = httpx.request(method, url, json=body, timeout=30)
-    assert answer.status_code in (200, 201), answer.text
-
-
-class Following:
-    """Index.backfill(follow=True) in a thread, stopped at the end."""
-
-    def __init__(self, url: str, name: str, **options) -> None:
-        self.stop = threading.Event()
-        self.cycles = []
-        self.result = None
-
-        def run() -> None:
-            self.result = itlr.Index.backfill(
-                name,
-                url=url,
-                text_field="body",
-                vector_field="vec",
-                follow=True,
-                stop=self.stop,
-                interval=0.2,
-                on_cycle=self.cycles.append,
-                **options,
-            )
-
-        self.thread = threading.Thread(target=run, daemon=True)
-
-    def __enter__(self) -> Following:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.stop.set()
-        self.thread.join(120)
-        assert not self.thread.is_alive()
 
 
 def test_rest_writes_during_a_follow_run_are_embedded_or_gone(

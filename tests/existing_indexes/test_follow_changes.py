@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import itlr
+from following import Following, Running, current, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.backfill import cluster_backend
 from itlr.deadline import MAX_ABANDONED, Deadline
@@ -25,10 +26,10 @@ from itlr.engines.connection import Connection
 from itlr.engines.factory import EngineSpec
 from itlr.engines.layout import IndexLayout
 from itlr.errors import EngineError, IndexStateError
-from itlr.fingerprint import HASH_FIELD, content_hash
+from itlr.fingerprint import HASH_FIELD
 from itlr.follow import Follower
 from itlr.hash_guard import PIPELINE_ID
-from trickle_proxy import trickling
+from trickle_relay import TrickleRelay
 
 pytestmark = pytest.mark.opensearch
 
@@ -44,88 +45,28 @@ def follower_of(url: str, name: str, embedder, **options) -> Follower:
     return Follower(cluster_backend(spec, embedder), embedder, "body", **options)
 
 
-class Running:
-    """A prepared follower's `run` in a thread; stopped (and its error kept) at the end."""
-
-    def __init__(self, follower: Follower, install_pipeline: bool = False) -> None:
-        self.follower = follower
-        self.error: BaseException | None = None
-        follower.prepare(install_pipeline)
-
-        def run() -> None:
-            try:
-                follower.run()
-            except BaseException as failed:
-                self.error = failed
-
-        self.thread = threading.Thread(target=run, daemon=True)
-
-    def __enter__(self) -> Running:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.follower.stop.set()
-        self.thread.join(120)
-        assert not self.thread.is_alive()
-
-
-def wait_for(condition, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.2)
-
-
-def current(url: str, name: str, embedder) -> bool:
-    """Every document with a text has the vector and hash of its current text."""
-    sources = [s for s in all_sources(url, name).values() if s.get("body")]
-    if any(s.get(HASH_FIELD) != content_hash(s["body"], embedder.name) for s in sources):
-        return False
-    if any("vec" not in s for s in sources):
-        return False
-    stored = np.asarray([s["vec"] for s in sources], dtype=np.float32)
-    return bool(np.allclose(stored, embedder.encode([s["body"] for s in sources]), atol=1e-5))
-
-
 def test_the_follower_embeds_with_the_passage_prompt_the_backfill_used(
     opensearch_url, corpus, embedder
 ) -> None:
     docs = documents(corpus, 8)
     name = create_index(opensearch_url, "opensearch", docs[:4])
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=itlr.Index.backfill,
-        args=(name,),
-        kwargs={
-            "url": opensearch_url,
-            "text_field": "body",
-            "vector_field": "vec",
-            "follow": True,
-            "stop": stop,
-            "interval": 0.2,
-            "passage_prompt": "passage: ",
-        },
-        daemon=True,
-    )
     try:
-        thread.start()
-        bulk(opensearch_url, name, docs[4:])  # written while it follows
+        with Following(opensearch_url, name, passage_prompt="passage: "):
+            bulk(opensearch_url, name, docs[4:])  # written while it follows
 
-        def all_embedded() -> bool:
-            return sum(HASH_FIELD in s for s in all_sources(opensearch_url, name).values()) == 8
+            def all_embedded() -> bool:
+                sources = all_sources(opensearch_url, name).values()
+                return sum(HASH_FIELD in s for s in sources) == 8
 
-        wait_for(all_embedded)
-        sources = all_sources(opensearch_url, name)
-        ids = sorted(sources)
-        texts = [sources[i]["body"] for i in ids]
-        stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
-        prompted = embedder.with_prompts("", "passage: ").encode_passages(texts)
-        assert np.allclose(stored, prompted, atol=1e-5)
-        assert not np.allclose(stored, embedder.encode(texts), atol=1e-3)
+            wait_for(all_embedded)
+            sources = all_sources(opensearch_url, name)
+            ids = sorted(sources)
+            texts = [sources[i]["body"] for i in ids]
+            stored = np.asarray([sources[i]["vec"] for i in ids], dtype=np.float32)
+            prompted = embedder.with_prompts("", "passage: ").encode_passages(texts)
+            assert np.allclose(stored, prompted, atol=1e-5)
+            assert not np.allclose(stored, embedder.encode(texts), atol=1e-3)
     finally:
-        stop.set()
-        thread.join(60)
         delete_index(opensearch_url, name)
 
 
@@ -355,17 +296,17 @@ def test_a_cluster_that_trickles_its_answers_meets_the_followers_deadline(
     docs = documents(corpus, 6)
     name = create_index(opensearch_url, "opensearch", docs[:3])
     errors: list[str] = []
-    with trickling(opensearch_url) as proxy:
+    with TrickleRelay(opensearch_url, interval=1.0) as relay:
         follower = follower_of(
-            proxy.url, name, embedder, request_deadline=2.0, on_error=errors.append
+            relay.url, name, embedder, request_deadline=2.0, on_error=errors.append
         )
         try:
             with Running(follower) as running:
                 wait_for(lambda: current(opensearch_url, name, embedder))
-                proxy.slow.set()
+                relay.trickling.set()
                 wait_for(lambda: bool(errors), 30)
                 assert "did not answer within 2s" in errors[0] and "\n" not in errors[0]
-                proxy.slow.clear()
+                relay.trickling.clear()
                 bulk(opensearch_url, name, docs[3:])
                 wait_for(
                     lambda: (

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import httpx
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 import itlr
+from following import rest, wait_for
 from foreign_index import all_sources, bulk, delete_index, documents
 from itlr.backfill import cluster_backend
 from itlr.change_feed import FOLLOW_META
@@ -30,6 +30,9 @@ from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.follow_copy import CopyFollower
 
 pytestmark = pytest.mark.opensearch
+
+# A copy follower copies, then embeds: it is given longer than the in-place one.
+COPY_WAIT = 180.0
 
 ITLR_FIELDS = {"vec", HASH_FIELD, "itlr_hash_was", "itlr_tokens", "itlr_token_keys", "itlr_length"}
 
@@ -60,11 +63,6 @@ def team_index(url: str, docs: list[dict]) -> tuple[str, str]:
     return name, pipeline
 
 
-def rest(method: str, url: str, body=None) -> None:
-    answer = httpx.request(method, url, json=body, timeout=30)
-    assert answer.status_code in (200, 201), answer.text
-
-
 def mirrored(url: str, source: str, copy: str, embedder) -> bool:
     """The copy holds exactly the source's documents, each with the vector of its text."""
     try:
@@ -84,13 +82,6 @@ def mirrored(url: str, source: str, copy: str, embedder) -> bool:
     stored = np.asarray([ours[i]["vec"] for i in with_text], dtype=np.float32)
     expected = embedder.encode([ours[i]["body"] for i in with_text])
     return bool(np.allclose(stored, expected, atol=1e-5))
-
-
-def wait_for(condition, seconds: float = 180.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.3)
 
 
 def test_follow_into_keeps_a_copy_of_a_knn_less_index_current(
@@ -123,8 +114,8 @@ def test_follow_into_keeps_a_copy_of_a_knn_less_index_current(
     thread = threading.Thread(target=follow, daemon=True)
     try:
         thread.start()
-        wait_for(lambda: httpx.head(f"{url}/{alias}", timeout=30).status_code == 200)
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: httpx.head(f"{url}/{alias}", timeout=30).status_code == 200, COPY_WAIT)
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         settings = httpx.get(f"{url}/{copy}/_settings", timeout=30).json()[copy]["settings"]
         assert settings["index"]["number_of_shards"] == "2"
         assert settings["index"]["knn"] == "true"
@@ -152,7 +143,7 @@ def test_follow_into_keeps_a_copy_of_a_knn_less_index_current(
         assert not answer.json()["errors"], answer.text
         rest("DELETE", f"{base}/_doc/{docs[5]['_id']}")
 
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         index = itlr.Index.open(alias, url=url, vector_field="vec", text_field="body")
         for query, expected in [
             ('"penguins on ice"', "new-one"),
@@ -198,7 +189,7 @@ def test_a_killed_copy_follower_resumes_where_it_stopped(opensearch_url, corpus,
             meta = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
             return (meta.get("_meta") or {}).get(FOLLOW_META)
 
-        wait_for(lambda: saved() is not None and mirrored(url, source, copy, embedder))
+        wait_for(lambda: saved() is not None and mirrored(url, source, copy, embedder), COPY_WAIT)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
         bulk(url, source, docs[24:])  # written while no follower runs
@@ -222,7 +213,7 @@ def test_a_killed_copy_follower_resumes_where_it_stopped(opensearch_url, corpus,
 
         thread = threading.Thread(target=follow, daemon=True)
         thread.start()
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         stop.set()
         thread.join(120)
         assert any("resuming the copy" in line for line in lines), lines
@@ -261,7 +252,7 @@ def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
     )
     try:
         thread.start()
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         delete_index(url, source)
         httpx.put(
             f"{url}/{source}",
@@ -277,7 +268,7 @@ def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
             timeout=30,
         ).raise_for_status()
         bulk(url, source, [{**d, "tag": "again"} for d in documents(corpus[10:], 4)])
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         said = "was deleted and created again: copying it from the start"
         assert any(said in line for line in lines)
         mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
@@ -286,7 +277,7 @@ def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
         # The copy deleted under the follower: made again, never created by a write with
         # every field mapped by guess.
         delete_index(url, copy)
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
         assert mapping["properties"]["vec"]["type"] == "knn_vector"
         assert any(f"the copy {copy!r} is gone" in line for line in lines)
@@ -351,10 +342,10 @@ def test_a_field_the_source_maps_anew_is_mapped_in_the_copy_before_a_document_ca
     thread = threading.Thread(target=follow, daemon=True)
     try:
         thread.start()
-        wait_for(lambda: mirrored(url, source, copy, embedder))
+        wait_for(lambda: mirrored(url, source, copy, embedder), COPY_WAIT)
         rest("PUT", f"{url}/{source}/_mapping", {"properties": {"tag": {"type": "keyword"}}})
         bulk(url, source, [{**d, "tag": "Mixed Case"} for d in documents(corpus[10:], 3)])
-        wait_for(lambda: bool(failure) or mirrored(url, source, copy, embedder))
+        wait_for(lambda: bool(failure) or mirrored(url, source, copy, embedder), COPY_WAIT)
         assert not failure, failure
         mapping = httpx.get(f"{url}/{copy}/_mapping", timeout=30).json()[copy]["mappings"]
         assert mapping["properties"]["tag"] == {"type": "keyword"}

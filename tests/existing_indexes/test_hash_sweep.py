@@ -7,7 +7,6 @@ the sweep where it stopped."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import itlr
+from following import Following, wait_for
 from foreign_index import all_sources, create_index, delete_index, documents
 from itlr.change_feed import FOLLOW_META
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
@@ -32,44 +32,6 @@ def bulk_update(url: str, name: str, doc_id: str, fields: dict) -> None:
         timeout=30,
     )
     assert not answer.json()["errors"], answer.text
-
-
-def wait_for(condition, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.2)
-
-
-class Following:
-    def __init__(self, url: str, name: str, **options) -> None:
-        self.stop = threading.Event()
-        self.lines: list[str] = []
-        self.result = None
-
-        def run() -> None:
-            self.result = itlr.Index.backfill(
-                name,
-                url=url,
-                text_field="body",
-                vector_field="vec",
-                follow=True,
-                stop=self.stop,
-                interval=0.2,
-                on_line=self.lines.append,
-                **options,
-            )
-
-        self.thread = threading.Thread(target=run, daemon=True)
-
-    def __enter__(self) -> Following:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self.stop.set()
-        self.thread.join(120)
-        assert not self.thread.is_alive()
 
 
 def hash_of(url: str, name: str, doc_id: str) -> str | None:

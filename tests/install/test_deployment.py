@@ -16,8 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +23,10 @@ import httpx
 import pytest
 import yaml
 
-from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
+from demo_backend import demo_backend
 from itlr.service.security import COMPOSE_DEFAULT_TOKEN, MIN_TOKEN_LENGTH
 from itlr.service.server import free_port
+from served_process import first_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = ("Failed to establish a new connection", "Temporary failure in name resolution")
@@ -134,19 +132,10 @@ def test_the_compose_default_token_meets_the_servers_rules() -> None:
 
 @pytest.fixture(scope="module")
 def demo(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-image-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    docs = corpus[:30]
-    assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:30]) == {}
-    backend.refresh()
-    yield backend.index_name
-    backend.client.indices.delete(index=backend.index_name)
+    with demo_backend(
+        opensearch_url, "itlr-image", embedder, corpus[:30], corpus_vectors[:30]
+    ) as backend:
+        yield backend.index_name
 
 
 @pytest.mark.opensearch
@@ -183,15 +172,13 @@ def test_the_image_runs_the_compose_proxy_command_against_opensearch(
         proxy = subprocess.Popen([*run, *command], env=env, stdout=out, stderr=out)
     token = {"x-itlr-token": environment["ITLR_TOKEN"]}
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/_itlr/healthz", headers=token)
-                break
-            except httpx.TransportError:
-                assert proxy.poll() is None, log.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the proxy did not come up in 180 s"
-                time.sleep(0.5)
+        health = first_answer(
+            proxy,
+            f"http://127.0.0.1:{port}/_itlr/healthz",
+            seconds=180,
+            headers=token,
+            output=lambda: log.read_text()[-3000:],
+        )
         assert health.status_code == 200, health.text
         body = {"size": 3, "query": {"query_string": {"query": f"itlr:({QUERY})"}}}
         searched = httpx.post(

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from demo_backend import demo_backend
 from embedding_server import EmbeddingServer, Misbehaviour
 from itlr.embed import Embedder
 from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import create_proxy_app, serving
 from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fix_answer
 from parity import sharded_backend
@@ -32,41 +32,27 @@ UNLISTED = {"itlr_hash_was": "0123abcd", "itlr_note": "kept by some older tool"}
 
 
 @pytest.fixture(scope="module")
-def client(opensearch_url, embedder) -> Iterator[httpx.Client]:
-    app = create_proxy_app(Connection(opensearch_url), embedder=embedder)
-    with serving(app) as url, httpx.Client(base_url=url, timeout=120) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
     """The demo corpus, every document carrying itlr fields no list names, and one document
     with a text but no vector (so the coverage warning has something to say)."""
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-answers-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    ids = [d.id for d in corpus]
-    assert (
-        backend.add(ids, [d.text for d in corpus], corpus_vectors, [d.fields for d in corpus]) == {}
-    )
-    name = backend.index_name
-    lines = "".join(
-        json.dumps({"update": {"_id": doc_id}}) + "\n" + json.dumps({"doc": UNLISTED}) + "\n"
-        for doc_id in ids
-    )
-    lines += json.dumps({"index": {"_id": "unembedded"}}) + "\n"
-    lines += json.dumps({"doc_id": "unembedded", "text": "Vitamin D benefits mood."}) + "\n"
-    answer = httpx.post(
-        f"{opensearch_url}/{name}/_bulk?refresh=true", content=lines, headers=NDJSON, timeout=120
-    )
-    assert answer.status_code == 200 and not answer.json()["errors"], answer.text[:300]
-    yield name
-    httpx.delete(f"{opensearch_url}/{name}")
+    with demo_backend(
+        opensearch_url, "itlr-answers", embedder, corpus, corpus_vectors, with_fields=True
+    ) as backend:
+        name = backend.index_name
+        lines = "".join(
+            json.dumps({"update": {"_id": d.id}}) + "\n" + json.dumps({"doc": UNLISTED}) + "\n"
+            for d in corpus
+        )
+        lines += json.dumps({"index": {"_id": "unembedded"}}) + "\n"
+        lines += json.dumps({"doc_id": "unembedded", "text": "Vitamin D benefits mood."}) + "\n"
+        answer = httpx.post(
+            f"{opensearch_url}/{name}/_bulk?refresh=true",
+            content=lines,
+            headers=NDJSON,
+            timeout=120,
+        )
+        assert answer.status_code == 200 and not answer.json()["errors"], answer.text[:300]
+        yield name
 
 
 def field_names(value: Any) -> set[str]:

@@ -11,7 +11,6 @@ import gzip
 import json
 import os
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import cbor2
@@ -21,9 +20,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from itlr.engines.connection import Connection
-from itlr.proxy import create_proxy_app, serving
-
 pytestmark = pytest.mark.opensearch
 
 LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
@@ -31,13 +27,6 @@ CLAUSE = {"query_string": {"query": f"itlr:({LOGICAL})"}}
 SEARCH = {"size": 5, "query": CLAUSE}
 JSON_TYPE = {"content-type": "application/json"}
 NDJSON = {"content-type": "application/x-ndjson"}
-
-
-@pytest.fixture(scope="module")
-def client(opensearch_url, embedder) -> Iterator[httpx.Client]:
-    app = create_proxy_app(Connection(opensearch_url), embedder=embedder)
-    with serving(app) as url, httpx.Client(base_url=url, timeout=120) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

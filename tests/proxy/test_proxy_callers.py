@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 import itlr
+from demo_backend import demo_backend
 from foreign_index import documents
 from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import create_proxy_app, serving
 from itlr.proxy.upstream import IndexConfig
 from secured_elasticsearch import SecuredCluster
@@ -179,25 +179,10 @@ def test_healthz_and_metrics_show_no_caller_what_another_searched(admin_proxy, s
 
 @pytest.fixture(scope="module")
 def demo(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-callers-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    docs = corpus[:40]
-    assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:40]) == {}
-    backend.refresh()
-    yield backend.index_name
-    backend.client.indices.delete(index=backend.index_name)
-
-
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
+    with demo_backend(
+        opensearch_url, "itlr-callers", embedder, corpus[:40], corpus_vectors[:40]
+    ) as backend:
+        yield backend.index_name
 
 
 @pytest.mark.opensearch

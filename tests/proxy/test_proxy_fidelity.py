@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,6 @@ DISCOVER_HIGHLIGHT = {
     "fragment_size": 2147483647,
 }
 ITLR_FIELDS = {"embedding", "itlr_hash", "itlr_tokens", "itlr_token_keys", "itlr_length"}
-
-
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
 
 
 def search(url: str, index: str, **body: Any) -> list[dict[str, Any]]:

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from itlr.engines.connection import Connection
+from demo_backend import demo_backend
 from itlr.engines.opensearch import OpenSearchBackend
-from itlr.proxy import ClauseError, create_proxy_app, find_logical_search, serving
+from itlr.proxy import ClauseError, find_logical_search
 from itlr.proxy.clause import mentions_clause
 
 pytestmark = pytest.mark.opensearch
@@ -34,26 +34,17 @@ def prefix() -> str:
 def demo_index(
     opensearch_url, corpus, corpus_vectors, embedder, prefix
 ) -> Iterator[OpenSearchBackend]:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"{prefix}-docs",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    assert (
-        backend.add(
-            [d.id for d in corpus],
-            [d.text for d in corpus],
-            corpus_vectors,
-            [d.fields for d in corpus],
-        )
-        == {}
-    )
-    backend.refresh()
-    yield backend
-    backend.client.indices.delete(index=backend.index_name)
+    # Named under the module's prefix: the tests search it through index patterns.
+    with demo_backend(
+        opensearch_url,
+        prefix,
+        embedder,
+        corpus,
+        corpus_vectors,
+        with_fields=True,
+        name=f"{prefix}-docs",
+    ) as backend:
+        yield backend
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +54,6 @@ def plain_index(opensearch_url, prefix) -> Iterator[str]:
     httpx.put(f"{opensearch_url}/{name}/_doc/1?refresh=true", json={"text": "vitamin D"})
     yield name
     httpx.delete(f"{opensearch_url}/{name}")
-
-
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
 
 
 def search(proxy_url: str, target: str, query: dict[str, Any], api: str = "_search"):

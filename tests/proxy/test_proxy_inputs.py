@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,24 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from itlr.engines.connection import Connection
-from itlr.proxy import create_proxy_app, serving
-
 pytestmark = pytest.mark.opensearch
 
 LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
-
-
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(proxy_url) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=proxy_url, timeout=60) as client:
-        yield client
 
 
 def send(client: httpx.Client, path: str, text: str) -> httpx.Response:

@@ -29,13 +29,6 @@ LOGICAL = '"vitamin D benefits" AND NOT "bone health"'
 TOPIC_FILTER = {"terms": {"metadata.topic": ["vitamin_d", "sleep", "exercise", "diet"]}}
 
 
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    """The proxy served by uvicorn on a free loopback port, as the UI would reach it."""
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
-
-
 def reference_ids(backend, embedder, options: SearchOptions) -> list[tuple[str, float]]:
     result = Retriever(backend, embedder).search(LOGICAL, options)
     return [(h.id, round(h.score, 4)) for h in result.hits]

@@ -18,8 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from itlr.engines.connection import Connection
-from itlr.proxy import create_proxy_app, serving
 from itlr.proxy.clause import ClauseError
 from itlr.proxy.placement import walk
 
@@ -193,12 +191,6 @@ def test_a_refusal_says_where_a_clause_may_go() -> None:
 
 
 # -- in front of a real OpenSearch ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def proxy_url(opensearch_url, embedder) -> Iterator[str]:
-    with serving(create_proxy_app(Connection(opensearch_url), embedder=embedder)) as url:
-        yield url
 
 
 def assert_refused(response: httpx.Response, *words: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import time
-import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -17,6 +16,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from demo_backend import demo_backend
 from itlr.cli import app as cli
 from itlr.engines.connection import Connection
 from itlr.engines.opensearch import OpenSearchBackend
@@ -31,21 +31,11 @@ FOREIGN = {"script": {"lang": "painless", "source": "return 1.0;"}}
 
 @pytest.fixture(scope="module")
 def backend(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[OpenSearchBackend]:
-    index = f"itlr-proxy-scripts-{uuid.uuid4().hex[:8]}"
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        index,
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    docs = corpus[:60]
-    assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:60]) == {}
-    backend.refresh()
-    backend.install_scripts()
-    yield backend
-    backend.client.indices.delete(index=backend.index_name)
+    docs, vectors = corpus[:60], corpus_vectors[:60]
+    with demo_backend(
+        opensearch_url, "itlr-proxy-scripts", embedder, docs, vectors, with_scripts=True
+    ) as backend:
+        yield backend
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 import pytest
 from starlette.datastructures import Headers
 
+from demo_backend import demo_backend
 from itlr.engines.bulk import bulk_actions
 from itlr.engines.connection import Connection
 from itlr.engines.layout import IndexLayout
@@ -180,19 +180,10 @@ def hybrid_options(**more: Any) -> SearchOptions:
 @pytest.fixture()
 def documents_index(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[str]:
     """A throw-away index holding the demo corpus but its last ten passages."""
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-proxy-stats-{uuid.uuid4().hex[:6]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    kept = corpus[:-10]
-    assert backend.add([d.id for d in kept], [d.text for d in kept], corpus_vectors[:-10]) == {}
-    backend.refresh()
-    yield backend.index_name
-    backend.client.indices.delete(index=backend.index_name, ignore_unavailable=True)
+    with demo_backend(
+        opensearch_url, "itlr-proxy-stats", embedder, corpus[:-10], corpus_vectors[:-10]
+    ) as backend:
+        yield backend.index_name
 
 
 class CountingProxy:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from demo_backend import demo_backend
 from itlr.embed import get_embedder
 from itlr.engines.connection import Connection
-from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import create_proxy_app, serving
 
 pytestmark = pytest.mark.opensearch
@@ -40,23 +40,12 @@ class EncoderSpy:
 
 @pytest.fixture(scope="module")
 def two_indexes(opensearch_url, corpus, corpus_vectors, embedder) -> Iterator[list[str]]:
-    names = []
-    for _ in range(2):
-        backend = OpenSearchBackend(
-            Connection(opensearch_url).opensearch(),
-            f"itlr-cache-scope-{uuid.uuid4().hex[:8]}",
-            embedder.name,
-            embedder.dims,
-            url=opensearch_url,
-        )
-        backend.ensure_index()
-        docs = corpus[:30]
-        assert backend.add([d.id for d in docs], [d.text for d in docs], corpus_vectors[:30]) == {}
-        backend.refresh()
-        names.append(backend.index_name)
-    yield names
-    for name in names:
-        httpx.delete(f"{opensearch_url}/{name}")
+    docs, vectors = corpus[:30], corpus_vectors[:30]
+    with (
+        demo_backend(opensearch_url, "itlr-cache-scope", embedder, docs, vectors) as first,
+        demo_backend(opensearch_url, "itlr-cache-scope", embedder, docs, vectors) as second,
+    ):
+        yield [first.index_name, second.index_name]
 
 
 def logical(term: str) -> dict:

@@ -60,11 +60,6 @@ def cli_default(option: Option) -> Any:
 
 
 @pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
-@pytest.fixture(scope="module")
 def client(demo_index):
     with TestClient(create_app(demo_index)) as answering:
         yield answering

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 
 import httpx
 import pytest
@@ -131,26 +130,9 @@ def test_front_door_cli_and_service_carry_the_tree(embedded) -> None:
 
 
 @pytest.fixture(scope="module")
-def opensearch_backend(opensearch_url, corpus, corpus_vectors, embedder) -> OpenSearchBackend:
-    backend = OpenSearchBackend(
-        Connection(opensearch_url).opensearch(),
-        f"itlr-explain-{uuid.uuid4().hex[:8]}",
-        embedder.name,
-        embedder.dims,
-        url=opensearch_url,
-    )
-    backend.ensure_index()
-    assert (
-        backend.add(
-            [d.id for d in corpus],
-            [d.text for d in corpus],
-            corpus_vectors,
-            [d.fields for d in corpus],
-        )
-        == {}
-    )
-    backend.refresh()
-    return backend
+def opensearch_backend(opensearch_demo) -> OpenSearchBackend:
+    """The session's read-only demo index (the whole corpus with its fields)."""
+    return opensearch_demo
 
 
 @pytest.mark.opensearch

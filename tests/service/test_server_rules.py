@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from itlr.service.server import free_port
+from served_process import first_answer
 
 TOKEN = "a-client-token-of-32-characters!"
 PROXY_FORMS = {
@@ -70,15 +70,7 @@ def started(command: list[str], port: int, path: str, **env: str) -> Iterator[st
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                httpx.get(base + path, timeout=5, headers={"x-itlr-token": TOKEN})
-                break
-            except httpx.TransportError:
-                assert server.poll() is None, server.stderr.read() if server.stderr else ""
-                assert time.monotonic() < deadline, "the server did not come up in 180 s"
-                time.sleep(0.5)
+        first_answer(server, base + path, seconds=180, headers={"x-itlr-token": TOKEN})
         yield base
     finally:
         server.terminate()

@@ -20,6 +20,7 @@ from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.service import create_app
 from itlr.service.security import check_exposure, client_token, is_loopback, token_matches
 from itlr.service.server import free_port, serving
+from served_process import first_answer
 
 runner = CliRunner()
 QUERY = '"vitamin D benefits" AND NOT "bone health"'
@@ -47,18 +48,6 @@ def cli_search(query: str, index: str, *flags: str) -> dict[str, Any]:
     result = runner.invoke(cli, ["search", query, "--index", index, "--json", *flags])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-@pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    """The demo corpus in the embedded engine, opened through the front door by its path."""
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
-@pytest.fixture(scope="module")
-def service(demo_index):
-    with serving(create_app(demo_index)) as url, httpx.Client(base_url=url, timeout=60) as client:
-        yield client
 
 
 @pytest.mark.parametrize(("body", "flags"), CASES, ids=["default", "options", "sigmoid", "rules"])
@@ -297,7 +286,6 @@ def test_the_service_only_names_its_own_index(tmp_path: Path, demo_index) -> Non
 def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
     import subprocess
     import sys
-    import time
 
     port = free_port()
     command = [sys.executable, "-c", "from itlr.cli import app; app()", "serve"]
@@ -311,15 +299,7 @@ def test_itlr_serve_starts_answers_and_stops(demo_index) -> None:
     ]
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
-                break
-            except httpx.TransportError:
-                assert server.poll() is None, server.stderr.read() if server.stderr else ""
-                assert time.monotonic() < deadline, "itlr serve did not come up in 120 s"
-                time.sleep(0.5)
+        health = first_answer(server, f"http://127.0.0.1:{port}/healthz")
         assert health.status_code == 200 and health.json()["count"] == demo_index.count()
         answer = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": QUERY}, timeout=60)
         served, expected = answer.json(), demo_index.search(QUERY).to_dict()

@@ -19,22 +19,12 @@ from itlr.rewrite.llm import LLMConfig
 from itlr.service import create_app
 from itlr.service.pages import DOCS_FILES, STATIC, SWAGGER_UI, WORKBENCH_FILES
 from itlr.service.server import serving
+from served_process import first_answer
 
 runner = CliRunner()
 QUERY = '"vitamin D benefits" AND NOT "bone health"'
 QUESTION = "What are the benefits of vitamin D, other than bone health?"
 TOKEN = "a-client-token-of-32-characters!"
-
-
-@pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
-@pytest.fixture(scope="module")
-def service(demo_index):
-    with serving(create_app(demo_index)) as url, httpx.Client(base_url=url, timeout=60) as client:
-        yield client
 
 
 def _by_id(hits: list[dict]) -> dict[str, dict]:
@@ -289,7 +279,6 @@ def test_dense_baseline_on_opensearch(cluster_index) -> None:
 def test_itlr_serve_serves_the_workbench_and_says_where(demo_index) -> None:
     import subprocess
     import sys
-    import time
 
     from itlr.service.server import free_port
 
@@ -300,15 +289,7 @@ def test_itlr_serve_serves_the_workbench_and_says_where(demo_index) -> None:
         [*command, "--log-level", "warning"], stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
-                break
-            except httpx.TransportError:
-                assert server.poll() is None, server.stderr.read() if server.stderr else ""
-                assert time.monotonic() < deadline, "itlr serve did not come up in 120 s"
-                time.sleep(0.5)
+        page = first_answer(server, f"http://127.0.0.1:{port}/")
         assert page.status_code == 200 and page.content == WORKBENCH_FILES["/"].read_bytes()
         bundle = httpx.get(f"http://127.0.0.1:{port}/docs/swagger-ui-bundle.js", timeout=30)
         assert bundle.content == DOCS_FILES["/docs/swagger-ui-bundle.js"].read_bytes()

@@ -44,11 +44,6 @@ class Served:
         return answer.json()
 
 
-@pytest.fixture(scope="module")
-def demo_index(embedded) -> itlr.Index:
-    return itlr.Index.open(str(embedded.path), create=False)
-
-
 @pytest.fixture(scope="module", params=["embedded", "opensearch"])
 def any_index(request: pytest.FixtureRequest, demo_index) -> itlr.Index:
     """The demo corpus: embedded, or in a real OpenSearch."""

@@ -3,8 +3,9 @@
 `TrickleRelay(upstream_url)` listens on a free loopback port and passes every connection's bytes
 to the cluster and back unchanged; while `trickling` is set, the cluster's answers come back one
 byte every `interval` seconds (a slow network, an overloaded node): each byte arrives well within
-any per-read time-out, the whole answer never within a reasonable one. The engine answering is
-the real one; only the pace of its bytes changes.
+any per-read time-out, the whole answer never within a reasonable one; cleared, the rest of an
+answer comes at once. The engine answering is the real one; only the pace of its bytes changes.
+The deadline tests of the proxy, the service and the follower all use it.
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ class TrickleRelay:
                 data = source.recv(65536)
                 if not data:
                     break
-                if answers and self.trickling.is_set():
-                    for position in range(len(data)):
-                        if self._closed.is_set():
-                            return
-                        sink.sendall(data[position : position + 1])
-                        time.sleep(self.interval)
-                else:
-                    sink.sendall(data)
+                for position in range(len(data)):
+                    # Checked at every byte: set or cleared, the new pace starts at once.
+                    if not (answers and self.trickling.is_set()):
+                        sink.sendall(data[position:])
+                        break
+                    if self._closed.is_set():
+                        return
+                    sink.sendall(data[position : position + 1])
+                    time.sleep(self.interval)
         except OSError:
             pass
         finally:

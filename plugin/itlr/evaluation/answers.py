@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from itlr.errors import ConfigurationError
 from itlr.rewrite.llm import PROMPT_VERSION, LLMConfig, load_prompt
@@ -57,7 +59,78 @@ def read_answers(path: Path) -> dict[str, str]:
     return answers
 
 
-class AnswersServer:
+class ChatEndpoint:
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 at a free port, live for the `with` block:
+    each POST's JSON body goes to `respond`, whose status, body and extra headers are sent back.
+    The answers file's server below, and the tests' scripted stand-in, are both one."""
+
+    def __init__(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        # A slow answer must not hold up shutdown after its client has given up on it.
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        # A short poll keeps shutdown fast.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def respond(self, request: dict[str, Any], path: str, headers: Message) -> ChatReply:
+        """The status, JSON body and extra headers for one POST (`request` is {} if its body
+        was not a JSON object)."""
+        raise NotImplementedError
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0) or 0)
+                try:
+                    request = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    request = {}
+                reply = endpoint.respond(
+                    request if isinstance(request, dict) else {}, self.path, self.headers
+                )
+                data = json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers:
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left: nobody is waiting for the answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    status: int
+    body: dict[str, Any]
+    headers: Sequence[tuple[str, str]] = ()
+
+
+class AnswersServer(ChatEndpoint):
     """`with AnswersServer(answers) as server:` an endpoint at `server.base_url` answering the
     rewriter's prompt (version `prompt_version`) for each question of `answers`."""
 
@@ -70,16 +143,7 @@ class AnswersServer:
             prompt.messages(question)[-1]["content"]: answer for question, answer in answers.items()
         }
         self.asked = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        super().__init__()
 
     def config(self, timeout: float = 30.0) -> LLMConfig:
         """The rewriter's configuration for this server: answers are not cached on disk (the
@@ -92,13 +156,10 @@ class AnswersServer:
             cache=False,
         )
 
-    def __enter__(self) -> AnswersServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def respond(self, request: dict[str, Any], path: str, headers: Message) -> ChatReply:
+        if not path.endswith("/chat/completions"):
+            return ChatReply(404, chat_error(f"no such endpoint: {path}"))
+        return ChatReply(*self.answer(request))
 
     def answer(self, request: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """The status and body for one chat request."""
@@ -108,7 +169,7 @@ class AnswersServer:
         said = [m.get("content") for m in messages if isinstance(m, dict)]
         user = said[-1] if said else None
         if not isinstance(user, str):
-            return 400, _error("the request has no user message")
+            return 400, chat_error("the request has no user message")
         answer = self._answers.get(user)
         if answer is None:
             # The rewriter's second try after an answer that did not parse: the file has one
@@ -118,45 +179,20 @@ class AnswersServer:
             if answer is None:
                 # The rewriter shows 160 characters of the message: the question's end fits.
                 question = " ".join(user.split())[-100:]
-                return 400, _error(f"no answer in the answers file for ...{question}")
+                return 400, chat_error(f"no answer in the answers file for ...{question}")
         self.asked += 1
-        return 200, _completion(answer, str(request.get("model", ANSWERS_MODEL)))
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0) or 0)
-                try:
-                    request = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    request = {}
-                status, body = (
-                    server.answer(request)
-                    if isinstance(request, dict) and self.path.endswith("/chat/completions")
-                    else (404, _error(f"no such endpoint: {self.path}"))
-                )
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+        return 200, chat_completion(answer, str(request.get("model", ANSWERS_MODEL)))
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "invalid_request_error"}}
+def chat_error(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """An OpenAI-shaped error body."""
+    return {"error": {"message": message, "type": kind}}
 
 
-def _completion(content: str, model: str) -> dict[str, Any]:
+def chat_completion(content: str, model: str) -> dict[str, Any]:
+    """An OpenAI-shaped chat completion whose one choice says `content`."""
     return {
-        "id": "chatcmpl-answers-file",
+        "id": "chatcmpl-itlr",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -171,4 +207,12 @@ def _completion(content: str, model: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["ANSWERS_MODEL", "AnswersServer", "read_answers"]
+__all__ = [
+    "ANSWERS_MODEL",
+    "AnswersServer",
+    "ChatEndpoint",
+    "ChatReply",
+    "chat_completion",
+    "chat_error",
+    "read_answers",
+]
