@@ -227,8 +227,8 @@ def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
 def rounds_sent(backend, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
     """The search bodies of every `_msearch` (one per round) the backend sends from now on."""
     rounds: list[list[dict[str, Any]]] = []
-    search = backend._multi_search
-    monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
+    search = backend.searches._multi_search
+    monkeypatch.setattr(backend.searches, "_multi_search", lambda b: rounds.append(b) or search(b))
     return rounds
 
 

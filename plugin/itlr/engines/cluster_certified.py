@@ -32,7 +32,7 @@ from itlr.results import Ranking
 
 
 class Responses(Protocol):
-    """The backend's answers to search bodies (ClusterBackend._responses): with `guessed`, the
+    """The searches' answers to search bodies (ClusterSearch._responses): with `guessed`, the
     remembered statistics the bodies were built from are checked by a count sent along."""
 
     def __call__(

@@ -1,0 +1,80 @@
+"""A cluster backend is composed, not filled in (issue 54.2): what differs between OpenSearch and
+Elasticsearch is an `EngineSpecifics` passed to `ClusterBackend` whole, and the backend holds its
+searches and its writes as collaborators built with it; no module of the cluster backends keeps
+an abstract hook for a subclass to fill."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import itlr
+from itlr.engines.cluster import ClusterBackend
+from itlr.engines.opensearch import OPENSEARCH, OpenSearchSpecifics
+from itlr.options import SearchOptions
+from itlr.query import parse
+
+ENGINES = Path(itlr.__file__).parent / "engines"
+CLUSTER_BACKEND_MODULES = [
+    "cluster.py",
+    "cluster_search.py",
+    "cluster_writes.py",
+    "cluster_certified.py",
+    "opensearch.py",
+    "elasticsearch.py",
+]
+
+
+def test_the_cluster_backend_modules_have_no_abstract_hooks() -> None:
+    hooks = [
+        f"{name}:{node.lineno}"
+        for name in CLUSTER_BACKEND_MODULES
+        for node in ast.walk(ast.parse((ENGINES / name).read_text()))
+        if isinstance(node, ast.Raise)
+        and isinstance(node.exc, ast.Name | ast.Call)
+        and "NotImplementedError" in ast.unparse(node.exc)
+    ]
+    assert hooks == []
+
+
+class CountedMultiSearches(OpenSearchSpecifics):
+    """OpenSearch's specifics, counting the `_msearch` requests the backend sends through them
+    (each still goes to the real cluster)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
+        self.sent += 1
+        return super().msearch(client, lines)
+
+
+@pytest.mark.opensearch
+def test_a_cluster_backend_searches_with_the_engine_specifics_passed_in(
+    opensearch_demo, embedder
+) -> None:
+    specifics = CountedMultiSearches()
+    composed = ClusterBackend(
+        opensearch_demo.client,
+        opensearch_demo.index_name,
+        embedder.name,
+        embedder.dims,
+        url=opensearch_demo.url,
+        specifics=specifics,
+    )
+    composed.ensure_index()
+    assert (composed.engine, composed.vector_type) == ("opensearch", "knn_vector")
+    query = parse('"vitamin D benefits" AND NOT "bone health"')
+    vectors = embedder.encode(list(query.terms))
+    options = SearchOptions(k=5, mode="knn")
+    found = composed.search(query, vectors, options)
+    expected = opensearch_demo.search(query, vectors, options)
+    assert [(h.id, round(h.score, 5)) for h in found.hits] == [
+        (h.id, round(h.score, 5)) for h in expected.hits
+    ]
+    assert found.hits and specifics.sent >= 1  # knn mode's certified rounds: one `_msearch` each
+    assert composed.searches.index is composed and composed.writes.index is composed
+    assert OPENSEARCH.name == composed.engine
