@@ -1,7 +1,7 @@
 """A cluster backend is composed, not filled in (issue 54.2): what differs between OpenSearch and
 Elasticsearch is an `EngineSpecifics` passed to `ClusterBackend` whole, and the backend holds its
 searches and its writes as collaborators built with it; no module of the cluster backends keeps
-an abstract hook for a subclass to fill."""
+an abstract hook for a subclass to fill; the backend and the hash guard import one way."""
 
 from __future__ import annotations
 
@@ -38,6 +38,29 @@ def test_the_cluster_backend_modules_have_no_abstract_hooks() -> None:
         and "NotImplementedError" in ast.unparse(node.exc)
     ]
     assert hooks == []
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    return {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+
+
+def test_the_backend_imports_the_hash_guard_and_not_the_other_way_round() -> None:
+    """No circle between the backend and itlr's hash guard, not even one hidden in a function
+    or behind TYPE_CHECKING: the guard names what it needs of the index as a Protocol."""
+    guard = ast.parse((ENGINES.parent / "hash_guard.py").read_text())
+    assert not {m for m in imported_modules(guard) if m.startswith("itlr.engines.cluster")}
+    backend = ast.parse((ENGINES / "cluster.py").read_text())
+    in_functions = [
+        ast.unparse(node)
+        for function in ast.walk(backend)
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    ]
+    assert in_functions == []
+    assert "itlr.hash_guard" in imported_modules(backend)
 
 
 class CountedMultiSearches(OpenSearchSpecifics):

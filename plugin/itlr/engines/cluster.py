@@ -39,6 +39,7 @@ from itlr.engines.operations import ClusterOperations
 from itlr.engines.painless import StoredScript
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import EngineError, IndexStateError
+from itlr.hash_guard import verify_hash_guard
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
@@ -278,8 +279,6 @@ class ClusterBackend:
         if time.monotonic() - self._scripts_checked_at < self.script_check_seconds:
             return
         self.install_scripts(repair=False)
-        from itlr.hash_guard import verify_hash_guard
-
         try:
             verify_hash_guard(self)
         except PipelineMismatch as foreign:

@@ -20,11 +20,8 @@ from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.hash_guard import PIPELINE_ID
 from itlr.records import Document
-
-# itlr's own final pipeline (itlr.hash_guard): it only moves `itlr_hash`, never a field of the
-# document's own, so a write's fields need no simulation of it.
-HASH_GUARD_PIPELINE = "itlr-hash-guard-v1"
 
 
 class WrittenIndex(Protocol):
@@ -228,7 +225,11 @@ class ClusterWrites:
             settings = self.index.operations.settings(self.index.index_name)
             named = (settings.get("default_pipeline"), settings.get("final_pipeline"))
             self._pipelines = tuple(
-                str(p) for p in named if p and p not in ("_none", HASH_GUARD_PIPELINE)
+                # itlr's hash guard only moves `itlr_hash`, never a field of the document's
+                # own, so a write's fields need no simulation of it.
+                str(p)
+                for p in named
+                if p and p not in ("_none", PIPELINE_ID)
             )
         return self._pipelines
 
