@@ -1,7 +1,8 @@
 """A cluster backend is composed, not filled in (issue 54.2): what differs between OpenSearch and
 Elasticsearch is an `EngineSpecifics` passed to `ClusterBackend` whole, and the backend holds its
 searches and its writes as collaborators built with it; no module of the cluster backends keeps
-an abstract hook for a subclass to fill; the backend and the hash guard import one way."""
+an abstract hook for a subclass to fill; the backend and the hash guard import one way; the
+embedded engine's knn rounds read only its public members."""
 
 from __future__ import annotations
 
@@ -38,6 +39,24 @@ def test_the_cluster_backend_modules_have_no_abstract_hooks() -> None:
         and "NotImplementedError" in ast.unparse(node.exc)
     ]
     assert hooks == []
+
+
+def test_the_embedded_rounds_read_only_public_members_of_the_embedded_backend() -> None:
+    """knn mode's rounds on the embedded engine (itlr.engines.embedded_knn) name what they read
+    of the backend as a Protocol: of its public members, not of its private helpers."""
+    tree = ast.parse((ENGINES / "embedded_knn.py").read_text())
+    (protocol,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "KnnBackend"
+    ]
+    names = [
+        node.name if isinstance(node, ast.FunctionDef) else ast.unparse(node.target)
+        for node in protocol.body
+        if isinstance(node, ast.FunctionDef | ast.AnnAssign)
+    ]
+    assert names and not [name for name in names if name.startswith("_")]
+    from itlr.engines.embedded import EmbeddedBackend
+
+    assert all(hasattr(EmbeddedBackend, name) for name in names if name != "routing_min_rows")
 
 
 def imported_modules(tree: ast.AST) -> set[str]:

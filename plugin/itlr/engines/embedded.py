@@ -200,7 +200,7 @@ class EmbeddedBackend:
                 self._writing_depth -= 1
             if self._writing_depth == 0:
                 self._compact_if_due()
-            if self._writing_depth == 0 and self._uses_ann():
+            if self._writing_depth == 0 and self.uses_ann():
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due(force=True)
 
@@ -294,7 +294,7 @@ class EmbeddedBackend:
             self._live_cache = self._live_mask_cache = self._fields_cache = None
             if self._writing_depth == 0:
                 self._compact_if_due()
-            if self._uses_ann():
+            if self.uses_ann():
                 # The graph grows with ingestion and is saved now and then, under the lock.
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due()
@@ -335,10 +335,11 @@ class EmbeddedBackend:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _uses_ann(self) -> bool:
+    def uses_ann(self) -> bool:
+        """Whether knn mode and plain kNN take candidates from the graph (`ann_min_rows`)."""
         return self.count() >= self.ann_min_rows
 
-    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
+    def ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
         """Live rows among each query's `budget` graph neighbours, nearest first (by the
         graph's own half-precision distances: nearly, not exactly, the cosines' order).
 
@@ -355,7 +356,7 @@ class EmbeddedBackend:
 
     def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
         """Live rows among each query's `budget` graph neighbours, unioned, in row order."""
-        return np.unique(np.concatenate(self._ann_lists(queries, budgets)))
+        return np.unique(np.concatenate(self.ann_lists(queries, budgets)))
 
     def _id_ranks(self) -> np.ndarray:
         """Each row's place in the order of the rows' ids (dead rows: ""), computed once per
@@ -475,7 +476,7 @@ class EmbeddedBackend:
             return SearchResult(query, [], tuple(notes), exact=True)
         window = replace(options, k=options.from_ + options.k) if options.from_ else options
         if options.mode == "exact" or not query.has_positive_term:
-            ranked = self._scored(query, term_vectors, rows, window, exact=True)
+            ranked = self.scored_rows(query, term_vectors, rows, window, exact=True)
         else:
             ranked = knn_rounds(self, query, term_vectors, rows, window)
         words = query_words(query.positive_terms) if options.highlight else frozenset()
@@ -486,7 +487,7 @@ class EmbeddedBackend:
             exact=ranked.exact,
         )
 
-    def _scored(
+    def scored_rows(
         self,
         query: Query,
         term_vectors: np.ndarray,
@@ -497,7 +498,7 @@ class EmbeddedBackend:
     ) -> Ranking:
         """The top k of these rows; `lexical`: their lexical truths when already computed."""
         # One matrix product scores every term against every candidate.
-        cosines = cosine_matrix(self._matrix(rows), term_vectors)
+        cosines = cosine_matrix(self.row_vectors(rows), term_vectors)
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_truths(rows, query.terms)
         scored = compose(query, cosines, options.ops, options.truth, options.hard, lexical)
@@ -527,16 +528,16 @@ class EmbeddedBackend:
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
         is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
-        if filter is None and self._uses_ann():
+        if filter is None and self.uses_ann():
             rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
         else:
             rows, _ = self._filtered_rows(filter)
         if rows.size == 0:
             return []
-        scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
+        scores = cosine_matrix(self.row_vectors(rows), vector[np.newaxis])[:, 0]
         return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
 
-    def _matrix(self, rows: np.ndarray) -> np.ndarray:
+    def row_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of these rows; without a copy when they are all rows in order."""
         if len(rows) == len(self._rows) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
             return self._vectors
