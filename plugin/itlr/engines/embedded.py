@@ -28,7 +28,7 @@ from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.embedded_knn import ROUTING_MIN_ROWS, knn_rounds
 from itlr.engines.embedded_lexical import LexicalState
-from itlr.engines.filters import clause_count, compile_filter, unknown_fields
+from itlr.engines.filters import filter_rows
 from itlr.engines.folders import writable_folder
 from itlr.engines.kernels import cosine_matrix, normalise, top_k
 from itlr.engines.store import FORMAT_VERSION, StoredRow, VectorStore, exists
@@ -37,7 +37,6 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import query_words, shaped_hit
 from itlr.lexical import CorpusStats
-from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
@@ -584,19 +583,8 @@ class EmbeddedBackend:
         rows = self._live_rows()
         if not filter:
             return rows, []
-        matches, names = compile_filter(filter)
-        # Refused before the first row is read: clauses x rows bounds its cost, not its size.
-        LIMITS.check_filter_work(clause_count(filter), len(rows))
-        notes = [
-            f"filter field {name!r} is in no document of index at {self.path}: "
-            "check its spelling (the filter matches as if the field were empty)"
-            for name in unknown_fields(names, self._known_fields())
-        ]
-        kept = np.array(
-            [r for r in rows if matches(self._rows[r])],
-            dtype=np.int64,
-        )
-        return kept, notes
+        kept, notes = filter_rows(filter, rows, self._rows, self._known_fields, str(self.path))
+        return np.array(kept, dtype=np.int64), notes
 
     def _known_fields(self) -> set[str]:
         """Every field name some live document has (cached until the next commit)."""
