@@ -2,7 +2,8 @@
 Elasticsearch is an `EngineSpecifics` passed to `ClusterBackend` whole, and the backend holds its
 searches and its writes as collaborators built with it; no module of the cluster backends keeps
 an abstract hook for a subclass to fill; the backend and the hash guard import one way; the
-embedded engine's knn rounds read only its public members."""
+embedded engine's knn rounds read only its public members; a dialect's reading of a response is
+named for what it returns (`ranking`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from itlr.engines.cluster import ClusterBackend
 from itlr.engines.opensearch import OPENSEARCH, OpenSearchSpecifics
 from itlr.options import SearchOptions
 from itlr.query import parse
+from itlr.results import Ranking
 
 ENGINES = Path(itlr.__file__).parent / "engines"
 CLUSTER_BACKEND_MODULES = [
@@ -120,3 +122,21 @@ def test_a_cluster_backend_searches_with_the_engine_specifics_passed_in(
     assert found.hits and specifics.sent >= 1  # knn mode's certified rounds: one `_msearch` each
     assert composed.searches.index is composed and composed.writes.index is composed
     assert OPENSEARCH.name == composed.engine
+
+
+@pytest.mark.opensearch
+def test_a_dialect_reads_a_ranking_and_its_old_name_hits_warns(opensearch_demo, embedder) -> None:
+    """`Dialect.ranking` names what it returns (a Ranking); `Dialect.hits`, the name it had,
+    still answers alike, with a DeprecationWarning."""
+    dialect = opensearch_demo.dialect
+    vector = embedder.encode(["vitamin D"])[0]
+    response = dict(
+        opensearch_demo.client.search(
+            index=opensearch_demo.index_name, body=dialect.dense_body(vector, 3, None, None)
+        )
+    )
+    ranking = dialect.ranking(response)
+    assert isinstance(ranking, Ranking) and len(ranking.hits) == 3
+    with pytest.warns(DeprecationWarning, match="Dialect.hits is deprecated: call Dialect.ranking"):
+        old = dialect.hits(response)
+    assert [(h.id, h.score) for h in old.hits] == [(h.id, h.score) for h in ranking.hits]

@@ -101,7 +101,7 @@ class ClusterRounds:
             [body, *([] if by_order else probes)], self.query, self.guessed
         )
         self.guessed = None
-        ranked = dialect.hits(responses[0], self.query, self.term_vectors, options, self.lexical)
+        ranked = dialect.ranking(responses[0], self.query, self.term_vectors, options, self.lexical)
         ranked = Ranking(ranked.hits, (*request.warnings, *ranked.warnings), ranked.exact)
         if by_order:
             threshold = proof_threshold([h.score for h in ranked.hits], options.k)

@@ -210,7 +210,7 @@ class ClusterSearch:
                 exact, unproved = False, (too_many,)
             body = self.index.dialect.with_truth_fields(request.body, options)  # hits' truths
             (response,) = self._responses([body], query, guessed)
-            found = self.index.dialect.hits(response, query, term_vectors, options, lexical)
+            found = self.index.dialect.ranking(response, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,
                 *found.warnings,
@@ -250,4 +250,4 @@ class ClusterSearch:
         (response,) = self._responses(
             [self.index.dialect.dense_body(vector, k, filter, candidates)]
         )
-        return self.index.dialect.hits(response).hits
+        return self.index.dialect.ranking(response).hits
