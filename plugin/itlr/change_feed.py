@@ -20,14 +20,12 @@ time up to which the feed has verified every write: coverage reads them
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from itlr.engines.coverage import FOLLOW_META
 from itlr.engines.operations import ClusterOperations
-
-Call = Callable[..., Any]
 
 
 @dataclass
@@ -48,8 +46,6 @@ class ChangeFeed:
     index: str
     source: list[str] | bool
     page_size: int = 256
-    # Runs each request (the follower passes its Deadline; by default a plain call).
-    call: Call = field(default=lambda f, *a, **k: f(*a, **k))
     uuid: str = ""
     cursors: dict[int, int] = field(default_factory=dict)
     targets: dict[int, int] = field(default_factory=dict)
@@ -68,10 +64,10 @@ class ChangeFeed:
     def look(self) -> None:
         """Read each shard's checkpoint, then refresh: what the pages read next is visible."""
         self.looked_at = time.time()
-        self.targets = self.call(self.operations.shard_checkpoints, self.index)
+        self.targets = self.operations.shard_checkpoints(self.index)
         for shard in self.targets:
             self.cursors.setdefault(shard, -1)
-        self.call(self.operations.refresh, self.index)
+        self.operations.refresh(self.index)
         if self.caught_up:  # nothing written since the last look
             self.verified_through, self.pass_started = self.looked_at, None
 
@@ -112,7 +108,7 @@ class ChangeFeed:
             "_source": self.source,
             "query": {"range": {"_seq_no": {"gt": cursor, "lte": target}}},
         }
-        answer = self.call(self.operations.search, self.index, body, f"_shards:{shard}")
+        answer = self.operations.search(self.index, body, f"_shards:{shard}")
         hits = list(answer["hits"]["hits"])
         upto = target if len(hits) < size else int(hits[-1]["_seq_no"])
         return FeedPage(shard, hits, upto)

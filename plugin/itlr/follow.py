@@ -30,7 +30,7 @@ counted in the report and in `_meta.itlr_follow.failing`, which coverage reads. 
 checked again every few seconds (itlr.follow_watch): recreated or an alias moved, it is
 prepared again (checked, mapped, guarded) and read from the start; a change the follower
 cannot handle stops it with one line. Every cluster request has an overall deadline
-(itlr.deadline).
+(itlr.engines.deadline, as the service's).
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from itlr.backfill import (
     require_vector_field,
 )
 from itlr.change_feed import ChangeFeed, save_state, saved_state
-from itlr.deadline import Deadline
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.engines.deadline import longer_deadline, set_deadline
 from itlr.engines.factory import EngineSpec
 from itlr.engines.foreign import itlr_fields
 from itlr.engines.integrity import check_stored_pipeline
@@ -129,11 +129,15 @@ class Follower:
         self.heartbeat = heartbeat
         self.recheck = recheck
         self.transform = DocumentTransform(embedder, text_field, backend.layout.vector_field)
-        self.call = Deadline(request_deadline, backend.url)
+        # One overall deadline for each request of the follower's client, however slowly its
+        # answer trickles in (itlr.engines.deadline); a bulk request gets twice this.
+        self.request_deadline = request_deadline
+        if hasattr(backend.client, "transport"):
+            set_deadline(backend.client, request_deadline)
         source: list[str] | bool = True if into else [text_field, HASH_FIELD]
         # The sweep reads a text and a hash per document: large pages; a copy reads whole ones.
         page = batch_size * 4 if into else SWEEP_PAGE
-        self.feed = ChangeFeed(backend.operations, backend.index_name, source, page, call=self.call)
+        self.feed = ChangeFeed(backend.operations, backend.index_name, source, page)
         self.report = WriteReport("follow", self.target)
         self.failing: dict[str, Retry] = {}
         self.empty: set[str] = set()
@@ -278,8 +282,8 @@ class Follower:
         waiting = [i for i, retry in self.failing.items() if retry.due > now]
         skip = [*waiting, *self.empty][:MAX_SKIPPED_IDS]
         body = pending_body(backend.layout.vector_field, self.text_field, self.batch_size, skip)
-        self.call(self.operations.refresh, index)
-        hits = self.call(self.operations.search, index, body)["hits"]["hits"]
+        self.operations.refresh(index)
+        hits = self.operations.search(index, body)["hits"]["hits"]
         if not hits:
             return 0
         actions: list[dict[str, Any]] = []
@@ -359,13 +363,8 @@ class Follower:
     ) -> dict[str, Refusal]:
         """Send the actions; a conflict or a missing document is "changed meanwhile" (read
         again later), any other refusal is retried after a back-off and counted."""
-        refused: dict[str, Refusal] = self.call.within(
-            self.call.seconds * 2,
-            self.operations.bulk_refusals,
-            actions,
-            index,
-            self.batch_size,
-        )
+        with longer_deadline(self.request_deadline * 2):
+            refused = self.operations.bulk_refusals(actions, index, self.batch_size)
         self.backend.remembered.written()
         self.backend.coverage_cache.forget()
         routed = {a["_id"]: a.get("routing") for a in actions}
@@ -395,7 +394,7 @@ class Follower:
 
     def _take(self) -> Snapshot:
         name = self.backend.index_name
-        return Snapshot.of(name, self.call(self.operations.describe, name))
+        return Snapshot.of(name, self.operations.describe(name))
 
     def _unchanged(self, hits: list[dict[str, Any]]) -> bool:
         """Right before a write: the hits come from the index the follower checked and
@@ -421,9 +420,9 @@ class Follower:
         if self.guarded or now.final_pipeline == PIPELINE_ID:
             # itlr's guard, installed now or before: deleted, it is stored again; emptied or
             # rewritten, it would let rewritten texts through unmarked, so the follower stops.
-            stored = self.call(self.operations.pipeline, PIPELINE_ID, self.target)
+            stored = self.operations.pipeline(PIPELINE_ID, self.target)
             if stored is None:
-                self.call(self.operations.put_pipeline, PIPELINE_ID, PIPELINE, self.target)
+                self.operations.put_pipeline(PIPELINE_ID, PIPELINE, self.target)
                 self.say(f"the hash guard pipeline {PIPELINE_ID!r} was deleted: stored again")
             else:
                 check_stored_pipeline(PIPELINE_ID, PIPELINE, stored, self.backend.url)
@@ -485,7 +484,7 @@ class Follower:
             return
         name = self.snapshot.name if self.snapshot else self.backend.index_name
         state = self.feed.state(failing=failing, source=name, text_field=self.text_field)
-        self.call(save_state, self.operations, self.target, state)
+        save_state(self.operations, self.target, state)
         self._saved_at, self._saved_failing = now, failing
 
 

@@ -29,6 +29,7 @@ from itlr.backfill import (
     routing,
 )
 from itlr.change_feed import saved_state
+from itlr.engines.deadline import longer_deadline
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.follow import FollowCycle, Follower, Retry
 from itlr.follow_watch import Changes, Snapshot
@@ -126,7 +127,7 @@ class CopyFollower(Follower):
     def _copy(self, hits: list[dict[str, Any]], cycle: FollowCycle) -> None:
         assert self.into is not None
         ids = [hit["_id"] for hit in hits]
-        copies = self.call(self.operations.mget, self.into, ids, True, None, routing(hits))
+        copies = self.operations.mget(self.into, ids, True, None, routing(hits))
         embedded: set[str] = set()
         found = WriteReport()  # what reading found; what was written is counted below
         actions = copy_actions(hits, copies, self.transform, self.into, found, embedded)
@@ -152,7 +153,7 @@ class CopyFollower(Follower):
         if not due:
             return
         body = {"size": len(due), "query": {"ids": {"values": due}}}
-        hits = self.call(self.operations.search, self.backend.index_name, body)["hits"]["hits"]
+        hits = self.operations.search(self.backend.index_name, body)["hits"]["hits"]
         for gone in set(due) - {hit["_id"] for hit in hits}:
             self._succeeded(gone)  # deleted from the source since: the delete pass follows
         if hits:
@@ -166,23 +167,23 @@ class CopyFollower(Follower):
         if not self.feed.caught_up or self.failing or now - self._deletes_checked < self.recheck:
             return
         self._deletes_checked = now
-        self.call(self.operations.refresh, self.into)
-        source = self.call(self.operations.count, self.backend.index_name)
-        held = self.call(self.operations.count, self.into)
+        self.operations.refresh(self.into)
+        source = self.operations.count(self.backend.index_name)
+        held = self.operations.count(self.into)
         if held > source:
-            budget = self.call.seconds * 10
-            cycle.deleted += self.call.within(
-                budget, delete_gone, self.backend, self.into, self.batch_size * 16, self.report
-            )
+            # Deletes go in bulk requests: each gets a bulk request's deadline.
+            with longer_deadline(self.request_deadline * 2):
+                gone = delete_gone(self.backend, self.into, self.batch_size * 16, self.report)
+            cycle.deleted += gone
             self.report.deleted += cycle.deleted
 
     # -- the source changing -------------------------------------------------------------
 
     def _copy_uuid(self) -> str:
         """The uuid of the index the copy's name names now ("" when there is none)."""
-        if not self.call(self.operations.exists, self.into):
+        if not self.operations.exists(self.into):
             return ""
-        states = self.call(self.operations.describe, self.into)
+        states = self.operations.describe(self.into)
         return states[0].uuid if len(states) == 1 and states[0].name == self.into else "?"
 
     def _target_intact(self, now: Snapshot) -> bool:
@@ -213,7 +214,7 @@ class CopyFollower(Follower):
         if found.remapped:
             fields = {name: now.properties[name] for name in found.remapped}
             try:
-                self.call(self.operations.put_mapping, self.into, fields)
+                self.operations.put_mapping(self.into, fields)
             except EngineError as refused:
                 raise IndexStateError(
                     f"{now.name!r} now maps {', '.join(found.remapped)} in a way the copy "

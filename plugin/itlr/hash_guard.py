@@ -5,14 +5,25 @@ compares its text with the hash it was embedded from. Installed as the index's `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from itlr.engines.integrity import check_stored_pipeline
+from itlr.engines.operations import ClusterOperations
 from itlr.errors import IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 
-if TYPE_CHECKING:
-    from itlr.engines.cluster import ClusterBackend
+
+class GuardedIndex(Protocol):
+    """The index the guard is put on or checked (a ClusterBackend, itlr.engines.cluster, which
+    checks it before its searches): named here, so that the backend imports this module and
+    not the other way round."""
+
+    index_name: str
+    url: str
+
+    @property
+    def operations(self) -> ClusterOperations: ...
+
 
 PIPELINE_ID = "itlr-hash-guard-v1"
 # Fixed source, no user text: a write by anyone moves the hash aside for the follower to check.
@@ -35,7 +46,7 @@ PIPELINE = {
 }
 
 
-def install_hash_guard(backend: ClusterBackend) -> None:
+def install_hash_guard(backend: GuardedIndex) -> None:
     """Put itlr's ingest pipeline and make it the index's `final_pipeline` (a pipeline the
     request cannot skip); refuse in one line an index that already has another one."""
     check_hash_guard(backend)
@@ -44,7 +55,7 @@ def install_hash_guard(backend: ClusterBackend) -> None:
     operations.put_settings(backend.index_name, {"index": {"final_pipeline": PIPELINE_ID}})
 
 
-def verify_hash_guard(backend: ClusterBackend) -> bool:
+def verify_hash_guard(backend: GuardedIndex) -> bool:
     """When the index's final pipeline is itlr's: refuse a stored pipeline that is not itlr's
     (PipelineMismatch, naming how to put it back) and store it again when it was deleted.
     True when the index uses it."""
@@ -58,7 +69,7 @@ def verify_hash_guard(backend: ClusterBackend) -> bool:
     return True
 
 
-def check_hash_guard(backend: ClusterBackend) -> None:
+def check_hash_guard(backend: GuardedIndex) -> None:
     """Refuse, before anything changes, an index whose final pipeline is another one."""
     current = backend.operations.settings(backend.index_name).get("final_pipeline")
     if current not in (None, "_none", PIPELINE_ID):

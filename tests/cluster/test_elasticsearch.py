@@ -302,7 +302,7 @@ def on_opensearch_painless(source: str) -> str:
 
 def run_es_script_on_opensearch(backend, body: dict) -> list:
     """Swap the ES scripts' sources (inline) into an ES request body and run it on OpenSearch."""
-    from itlr.engines.response import hits_from_response
+    from itlr.engines.response import ranking_from_response
 
     text = json.dumps(body)
     sources = {
@@ -320,7 +320,7 @@ def run_es_script_on_opensearch(backend, body: dict) -> list:
         return node
 
     response = backend.client.search(index=backend.index_name, body=inline(json.loads(text)))
-    return hits_from_response(response, None, None, None, backend.layout).hits
+    return ranking_from_response(response, None, None, None, backend.layout).hits
 
 
 @pytest.mark.opensearch
@@ -527,7 +527,7 @@ def painless_demo(elasticsearch_painless_url, elasticsearch_demo) -> Elasticsear
 def test_two_terms_get_two_different_similarities_on_the_same_document(
     painless_demo, corpus, corpus_vectors, vocabulary_vectors
 ) -> None:
-    from itlr.engines.response import hits_from_response
+    from itlr.engines.response import ranking_from_response
 
     query = itlr.parse('"vitamin D" OR "electric car batteries"')
     vectors = term_vectors(query, vocabulary_vectors)
@@ -537,7 +537,9 @@ def test_two_terms_get_two_different_similarities_on_the_same_document(
         response = painless_demo.client.search(
             index=painless_demo.index_name, body=single_term_body(query, vectors, i)
         )
-        hits.append(hits_from_response(dict(response), None, None, None, painless_demo.layout).hits)
+        hits.append(
+            ranking_from_response(dict(response), None, None, None, painless_demo.layout).hits
+        )
     assert_two_terms_get_two_similarities(*hits, corpus_vectors, corpus, vectors)
 
 

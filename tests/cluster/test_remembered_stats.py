@@ -131,16 +131,18 @@ def test_a_search_from_remembered_statistics_sends_no_count_first_and_notices_a_
     backend.search(query, vectors, options)  # the second count agrees: the index is steady
 
     counted_apart: list[object] = []
-    count = backend.lexical_stats
-    monkeypatch.setattr(backend, "lexical_stats", lambda q: counted_apart.append(q) or count(q))
+    count = backend.searches.lexical_stats
+    monkeypatch.setattr(
+        backend.searches, "lexical_stats", lambda q: counted_apart.append(q) or count(q)
+    )
     counts_sent: list[bool] = []
-    multi = backend._multi_search
+    multi = backend.searches._multi_search
 
     def multi_search(bodies):
         counts_sent.append(any("aggs" in body for body in bodies))
         return multi(bodies)
 
-    monkeypatch.setattr(backend, "_multi_search", multi_search)
+    monkeypatch.setattr(backend.searches, "_multi_search", multi_search)
     # Counted moments ago: the search goes without a count.
     assert ranking(backend.search(query, vectors, options)) == first
     assert counted_apart == [] and not any(counts_sent)

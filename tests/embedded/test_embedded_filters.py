@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from itlr.engines.filters import compile_filter
+from itlr.engines.filters import compile_filter, filter_rows
+from itlr.engines.store import StoredRow
 from itlr.errors import ConfigurationError
 from itlr.index import Index
+from itlr.limits import LimitError
 from test_crash import itlr
 
 DOCS = [
@@ -95,6 +97,25 @@ def test_a_filter_on_a_field_no_document_has_warns(index) -> None:
     assert result.hits == []
     assert any("'yeer' is in no document" in w for w in result.warnings)
     assert not index.search('"vitamin D"', filter={"term": {"year": 2021}}).warnings
+
+
+def test_filtering_the_stored_rows_keeps_the_matching_live_rows_and_names_unknown_fields() -> None:
+    """The embedded backend filters its rows through itlr.engines.filters (the filter language's
+    own module): live rows kept in order, one warning per field no document has, and a filter
+    refused before a row is read when its work is over the limit."""
+    stored = [StoredRow(d["id"], d["text"], {"year": d["year"]}) for d in DOCS]
+    stored.insert(1, None)  # a deleted row: not live, so never asked
+    spec = {"bool": {"filter": [{"range": {"year": {"gte": 2020}}}, {"term": {"colour": "red"}}]}}
+    kept, notes = filter_rows(
+        {"range": {"year": {"gte": 2020}}}, [0, 2, 3], stored, lambda: {"year"}, "here"
+    )
+    assert kept == [2, 3] and notes == []
+    kept, notes = filter_rows(spec, [0, 2, 3], stored, lambda: {"year"}, "here")
+    assert kept == [] and len(notes) == 1
+    assert "filter field 'colour' is in no document of index at here" in notes[0]
+    never_read: list[StoredRow | None] = []  # indexing it would fail: nothing is read
+    with pytest.raises(LimitError, match="max_filter_work"):
+        filter_rows(spec, range(10**9), never_read, set, "here")
 
 
 def test_from_pages_through_the_ranking(index) -> None:

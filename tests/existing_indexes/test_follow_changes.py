@@ -7,6 +7,7 @@ idle follower says so."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,8 +22,8 @@ import itlr
 from following import Following, Running, current, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.backfill import cluster_backend
-from itlr.deadline import MAX_ABANDONED, Deadline
-from itlr.engines.connection import Connection
+from itlr.engines.connection import Connection, opensearch_errors
+from itlr.engines.deadline import longer_deadline, set_deadline
 from itlr.engines.factory import EngineSpec
 from itlr.engines.layout import IndexLayout
 from itlr.errors import EngineError, IndexStateError
@@ -273,21 +274,29 @@ def test_the_hash_guard_removed_is_put_back_and_replaced_stops_the_follower(
         httpx.delete(f"{opensearch_url}/_ingest/pipeline/{name}-other", timeout=30)
 
 
-def test_a_deadline_abandons_a_call_and_bounds_the_calls_left_waiting() -> None:
-    deadline = Deadline(0.2, "the cluster")
-    started = time.monotonic()
-    release = threading.Event()
-    for _ in range(MAX_ABANDONED):
-        with pytest.raises(EngineError, match=r"did not answer within 0s \(the overall deadline"):
-            deadline(release.wait, 30)
-    assert time.monotonic() - started < 5
-    with pytest.raises(EngineError, match=f"has not answered {MAX_ABANDONED} earlier requests"):
-        deadline(release.wait, 30)
-    release.set()
-    time.sleep(0.2)
-    assert deadline(lambda x: x + 1, 1) == 2
-    with pytest.raises(ZeroDivisionError):
-        deadline(lambda: 1 / 0)
+def test_the_followers_deadline_cuts_a_trickled_request_and_a_bulk_gets_a_longer_one(
+    opensearch_url,
+) -> None:
+    """The follower's deadline is the service's one mechanism (itlr.engines.deadline): a
+    trickled answer is cut at the client's deadline for a whole request; within
+    `longer_deadline` (a bulk write) a request gets the longer one."""
+    with TrickleRelay(opensearch_url) as relay:
+        client = Connection(relay.url).opensearch()
+        set_deadline(client, 1.0)
+        relay.trickling.set()
+        for seconds in (None, 3.0):
+            started = time.monotonic()
+            with (
+                pytest.raises(EngineError) as cut,
+                longer_deadline(seconds) if seconds else contextlib.nullcontext(),
+                opensearch_errors(relay.url, "itlr"),
+            ):
+                client.info()
+            took = time.monotonic() - started
+            assert (seconds or 1.0) <= took < (seconds or 1.0) + 10, took
+            message = str(cut.value)
+            assert "did not answer in time (the overall deadline of a request)" in message
+            assert "\n" not in message
 
 
 def test_a_cluster_that_trickles_its_answers_meets_the_followers_deadline(
@@ -305,7 +314,10 @@ def test_a_cluster_that_trickles_its_answers_meets_the_followers_deadline(
                 wait_for(lambda: current(opensearch_url, name, embedder))
                 relay.trickling.set()
                 wait_for(lambda: bool(errors), 30)
-                assert "did not answer within 2s" in errors[0] and "\n" not in errors[0]
+                assert "did not answer in time (the overall deadline" in errors[0]
+                assert "\n" not in errors[0]
+                # Cut, not abandoned: no thread is left waiting on the trickled answer.
+                assert not [t for t in threading.enumerate() if t.name == "itlr-request"]
                 relay.trickling.clear()
                 bulk(opensearch_url, name, docs[3:])
                 wait_for(

@@ -198,10 +198,3 @@ def test_hits_and_stored_fields_carry_no_itlr_field(opensearch_url: str, team, t
     assert not any(key.startswith("itlr_") for key in stored)
     hits = index.search('"sleep"', k=3).hits
     assert hits and not any(key.startswith("itlr_") for hit in hits for key in hit.fields)
-
-
-def test_itlrs_own_pipeline_is_named_as_the_hash_guard_names_it() -> None:
-    from itlr.engines.cluster_writes import HASH_GUARD_PIPELINE
-    from itlr.hash_guard import PIPELINE_ID
-
-    assert HASH_GUARD_PIPELINE == PIPELINE_ID

@@ -227,8 +227,8 @@ def test_rounds_whose_searches_changed_are_never_out_of_reach() -> None:
 def rounds_sent(backend, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
     """The search bodies of every `_msearch` (one per round) the backend sends from now on."""
     rounds: list[list[dict[str, Any]]] = []
-    search = backend._multi_search
-    monkeypatch.setattr(backend, "_multi_search", lambda b: rounds.append(b) or search(b))
+    search = backend.searches._multi_search
+    monkeypatch.setattr(backend.searches, "_multi_search", lambda b: rounds.append(b) or search(b))
     return rounds
 
 
@@ -502,8 +502,8 @@ def test_past_the_graph_threshold_an_unproved_query_is_scored_over_every_row(
     # deep: the engine scores every row instead, so the top k is exact by construction.
     crowded.ann_min_rows = crowded.routing_min_rows = 0
     walks = []
-    graph_lists = crowded._ann_lists
-    crowded._ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
+    graph_lists = crowded.ann_lists
+    crowded.ann_lists = lambda *args: walks.append(args) or graph_lists(*args)  # type: ignore[method-assign]
     query = itlr.parse('"a" AND "b"')
     terms = np.eye(DIMS)[:2].astype(np.float32)
     exact = crowded.search(query, terms, cosine_options(k=10, mode="exact"))
@@ -523,7 +523,7 @@ def graph_walks(index: EmbeddedBackend, graph: bool = True) -> tuple[list[list[i
         index.ann_min_rows = index.routing_min_rows = 0
     walks: list[list[int]] = []
     scored: list[int] = []
-    graph_lists, score = index._ann_lists, index._scored
+    graph_lists, score = index.ann_lists, index.scored_rows
 
     def counted(queries: np.ndarray, budgets: list[int]) -> list[np.ndarray]:
         walks.append(list(budgets))
@@ -533,8 +533,8 @@ def graph_walks(index: EmbeddedBackend, graph: bool = True) -> tuple[list[list[i
         scored.append(len(rows))
         return score(query, term_vectors, rows, *args, **kwargs)
 
-    index._ann_lists = counted  # type: ignore[method-assign]
-    index._scored = scoring  # type: ignore[method-assign]
+    index.ann_lists = counted  # type: ignore[method-assign]
+    index.scored_rows = scoring  # type: ignore[method-assign]
     return walks, scored
 
 

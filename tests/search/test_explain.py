@@ -169,7 +169,7 @@ def test_opensearch_explanation_that_disagrees_with_the_score_is_a_warning(
     response = opensearch_backend.client.search(index=opensearch_backend.index_name, body=body)
     # The engine scored these vectors; explaining its hits with other ones cannot add up.
     others = embedder.encode(["football", "opera"])
-    hits = opensearch_backend.dialect.hits(dict(response), parsed, others, options, lexical)
+    hits = opensearch_backend.dialect.ranking(dict(response), parsed, others, options, lexical)
     assert hits.warnings
     assert "the engine scored" in hits.warnings[0] and "explanation adds up to" in hits.warnings[0]
 

@@ -352,7 +352,7 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
         response = three_shards.client.search(
             index=three_shards.index_name, body=json.loads(json.dumps(body))
         )
-        remote = three_shards.dialect.hits(dict(response)).hits
+        remote = three_shards.dialect.ranking(dict(response)).hits
         assert_same_ranking(remote, embedded.search(query, vectors, options))
 
 
@@ -414,7 +414,7 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         script.pop("id")
         script.update(source=es_source, lang="painless")
         found = backend.client.search(index=backend.index_name, body=body)
-        by_es = {h.id: h.score for h in backend.dialect.hits(dict(found)).hits}
+        by_es = {h.id: h.score for h in backend.dialect.ranking(dict(found)).hits}
         for scores in (remote, by_es):
             assert max(abs(scores.get(i, 0.0) - local[i]) for i in local) < 1e-4, word
 

@@ -339,14 +339,15 @@ def test_the_service_searches_from_remembered_statistics_and_counts_after_a_writ
         assert idx.add([{"id": d.id, "text": d.text} for d in corpus[:80]]).added == 80
         counts: list[str] = []
         backend = idx.backend
-        count, multi = backend.lexical_stats, backend._multi_search
-        monkeypatch.setattr(backend, "lexical_stats", lambda q: counts.append("apart") or count(q))
+        searches = backend.searches  # the backend's search rounds
+        count, multi = searches.lexical_stats, searches._multi_search
+        monkeypatch.setattr(searches, "lexical_stats", lambda q: counts.append("apart") or count(q))
 
         def multi_search(bodies):
             counts.extend("along" for body in bodies if "aggs" in body)
             return multi(bodies)
 
-        monkeypatch.setattr(backend, "_multi_search", multi_search)
+        monkeypatch.setattr(searches, "_multi_search", multi_search)
 
         def fresh() -> list[tuple[str, float]]:
             again = itlr.Index.open(name, url=opensearch_url, create=False)

@@ -186,7 +186,7 @@ def certificate_report(
         with tempfile.TemporaryDirectory() as scratch:
             path = Path(keep or scratch) / f"cert-{len(ids)}"
             index = _index(path, ids, texts, vectors, embedder)
-            graph = "an HNSW graph" if index._uses_ann() else "exact scans"
+            graph = "an HNSW graph" if index.uses_ann() else "exact scans"
             lines += [f"Embedded engine ({graph} for candidates):", ""]
             lines += table(measure(index, sample, term_vectors, variants, repeats), variants)
     if url and "opensearch" in chosen:

@@ -301,7 +301,7 @@ def request_parts(
             response = backend.client.search(
                 index=backend.index_name, body=bodies[i % POOL], allow_partial_search_results=False
             )
-            return backend.dialect.hits(dict(response)).hits
+            return backend.dialect.ranking(dict(response)).hits
 
         return call
 

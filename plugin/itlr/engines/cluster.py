@@ -1,14 +1,14 @@
 """A cluster index = the engine's dialect (itlr.engines.dialect: every request body) + a client
 (itlr.engines.connection: I/O, errors as one line), alike for OpenSearch and Elasticsearch. Here:
-the engine hooks, index checks, counting, stored scripts and coverage; the writes (bulk
-ingestion, resumption) in itlr.engines.cluster_writes and the searches in
-itlr.engines.cluster_search (knn mode's certified rounds in itlr.engines.cluster_certified),
-both mixed into `ClusterBackend`.
+index checks, counting, stored scripts and coverage; the backend holds two collaborators built
+with it: `searches` (itlr.engines.cluster_search; knn mode's certified rounds in
+itlr.engines.cluster_certified) and `writes` (itlr.engines.cluster_writes: bulk ingestion,
+resumption).
 
-Each engine module subclasses `ClusterBackend` and fills in the small hooks where the clients
-differ (how put_script is called, the client's NotFoundError) and names its dialect and its
-`operations` (itlr.engines.operations: the requests ingestion, back-fill and the follower
-compose, with the error context manager).
+What differs between the engines is passed in whole as `EngineSpecifics` (each engine module
+has one): its dialect and its `operations` (itlr.engines.operations: the requests ingestion,
+back-fill and the follower compose, with the error context manager), the vector field's mapping,
+and the client calls whose shapes differ (put_script, `_msearch`, the client's NotFoundError).
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import contextlib
 import math
 import time
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, Protocol
+
+import numpy as np
 
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
@@ -36,17 +39,45 @@ from itlr.engines.operations import ClusterOperations
 from itlr.engines.painless import StoredScript
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import EngineError, IndexStateError
+from itlr.hash_guard import verify_hash_guard
+from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
-from itlr.results import Coverage
+from itlr.query import Query
+from itlr.records import Document
+from itlr.results import Coverage, Hit, SearchResult
 
 
-class ClusterBackend(ClusterSearch, ClusterWrites):
-    """A remote index on an OpenSearch-like cluster; subclasses supply the engine specifics."""
+class EngineSpecifics(Protocol):
+    """What differs between the cluster engines, given to a ClusterBackend whole (each engine
+    module has one): its requests' bodies (the dialect), the call shapes of the requests it
+    shares with the other (operations), its vector field's mapping, and the few client calls
+    the backend makes itself."""
 
-    engine: ClassVar[str]
-    # The mapping type of the vector field, and the key holding its dimension count.
-    vector_type: ClassVar[str]
+    # The engine's name, and the mapping type of its vector field.
+    name: str
+    vector_type: str
+
+    def dialect(self, layout: IndexLayout, inline_script: bool) -> Dialect: ...
+
+    def operations(self, client: Any, url: str) -> ClusterOperations: ...
+
+    def mapped_dims(self, vector: dict[str, Any]) -> Any:
+        """The dimension count the mapping records, or None when it records none yet."""
+
+    def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
+        """Why the vector field's mapping limits the searches, or None."""
+
+    def not_found_error(self) -> type[Exception]: ...
+
+    def put_script(self, client: Any, script: StoredScript) -> None: ...
+
+    def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
+        """`_msearch` of header/body line pairs."""
+
+
+class ClusterBackend:
+    """A remote index on an OpenSearch-like cluster; `specifics` are its engine's."""
 
     def __init__(
         self,
@@ -57,7 +88,12 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         layout: IndexLayout | None = None,
         inline_script: bool = False,
         url: str = "",
+        *,
+        specifics: EngineSpecifics,
     ) -> None:
+        self.specifics = specifics
+        self.engine = specifics.name
+        self.vector_type = specifics.vector_type
         self.client = client
         self.index_name = index_name
         self.model = model
@@ -81,16 +117,16 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         # fields are mapped before the first write. None until the mapping has been read.
         self.foreign: bool | None = None
         self.top_fields: frozenset[str] = frozenset()
-        self._writes_ready = False
         # How many documents have a text but no vector, counted at most every few seconds.
         self.coverage_cache = CoverageCache()
         # The prompts the index records in _meta.itlr (None: it records none, not itlr's);
         # a new index is created with the ones set here (itlr.prompts).
         self.prompts: Prompts | None = None
 
-    # -- engine hooks ----------------------------------------------------------------------
+        self.searches = ClusterSearch(self)
+        self.writes = ClusterWrites(self)
 
-    def _errors(self) -> contextlib.AbstractContextManager[None]:
+    def errors(self) -> contextlib.AbstractContextManager[None]:
         """Client exceptions become one actionable line."""
         return self.operations.errors(self.index_name)
 
@@ -100,43 +136,24 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
 
     def mapped_dims(self, vector: dict[str, Any]) -> Any:
         """The dimension count the mapping records, or None when it records none yet."""
-        raise NotImplementedError
-
-    def _check_vector(self, vector: dict[str, Any]) -> None:
-        """Further engine-specific checks of the vector field's mapping."""
-
-    def _not_found_error(self) -> type[Exception]:
-        raise NotImplementedError
-
-    def _put_script(self, script: StoredScript) -> None:
-        raise NotImplementedError
+        return self.specifics.mapped_dims(vector)
 
     @cached_property
     def dialect(self) -> Dialect:
         """The engine's requests for this index (pure; no client), built on first use: the
         layout and the engine version do not change while the backend lives."""
-        return self._make_dialect()
-
-    def _make_dialect(self) -> Dialect:
-        raise NotImplementedError
+        return self.specifics.dialect(self.layout, self.inline_script)
 
     @cached_property
     def operations(self) -> ClusterOperations:
         """The cluster requests that ingestion, back-fill and the follower compose."""
-        return self._make_operations()
-
-    def _make_operations(self) -> ClusterOperations:
-        raise NotImplementedError
-
-    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
-        """`_msearch` of header/body line pairs."""
-        raise NotImplementedError
+        return self.specifics.operations(self.client, self.url)
 
     # -- index ---------------------------------------------------------------------------
 
     def ensure_index(self, knn_engine: str | None = None) -> bool:
         """Create the index from mappings/<engine>.json if missing; True if created."""
-        with self._errors():
+        with self.errors():
             if self.client.indices.exists(index=self.index_name):
                 mappings = self._mappings()
                 self._learn_shape(mappings)
@@ -147,11 +164,15 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
                 self.check_index()
                 return False
             self._create_index(knn_engine)
-            self.foreign, self._writes_ready = False, True
+            self.foreign, self.writes.ready = False, True
             return True
 
     def _mappings(self) -> dict[str, Any]:
         return self.operations.mapping(self.index_name)
+
+    def read_shape(self) -> None:
+        """Learn whether itlr made the index, and its top fields, from its mapping."""
+        self._learn_shape(self._mappings())
 
     def _learn_shape(self, mappings: dict[str, Any]) -> None:
         self.foreign = "itlr" not in (mappings.get("_meta") or {})
@@ -183,7 +204,9 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
                 f"index {self.index_name!r} records model {meta_model!r} in _meta, but searching "
                 f"with {self.model!r}: scores will be meaningless unless they share a vector space"
             )
-        self._check_vector(vector)
+        warning = self.specifics.vector_warning(vector, self.layout.vector_field, self.index_name)
+        if warning is not None:
+            self._warn(warning)
 
     def _adopt_mapping(self, properties: dict[str, Any]) -> None:
         """Learn the mapped fields (filter warnings) and the tie-break sort key the index
@@ -211,14 +234,14 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
             warnings.warn(message, stacklevel=3)
 
     def count(self) -> int:
-        with self._errors():
+        with self.errors():
             self.client.indices.refresh(index=self.index_name)
             return int(self.client.count(index=self.index_name)["count"])
 
     def refresh(self) -> None:
         self.remembered.written()  # what was written shows now: count again
         self.coverage_cache.forget()
-        with self._errors():
+        with self.errors():
             self.client.indices.refresh(index=self.index_name)
 
     # -- scripts -------------------------------------------------------------------------
@@ -227,9 +250,9 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         """Register the stored scripts (idempotent); returns the ids newly (re)installed. A
         stored script whose source is not the packaged file is overwritten when `repair`
         (what `itlr install` asks for), else refused with the command that repairs it."""
-        not_found = self._not_found_error()
+        not_found = self.specifics.not_found_error()
         installed = []
-        with self._errors():
+        with self.errors():
             for script in (self.dialect.score_script, self.dialect.exclude_script):
                 try:
                     found = self.client.get_script(id=script.id)
@@ -242,7 +265,7 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
                     except ScriptMismatch:
                         if not repair:
                             raise
-                self._put_script(script)
+                self.specifics.put_script(self.client, script)
                 installed.append(script.id)
         self._scripts_checked_at = time.monotonic()
         return installed
@@ -256,8 +279,6 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
         if time.monotonic() - self._scripts_checked_at < self.script_check_seconds:
             return
         self.install_scripts(repair=False)
-        from itlr.hash_guard import verify_hash_guard
-
         try:
             verify_hash_guard(self)
         except PipelineMismatch as foreign:
@@ -279,14 +300,88 @@ class ClusterBackend(ClusterSearch, ClusterWrites):
 
         def count() -> Coverage:
             body = coverage_body(self.layout.vector_field, self.layout.text_field)
-            with self._errors():
+            with self.errors():
                 response = self.client.search(index=self.index_name, body=body)
             # What a follower records: how far it verified, what it could not write (a user
             # who may not read the mapping gets the counts without it).
             mappings: list[dict[str, Any]] | None = None
-            with contextlib.suppress(EngineError), self._errors():
+            with contextlib.suppress(EngineError), self.errors():
                 answer = dict(self.client.indices.get_mapping(index=self.index_name))
                 mappings = [dict(found.get("mappings") or {}) for found in answer.values()]
             return parse_coverage(self.index_name, dict(response), mappings)
 
         return self.coverage_cache.get(self.index_name, count)
+
+    # -- searches and writes: the collaborators' -----------------------------------------
+
+    def search(
+        self, query: Query, term_vectors: np.ndarray, options: SearchOptions
+    ) -> SearchResult:
+        return self.searches.search(query, term_vectors, options)
+
+    def build_request(
+        self,
+        query: Query,
+        term_vectors: np.ndarray,
+        options: SearchOptions,
+        lexical: CorpusStats | None = None,
+    ) -> dict[str, Any]:
+        return self.searches.build_request(query, term_vectors, options, lexical)
+
+    def lexical_stats(self, query: Query) -> CorpusStats:
+        return self.searches.lexical_stats(query)
+
+    def search_vector(
+        self,
+        vector: np.ndarray,
+        k: int,
+        filter: dict[str, Any] | None = None,
+        candidates: int | None = None,
+    ) -> list[Hit]:
+        return self.searches.search_vector(vector, k, filter, candidates)
+
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        return self.writes.writing()
+
+    def prepare_writes(self) -> None:
+        self.writes.prepare_writes()
+
+    def check_replacements(
+        self,
+        fields: dict[str, dict[str, Any]],
+        stored: Mapping[str, tuple[str | None, dict[str, Any]]],
+    ) -> None:
+        self.writes.check_replacements(fields, stored)
+
+    def add(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        vectors: np.ndarray,
+        fields: Sequence[dict[str, Any]] | None = None,
+    ) -> dict[str, str]:
+        return self.writes.add(ids, texts, vectors, fields)
+
+    def delete(self, ids: Sequence[str]) -> int:
+        return self.writes.delete(ids)
+
+    def compact(self) -> tuple[int, int]:
+        return self.writes.compact()
+
+    def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
+        return self.writes.bulk(actions, chunk_size)
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        return self.writes.existing_ids(ids)
+
+    def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        return self.writes.fingerprints(ids)
+
+    def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
+        return self.writes.written_fields(documents)
+
+    def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        return self.writes.stored_documents(ids)
+
+    def stored_vectors(self, ids: list[str]) -> np.ndarray:
+        return self.writes.stored_vectors(ids)

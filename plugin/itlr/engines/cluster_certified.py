@@ -32,7 +32,7 @@ from itlr.results import Ranking
 
 
 class Responses(Protocol):
-    """The backend's answers to search bodies (ClusterBackend._responses): with `guessed`, the
+    """The searches' answers to search bodies (ClusterSearch._responses): with `guessed`, the
     remembered statistics the bodies were built from are checked by a count sent along."""
 
     def __call__(
@@ -101,7 +101,7 @@ class ClusterRounds:
             [body, *([] if by_order else probes)], self.query, self.guessed
         )
         self.guessed = None
-        ranked = dialect.hits(responses[0], self.query, self.term_vectors, options, self.lexical)
+        ranked = dialect.ranking(responses[0], self.query, self.term_vectors, options, self.lexical)
         ranked = Ranking(ranked.hits, (*request.warnings, *ranked.warnings), ranked.exact)
         if by_order:
             threshold = proof_threshold([h.score for h in ranked.hits], options.k)

@@ -1,14 +1,14 @@
-"""The searches of a cluster index (ClusterBackend, itlr.engines.cluster): the request built by
-its dialect, the hybrid truths' statistics counted or remembered (itlr.engines.remembered_stats)
-and checked by a count sent along, a stored script restored when it went missing, knn mode's
-certified rounds (itlr.engines.cluster_certified), and `_msearch`."""
+"""The searches of a cluster index, a collaborator a ClusterBackend (itlr.engines.cluster) holds
+as `searches`: the request built by its dialect, the hybrid truths' statistics counted or
+remembered (itlr.engines.remembered_stats) and checked by a count sent along, a stored script
+restored when it went missing, knn mode's certified rounds (itlr.engines.cluster_certified), and
+`_msearch` in the engine's call shape (the backend's `specifics`)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from time import monotonic
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,9 +27,9 @@ from itlr.query import Query
 from itlr.results import Coverage, Hit, Ranking, SearchResult
 
 
-class ClusterSearch:
-    """The search methods of ClusterBackend, which supplies everything declared here (named,
-    not imported: the backend imports this module)."""
+class SearchedIndex(Protocol):
+    """What the searches read of the index they search: the backend's public state (its dialect
+    and layout change once, when the mapping is read), its script checks and its coverage."""
 
     client: Any
     index_name: str
@@ -37,17 +37,37 @@ class ClusterSearch:
     layout: IndexLayout
     inline_script: bool
     remembered: RememberedStats
-    verify_integrity: Callable[[], None]
-    integrity_unsure: Callable[[], None]
-    _errors: Callable[[], contextlib.AbstractContextManager[None]]
-    _msearch: Callable[[list[dict[str, Any]]], Any]
-    install_scripts: Callable[..., list[str]]
-    filter_warnings: Callable[[SearchOptions], list[str]]
-    coverage: Callable[[], Coverage]
 
     @property
-    def dialect(self) -> Dialect:
-        raise NotImplementedError  # ClusterBackend's
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def specifics(self) -> MultiSearch: ...
+
+    def errors(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def verify_integrity(self) -> None: ...
+
+    def integrity_unsure(self) -> None: ...
+
+    def install_scripts(self, repair: bool = True) -> list[str]: ...
+
+    def filter_warnings(self, options: SearchOptions) -> list[str]: ...
+
+    def coverage(self) -> Coverage: ...
+
+
+class MultiSearch(Protocol):
+    """The engine's call shape of `_msearch` (itlr.engines.cluster.EngineSpecifics)."""
+
+    def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any: ...
+
+
+class ClusterSearch:
+    """The searches of one cluster index, built with the index they search."""
+
+    def __init__(self, index: SearchedIndex) -> None:
+        self.index = index
 
     def build_request(
         self,
@@ -60,29 +80,29 @@ class ClusterSearch:
         truths need the index's statistics: given, or counted here (one request)."""
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_stats(query)
-        options, _ = counted_truths(options, lexical, self.index_name)
-        return self.dialect.search_body(query, term_vectors, options, lexical)
+        options, _ = counted_truths(options, lexical, self.index.index_name)
+        return self.index.dialect.search_body(query, term_vectors, options, lexical)
 
     def lexical_stats(self, query: Query) -> CorpusStats:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
         asked = monotonic()
-        with self._errors():
+        with self.index.errors():
             # Statistics from some shards only would score unlike the embedded engine: refuse.
-            response = self.client.search(
-                index=self.index_name,
+            response = self.index.client.search(
+                index=self.index.index_name,
                 body=lexical_stats_body(query),
                 allow_partial_search_results=False,
             )
         counted = lexical_stats(dict(response))
-        self.remembered.record(counted, asked)
+        self.index.remembered.record(counted, asked)
         return counted
 
     def _result(self, query: Query, ranked: Ranking) -> SearchResult:
         """The search's result, with the index's coverage and a warning when documents the hits
         could not come from exist; then no certificate holds: the top k is the exact top k of
         the embedded documents only."""
-        coverage = self.coverage()
-        warning = coverage.warning(self.layout.vector_field, self.layout.text_field)
+        coverage = self.index.coverage()
+        warning = coverage.warning(self.index.layout.vector_field, self.index.layout.text_field)
         warnings, exact = ranked.warnings, ranked.exact
         if warning is not None:
             warnings, exact = (*warnings, warning), False if exact else exact
@@ -99,10 +119,10 @@ class ClusterSearch:
         (checked by a count sent along unless counted moments ago,
         itlr.engines.remembered_stats), else counted first."""
         try:
-            self.verify_integrity()
+            self.index.verify_integrity()
             return self._search(query, term_vectors, options)
         except EngineError:
-            self.integrity_unsure()
+            self.index.integrity_unsure()
             raise
 
     def _search(
@@ -111,7 +131,7 @@ class ClusterSearch:
         guessed = lexical = None
         if options.truth.uses_lexical:
             tokens = query_tokens(query.terms)
-            guessed, recent = self.remembered.lookup(tokens)
+            guessed, recent = self.index.remembered.lookup(tokens)
             lexical = guessed or self.lexical_stats(query)
             if recent:
                 guessed = None  # counted moments ago: no new count goes along
@@ -129,14 +149,14 @@ class ClusterSearch:
         lexical: CorpusStats | None,
         guessed: CorpusStats | None,
     ) -> Ranking:
-        options, noted = counted_truths(options, lexical, self.index_name)
+        options, noted = counted_truths(options, lexical, self.index.index_name)
         try:
             return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
         except EngineError as failed:
-            if self.inline_script or not is_script_error(str(failed)):
+            if self.index.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
-            if not self.install_scripts(repair=False):
+            if not self.index.install_scripts(repair=False):
                 raise
         return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
 
@@ -151,19 +171,21 @@ class ClusterSearch:
         StaleStatistics."""
         if guessed is None or query is None:
             if len(bodies) == 1:
-                with self._errors():
+                with self.index.errors():
                     # A ranking from the shards that happened to answer (a node dying
                     # mid-search) looks like any other: refuse it, so the client's retry asks
                     # the re-routed cluster.
-                    response = self.client.search(
-                        index=self.index_name, body=bodies[0], allow_partial_search_results=False
+                    response = self.index.client.search(
+                        index=self.index.index_name,
+                        body=bodies[0],
+                        allow_partial_search_results=False,
                     )
                 return [dict(response)]
             return self._multi_search(bodies)
         asked = monotonic()
         counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
         fresh = lexical_stats(counted)
-        self.remembered.record(fresh, asked)
+        self.index.remembered.record(fresh, asked)
         if fresh != guessed:
             raise StaleStatistics(fresh)
         return responses
@@ -181,37 +203,37 @@ class ClusterSearch:
         asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
         too_many = unmentionable_reason(query, options, lexical)
         if not asked or too_many:
-            request = self.dialect.search_request(query, term_vectors, options, lexical)
+            request = self.index.dialect.search_request(query, term_vectors, options, lexical)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
             unproved: tuple[str, ...] = ()
             if asked and too_many:
                 exact, unproved = False, (too_many,)
-            body = self.dialect.with_truth_fields(request.body, options)  # hits' truths
+            body = self.index.dialect.with_truth_fields(request.body, options)  # hits' truths
             (response,) = self._responses([body], query, guessed)
-            found = self.dialect.hits(response, query, term_vectors, options, lexical)
+            found = self.index.dialect.ranking(response, query, term_vectors, options, lexical)
             warnings = (
                 *request.warnings,
                 *found.warnings,
                 *unproved,
-                *self.filter_warnings(options),
+                *self.index.filter_warnings(options),
             )
             return Ranking(found.hits, warnings, exact=exact)
         certified = ClusterRounds(
-            self.dialect, self._responses, query, term_vectors, options, lexical, guessed
+            self.index.dialect, self._responses, query, term_vectors, options, lexical, guessed
         ).ranking()
-        return certified.noting(*self.filter_warnings(options))
+        return certified.noting(*self.index.filter_warnings(options))
 
     def _multi_search(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Several search bodies in one `_msearch`; any refused one fails the whole call (a
         ranking from the shards that answered is refused too)."""
-        header = {"index": self.index_name, "allow_partial_search_results": False}
+        header = {"index": self.index.index_name, "allow_partial_search_results": False}
         lines = [line for body in bodies for line in (header, body)]
-        with self._errors():
-            responses = self._msearch(lines)["responses"]
+        with self.index.errors():
+            responses = self.index.specifics.msearch(self.index.client, lines)["responses"]
         for response in responses:
             if "error" in response:
                 raise EngineError(
-                    f"{self.url} refused a search of {self.index_name!r}: "
+                    f"{self.index.url} refused a search of {self.index.index_name!r}: "
                     f"{error_reason(response, response)}"
                 )
         return [dict(r) for r in responses]
@@ -225,5 +247,7 @@ class ClusterSearch:
     ) -> list[Hit]:
         """Plain kNN on one vector: the dense baseline. `candidates`: neighbours the graph search
         gathers before the top k are kept (default k)."""
-        (response,) = self._responses([self.dialect.dense_body(vector, k, filter, candidates)])
-        return self.dialect.hits(response).hits
+        (response,) = self._responses(
+            [self.index.dialect.dense_body(vector, k, filter, candidates)]
+        )
+        return self.index.dialect.ranking(response).hits

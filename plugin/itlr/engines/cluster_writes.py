@@ -1,13 +1,13 @@
-"""The writes of a cluster index (ClusterBackend, itlr.engines.cluster): bulk ingestion and
-deletion through its operations (itlr.engines.operations), an index itlr did not make prepared
+"""The writes of a cluster index, a collaborator a ClusterBackend (itlr.engines.cluster) holds
+as `writes`: bulk ingestion and deletion through its operations (itlr.engines.operations), an index itlr did not make prepared
 and guarded before the first write, and what resumption reads back (ids, content hashes, stored
 vectors)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,18 +20,15 @@ from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.hash_guard import PIPELINE_ID
 from itlr.records import Document
 
-# itlr's own final pipeline (itlr.hash_guard): it only moves `itlr_hash`, never a field of the
-# document's own, so a write's fields need no simulation of it.
-HASH_GUARD_PIPELINE = "itlr-hash-guard-v1"
 
+class WrittenIndex(Protocol):
+    """What the writes read of the index they write: the backend's public state (whether
+    itlr made the index is known once its mapping is read), and its mapping checks."""
 
-class ClusterWrites:
-    """The write methods of ClusterBackend, which supplies everything declared here (named,
-    not imported: the backend imports this module)."""
-
-    engine: ClassVar[str]
+    engine: str
     index_name: str
     model: str
     dims: int
@@ -39,20 +36,27 @@ class ClusterWrites:
     foreign: bool | None
     remembered: RememberedStats
     coverage_cache: CoverageCache
-    _writes_ready: bool
-    # The ingest pipelines a write runs (itlr's hash guard aside); None: not read yet.
-    _pipelines: tuple[str, ...] | None = None
-    check_index: Callable[[], None]
-    _mappings: Callable[[], dict[str, Any]]
-    _learn_shape: Callable[[dict[str, Any]], None]
 
     @property
-    def dialect(self) -> Dialect:
-        raise NotImplementedError  # ClusterBackend's
+    def dialect(self) -> Dialect: ...
 
     @property
-    def operations(self) -> ClusterOperations:
-        raise NotImplementedError  # ClusterBackend's
+    def operations(self) -> ClusterOperations: ...
+
+    def check_index(self) -> None: ...
+
+    def read_shape(self) -> None: ...
+
+
+class ClusterWrites:
+    """The writes of one cluster index, built with the index they write."""
+
+    def __init__(self, index: WrittenIndex) -> None:
+        self.index = index
+        # Whether an index itlr did not make has been prepared for writes (prepare_writes).
+        self.ready = False
+        # The ingest pipelines a write runs (itlr's hash guard aside); None: not read yet.
+        self._pipelines: tuple[str, ...] | None = None
 
     def writing(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to hold: the cluster orders concurrent writers itself."""
@@ -64,15 +68,15 @@ class ClusterWrites:
         field of another type or dimension, `index.knn` off on OpenSearch, a field itlr writes
         mapped with another type) before anything is written."""
         self._pipelines = None  # read again for this run of writes
-        if self._writes_ready:
+        if self.ready:
             return
-        if self.foreign is None:
-            self._learn_shape(self._mappings())
-        if self.foreign:
-            text = {self.layout.text_field: {"type": "text"}}
-            add_itlr_fields(self, self.dims, self.model, also=text)
-            self.check_index()  # learn the mapping as it is now
-        self._writes_ready = True
+        if self.index.foreign is None:
+            self.index.read_shape()
+        if self.index.foreign:
+            text = {self.index.layout.text_field: {"type": "text"}}
+            add_itlr_fields(self.index, self.index.dims, self.index.model, also=text)
+            self.index.check_index()  # learn the mapping as it is now
+        self.ready = True
 
     def check_replacements(
         self,
@@ -82,7 +86,7 @@ class ClusterWrites:
         """Refuse, in one line, to replace a stored document of an index itlr did not make
         with one that lacks some of its fields: a replace writes the whole document, so they
         would be lost."""
-        if not self.foreign:
+        if not self.index.foreign:
             return
         for doc_id, new in fields.items():
             if doc_id not in stored:
@@ -92,7 +96,7 @@ class ClusterWrites:
                 names = ", ".join(repr(name) for name in lost[:5])
                 more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
                 raise IndexStateError(
-                    f"document {doc_id!r} of index {self.index_name!r} has fields {names}{more} "
+                    f"document {doc_id!r} of index {self.index.index_name!r} has fields {names}{more} "
                     "that the new copy lacks, and replacing it would drop them: give the whole "
                     "document (every field it holds); refused before writing it"
                 )
@@ -106,46 +110,48 @@ class ClusterWrites:
     ) -> dict[str, str]:
         """Bulk-index documents; returns {id: reason} for documents the engine refused."""
         vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dims:
+        if vectors.ndim != 2 or vectors.shape[1] != self.index.dims:
             raise IndexStateError(
-                f"vectors have shape {vectors.shape}, index {self.index_name!r} wants "
-                f"(n, {self.dims})"
+                f"vectors have shape {vectors.shape}, index {self.index.index_name!r} wants "
+                f"(n, {self.index.dims})"
             )
         self.prepare_writes()
-        hashes = [content_hash(t, self.model) for t in texts]
-        if self.foreign:
+        hashes = [content_hash(t, self.index.model) for t in texts]
+        if self.index.foreign:
             actions = shaped_bulk_actions(
-                self.index_name, self.layout, ids, texts, vectors, fields, hashes
+                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
             )
         else:
             actions = bulk_actions(
-                self.index_name, self.layout, ids, texts, vectors, fields, hashes
+                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
             )
         return self.bulk(actions)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
-        actions = [{"_op_type": "delete", "_index": self.index_name, "_id": str(i)} for i in ids]
+        actions = [
+            {"_op_type": "delete", "_index": self.index.index_name, "_id": str(i)} for i in ids
+        ]
         failures = self.bulk(actions)
         return len(actions) - len(failures)
 
     def compact(self) -> tuple[int, int]:
         """Refused: a cluster merges its own segments (the request that asks it is named)."""
         raise ConfigurationError(
-            f"{self.engine} compacts its own segments: `compact` is for embedded indexes "
+            f"{self.index.engine} compacts its own segments: `compact` is for embedded indexes "
             "(on a cluster, POST /INDEX/_forcemerge?only_expunge_deletes=true)"
         )
 
     def bulk(self, actions: Iterable[dict[str, Any]], chunk_size: int = 500) -> dict[str, str]:
         """Send bulk actions (a generator streams them); returns the failed ids' reasons."""
-        failures = self.operations.bulk(actions, self.index_name, chunk_size)
+        failures = self.index.operations.bulk(actions, self.index.index_name, chunk_size)
         # A count made while the actions went in may have missed some: count again after.
-        self.remembered.written()
-        self.coverage_cache.forget()
+        self.index.remembered.written()
+        self.index.coverage_cache.forget()
         return failures
 
     def existing_ids(self, ids: list[str]) -> set[str]:
-        return set(self.operations.mget(self.index_name, ids, False))
+        return set(self.index.operations.mget(self.index.index_name, ids, False))
 
     def fingerprints(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (content hash, fields)} of the stored ids; a document written without a hash
@@ -154,18 +160,20 @@ class ClusterWrites:
         Under itlr's hash guard (itlr.hash_guard) a document itlr wrote holds its hash as
         `itlr_hash_was`: it counts when the stored text still has that hash (the vector is
         the stored text's), so a re-run finds the document unchanged."""
-        text = self.layout.text_field
-        if self.foreign:
+        text = self.index.layout.text_field
+        if self.index.foreign:
             # The document's own fields are the top of its _source (all but the vector).
-            found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
+            found = self.index.operations.mget(
+                self.index.index_name, ids, excludes=[self.index.layout.vector_field]
+            )
             return {
-                i: (self._stored_hash(source), own_fields(source, self.layout))
+                i: (self._stored_hash(source), own_fields(source, self.index.layout))
                 for i, source in found.items()
             }
-        wanted = [HASH_FIELD, PREVIOUS_HASH_FIELD, text, self.layout.metadata_field]
-        found = self.operations.mget(self.index_name, ids, wanted)
+        wanted = [HASH_FIELD, PREVIOUS_HASH_FIELD, text, self.index.layout.metadata_field]
+        found = self.index.operations.mget(self.index.index_name, ids, wanted)
         return {
-            i: (self._stored_hash(source), dict(source.get(self.layout.metadata_field) or {}))
+            i: (self._stored_hash(source), dict(source.get(self.index.layout.metadata_field) or {}))
             for i, source in found.items()
         }
 
@@ -174,8 +182,8 @@ class ClusterWrites:
         if own:
             return str(own)
         moved = source.get(PREVIOUS_HASH_FIELD)
-        text = source.get(self.layout.text_field)
-        if moved and isinstance(text, str) and content_hash(text, self.model) == moved:
+        text = source.get(self.index.layout.text_field)
+        if moved and isinstance(text, str) and content_hash(text, self.index.model) == moved:
             return str(moved)
         return ""
 
@@ -189,22 +197,24 @@ class ClusterWrites:
         pipelines = self._ingest_pipelines()
         if not pipelines or not documents:
             return given
-        text, metadata = self.layout.text_field, self.layout.metadata_field
+        text, metadata = self.index.layout.text_field, self.index.layout.metadata_field
         sources: list[dict[str, Any] | None] = [
-            {**d.fields, text: d.text} if self.foreign else {text: d.text, metadata: d.fields}
+            {**d.fields, text: d.text} if self.index.foreign else {text: d.text, metadata: d.fields}
             for d in documents
         ]
         ids = [d.id for d in documents]
         for pipeline in pipelines:
             try:
-                sources = self.operations.simulate(pipeline, self.index_name, ids, sources)
+                sources = self.index.operations.simulate(
+                    pipeline, self.index.index_name, ids, sources
+                )
             except EngineError:
                 return given
         return [
             fields
             if source is None
-            else own_fields(source, self.layout)
-            if self.foreign
+            else own_fields(source, self.index.layout)
+            if self.index.foreign
             else dict(source.get(metadata) or {})
             for fields, source in zip(given, sources, strict=True)
         ]
@@ -212,32 +222,39 @@ class ClusterWrites:
     def _ingest_pipelines(self) -> tuple[str, ...]:
         """The pipelines a write into the index runs, read once per run of writes."""
         if self._pipelines is None:
-            settings = self.operations.settings(self.index_name)
+            settings = self.index.operations.settings(self.index.index_name)
             named = (settings.get("default_pipeline"), settings.get("final_pipeline"))
             self._pipelines = tuple(
-                str(p) for p in named if p and p not in ("_none", HASH_GUARD_PIPELINE)
+                # itlr's hash guard only moves `itlr_hash`, never a field of the document's
+                # own, so a write's fields need no simulation of it.
+                str(p)
+                for p in named
+                if p and p not in ("_none", PIPELINE_ID)
             )
         return self._pipelines
 
     def stored_documents(self, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         """{id: (text, fields)} of the stored ids (an update or a patch merges into them): a
         foreign index's fields are the top of its _source, itlr's its metadata object."""
-        found = self.operations.mget(self.index_name, ids, excludes=[self.layout.vector_field])
-        text = self.layout.text_field
+        found = self.index.operations.mget(
+            self.index.index_name, ids, excludes=[self.index.layout.vector_field]
+        )
+        text = self.index.layout.text_field
         return {
             i: (
                 str(source.get(text, "")),
-                own_fields(source, self.layout)
-                if self.foreign
-                else dict(source.get(self.layout.metadata_field) or {}),
+                own_fields(source, self.index.layout)
+                if self.index.foreign
+                else dict(source.get(self.index.layout.metadata_field) or {}),
             )
             for i, source in found.items()
         }
 
     def stored_vectors(self, ids: list[str]) -> np.ndarray:
         """The stored vectors of these ids, in order (a fields-only update reuses them)."""
-        field = self.layout.vector_field
+        field = self.index.layout.vector_field
         by_id = {
-            i: s[field] for i, s in self.operations.mget(self.index_name, ids, [field]).items()
+            i: s[field]
+            for i, s in self.index.operations.mget(self.index.index_name, ids, [field]).items()
         }
         return np.asarray([by_id[i] for i in ids], dtype=np.float32)

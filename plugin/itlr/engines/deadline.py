@@ -1,5 +1,6 @@
 """One deadline for a whole cluster request of the official clients (opensearch-py,
-elasticsearch-py), not one per read.
+elasticsearch-py), not one per read: the service's, the proxy's backends' and the follower's
+(itlr.follow) one mechanism.
 
 Both clients time a request per socket read: an answer that trickles in a byte at a time never
 times out, and a service waiting on it waits for ever. `set_deadline(client, seconds)` puts every
@@ -9,6 +10,9 @@ and fails as urllib3's read time-out, which the client turns into its own Connec
 itlr into one line). A timed-out request is not retried: the deadline is the caller's wait.
 
 One watchdog thread serves every pool of the process: it sleeps until the earliest deadline.
+Nothing is left waiting on a cut request (no thread is abandoned to finish it). A request that
+carries more than a read (a follower's bulk write) gets a longer deadline within
+`longer_deadline(seconds)`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from urllib3.connectionpool import HTTPConnectionPool
@@ -77,6 +82,20 @@ class Watchdog:
 
 WATCHDOG = Watchdog()
 
+# The deadline a request made within `longer_deadline` gets (None: its client's).
+_LONGER: ContextVar[float | None] = ContextVar("itlr_longer_deadline", default=None)
+
+
+@contextlib.contextmanager
+def longer_deadline(seconds: float) -> Iterator[None]:
+    """Within the block, each request this thread makes gets `seconds` for its whole answer
+    where its client's deadline is shorter (a bulk request carries more than a read)."""
+    token = _LONGER.set(seconds)
+    try:
+        yield
+    finally:
+        _LONGER.reset(token)
+
 
 def _cut(connection: Any) -> None:
     """End a blocked read on the connection's socket at once (the base class's shutdown: an
@@ -92,7 +111,8 @@ def _deadline_pool(base: type[HTTPConnectionPool], seconds: float) -> type[HTTPC
 
         def _make_request(self, conn: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             # With the body preloaded (both clients'), the whole answer is read in here.
-            alarm = WATCHDOG.arm(self.deadline, lambda: _cut(conn))
+            seconds = max(self.deadline, _LONGER.get() or 0.0)
+            alarm = WATCHDOG.arm(seconds, lambda: _cut(conn))
             try:
                 answer = super()._make_request(conn, method, url, *args, **kwargs)
             except Exception:
@@ -107,7 +127,7 @@ def _deadline_pool(base: type[HTTPConnectionPool], seconds: float) -> type[HTTPC
                 raise ReadTimeoutError(
                     self,
                     url,
-                    f"no whole answer within {self.deadline:g} s (the overall deadline of a "
+                    f"no whole answer within {seconds:g} s (the overall deadline of a "
                     "cluster request)",
                 )
             return answer
@@ -139,4 +159,4 @@ def set_deadline(client: Any, seconds: float) -> None:
     client.transport.retry_on_timeout = False
 
 
-__all__ = ["WATCHDOG", "Watchdog", "set_deadline"]
+__all__ = ["WATCHDOG", "Watchdog", "longer_deadline", "set_deadline"]

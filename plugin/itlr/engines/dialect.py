@@ -12,6 +12,7 @@ Nothing here talks to a server: `itlr translate`, the query-bar proxy and the cl
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,7 +30,7 @@ from itlr.engines.lexical_requests import (
     mention_clauses,
 )
 from itlr.engines.painless import StoredScript
-from itlr.engines.response import hits_from_response
+from itlr.engines.response import ranking_from_response
 from itlr.engines.script_params import exclusion_params, packed_floats, script_params
 from itlr.hard_filter import EXCLUDED_SCORE_BASE
 from itlr.lexical import LENGTH_FIELD, LEXICAL_FIELDS, TOKENS_FIELD, CorpusStats
@@ -345,7 +346,7 @@ class Dialect:
     ) -> dict[str, Any]:
         return derive_mapping(self.engine, self.layout, dims, model, knn_engine, prompts)
 
-    def hits(
+    def ranking(
         self,
         response: dict[str, Any],
         query: Query | None = None,
@@ -353,4 +354,15 @@ class Dialect:
         options: SearchOptions | None = None,
         lexical: CorpusStats | None = None,
     ) -> Ranking:
-        return hits_from_response(response, query, term_vectors, options, self.layout, lexical)
+        """The ranking a search response holds: its hits (with truths when the search asked
+        for them) and their warnings."""
+        return ranking_from_response(response, query, term_vectors, options, self.layout, lexical)
+
+    def hits(self, *args: Any, **kwargs: Any) -> Ranking:
+        """Deprecated: `ranking` (what it returns is a Ranking, not a list of hits)."""
+        warnings.warn(
+            "Dialect.hits is deprecated: call Dialect.ranking (it returns a Ranking)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.ranking(*args, **kwargs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -156,9 +157,49 @@ class ElasticsearchOperations(ClusterOperations):
         return self.client.ingest.simulate(id=pipeline_id, docs=docs)
 
 
-class ElasticsearchBackend(ClusterBackend):
-    engine = "elasticsearch"
+class ElasticsearchSpecifics:
+    """Elasticsearch's part of a cluster backend (itlr.engines.cluster.EngineSpecifics): its
+    requests are shaped for the server's version, which `capabilities` reads when first
+    needed."""
+
+    name = "elasticsearch"
     vector_type = "dense_vector"
+
+    def __init__(self, capabilities: Callable[[], Capabilities]) -> None:
+        self.capabilities = capabilities
+
+    def dialect(self, layout: IndexLayout, inline_script: bool) -> ElasticsearchDialect:
+        return ElasticsearchDialect(layout, inline_script, self.capabilities())
+
+    def operations(self, client: Any, url: str) -> ElasticsearchOperations:
+        return ElasticsearchOperations(client, url)
+
+    def mapped_dims(self, vector: dict[str, Any]) -> Any:
+        # Since 8.11 dims may be absent until the first vector arrives.
+        return vector.get("dims")
+
+    def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
+        if vector.get("index") is not False:
+            return None
+        return (
+            f"field {field!r} of index {index!r} is not indexed for kNN (index: false): only "
+            '`mode="exact"` can search it'
+        )
+
+    def not_found_error(self) -> type[Exception]:
+        from elasticsearch import NotFoundError
+
+        return NotFoundError
+
+    def put_script(self, client: Any, script: StoredScript) -> None:
+        client.put_script(id=script.id, script=script.body()["script"])
+
+    def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
+        return client.msearch(searches=lines)
+
+
+class ElasticsearchBackend(ClusterBackend):
+    """A cluster backend with Elasticsearch's specifics, for one server version."""
 
     def __init__(
         self,
@@ -173,17 +214,17 @@ class ElasticsearchBackend(ClusterBackend):
     ) -> None:
         """`version` shapes the requests (knn query, its `k`); None asks the server when it is
         first needed, or assumes the newest Elasticsearch when there is no client (translate)."""
-        super().__init__(client, index_name, model, dims, layout, inline_script, url)
         self._version = version
         self._version_unknown = False
-
-    def _make_operations(self) -> ElasticsearchOperations:
-        return ElasticsearchOperations(self.client, self.url)
+        specifics = ElasticsearchSpecifics(lambda: self.capabilities)
+        super().__init__(
+            client, index_name, model, dims, layout, inline_script, url, specifics=specifics
+        )
 
     @property
     def capabilities(self) -> Capabilities:
         if self._version is None and self.client is not None and not self._version_unknown:
-            with self._errors():
+            with self.errors():
                 self._version = server_version(self.client)
             if self._version is None:
                 self._version_unknown = True
@@ -196,35 +237,6 @@ class ElasticsearchBackend(ClusterBackend):
             if problem:
                 raise EngineError(problem)
         return Capabilities(self._version)
-
-    def _make_dialect(self) -> ElasticsearchDialect:
-        return ElasticsearchDialect(self.layout, self.inline_script, self.capabilities)
-
-    # -- index ---------------------------------------------------------------------------
-
-    def mapped_dims(self, vector: dict[str, Any]) -> Any:
-        # Since 8.11 dims may be absent until the first vector arrives.
-        return vector.get("dims")
-
-    def _check_vector(self, vector: dict[str, Any]) -> None:
-        if vector.get("index") is False:
-            self._warn(
-                f"field {self.layout.vector_field!r} of index {self.index_name!r} is not indexed "
-                'for kNN (index: false): only `mode="exact"` can search it'
-            )
-
-    # -- scripts and writes --------------------------------------------------------------
-
-    def _not_found_error(self) -> type[Exception]:
-        from elasticsearch import NotFoundError
-
-        return NotFoundError
-
-    def _put_script(self, script: StoredScript) -> None:
-        self.client.put_script(id=script.id, script=script.body()["script"])
-
-    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
-        return self.client.msearch(searches=lines)
 
 
 # -- dialect -------------------------------------------------------------------------------

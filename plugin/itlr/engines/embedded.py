@@ -28,7 +28,7 @@ from itlr.composition import compose, explainer
 from itlr.engines.ann import ANN_MIN_ROWS, AnnGraph
 from itlr.engines.embedded_knn import ROUTING_MIN_ROWS, knn_rounds
 from itlr.engines.embedded_lexical import LexicalState
-from itlr.engines.filters import clause_count, compile_filter, unknown_fields
+from itlr.engines.filters import filter_rows
 from itlr.engines.folders import writable_folder
 from itlr.engines.kernels import cosine_matrix, normalise, top_k
 from itlr.engines.store import FORMAT_VERSION, StoredRow, VectorStore, exists
@@ -37,7 +37,6 @@ from itlr.errors import ConfigurationError, IndexStateError
 from itlr.fingerprint import content_hash
 from itlr.highlight import query_words, shaped_hit
 from itlr.lexical import CorpusStats
-from itlr.limits import LIMITS
 from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
@@ -200,7 +199,7 @@ class EmbeddedBackend:
                 self._writing_depth -= 1
             if self._writing_depth == 0:
                 self._compact_if_due()
-            if self._writing_depth == 0 and self._uses_ann():
+            if self._writing_depth == 0 and self.uses_ann():
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due(force=True)
 
@@ -294,7 +293,7 @@ class EmbeddedBackend:
             self._live_cache = self._live_mask_cache = self._fields_cache = None
             if self._writing_depth == 0:
                 self._compact_if_due()
-            if self._uses_ann():
+            if self.uses_ann():
                 # The graph grows with ingestion and is saved now and then, under the lock.
                 self._ann.catch_up(self.store.generation, self._vectors)
                 self._ann.save_if_due()
@@ -335,10 +334,11 @@ class EmbeddedBackend:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _uses_ann(self) -> bool:
+    def uses_ann(self) -> bool:
+        """Whether knn mode and plain kNN take candidates from the graph (`ann_min_rows`)."""
         return self.count() >= self.ann_min_rows
 
-    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
+    def ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]:
         """Live rows among each query's `budget` graph neighbours, nearest first (by the
         graph's own half-precision distances: nearly, not exactly, the cosines' order).
 
@@ -355,7 +355,7 @@ class EmbeddedBackend:
 
     def _ann_rows(self, queries: np.ndarray, budgets: Sequence[int]) -> np.ndarray:
         """Live rows among each query's `budget` graph neighbours, unioned, in row order."""
-        return np.unique(np.concatenate(self._ann_lists(queries, budgets)))
+        return np.unique(np.concatenate(self.ann_lists(queries, budgets)))
 
     def _id_ranks(self) -> np.ndarray:
         """Each row's place in the order of the rows' ids (dead rows: ""), computed once per
@@ -475,7 +475,7 @@ class EmbeddedBackend:
             return SearchResult(query, [], tuple(notes), exact=True)
         window = replace(options, k=options.from_ + options.k) if options.from_ else options
         if options.mode == "exact" or not query.has_positive_term:
-            ranked = self._scored(query, term_vectors, rows, window, exact=True)
+            ranked = self.scored_rows(query, term_vectors, rows, window, exact=True)
         else:
             ranked = knn_rounds(self, query, term_vectors, rows, window)
         words = query_words(query.positive_terms) if options.highlight else frozenset()
@@ -486,7 +486,7 @@ class EmbeddedBackend:
             exact=ranked.exact,
         )
 
-    def _scored(
+    def scored_rows(
         self,
         query: Query,
         term_vectors: np.ndarray,
@@ -497,7 +497,7 @@ class EmbeddedBackend:
     ) -> Ranking:
         """The top k of these rows; `lexical`: their lexical truths when already computed."""
         # One matrix product scores every term against every candidate.
-        cosines = cosine_matrix(self._matrix(rows), term_vectors)
+        cosines = cosine_matrix(self.row_vectors(rows), term_vectors)
         if lexical is None and options.truth.uses_lexical:
             lexical = self.lexical_truths(rows, query.terms)
         scored = compose(query, cosines, options.ops, options.truth, options.hard, lexical)
@@ -527,16 +527,16 @@ class EmbeddedBackend:
         `candidates` (default k) is how many graph neighbours are ranked; otherwise every row
         is."""
         vector = self._check_query_vectors(np.atleast_2d(vector), 1)[0]
-        if filter is None and self._uses_ann():
+        if filter is None and self.uses_ann():
             rows = self._ann_rows(vector[np.newaxis], [max(k, candidates or k)])
         else:
             rows, _ = self._filtered_rows(filter)
         if rows.size == 0:
             return []
-        scores = cosine_matrix(self._matrix(rows), vector[np.newaxis])[:, 0]
+        scores = cosine_matrix(self.row_vectors(rows), vector[np.newaxis])[:, 0]
         return self._hits(rows, scores, np.zeros((len(rows), 0)), (), k)
 
-    def _matrix(self, rows: np.ndarray) -> np.ndarray:
+    def row_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The vectors of these rows; without a copy when they are all rows in order."""
         if len(rows) == len(self._rows) and (len(rows) == 0 or rows[-1] == len(rows) - 1):
             return self._vectors
@@ -583,19 +583,8 @@ class EmbeddedBackend:
         rows = self._live_rows()
         if not filter:
             return rows, []
-        matches, names = compile_filter(filter)
-        # Refused before the first row is read: clauses x rows bounds its cost, not its size.
-        LIMITS.check_filter_work(clause_count(filter), len(rows))
-        notes = [
-            f"filter field {name!r} is in no document of index at {self.path}: "
-            "check its spelling (the filter matches as if the field were empty)"
-            for name in unknown_fields(names, self._known_fields())
-        ]
-        kept = np.array(
-            [r for r in rows if matches(self._rows[r])],
-            dtype=np.int64,
-        )
-        return kept, notes
+        kept, notes = filter_rows(filter, rows, self._rows, self._known_fields, str(self.path))
+        return np.array(kept, dtype=np.int64), notes
 
     def _known_fields(self) -> set[str]:
         """Every field name some live document has (cached until the next commit)."""

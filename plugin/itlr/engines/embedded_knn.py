@@ -52,16 +52,18 @@ ROUTING_MIN_ROWS = 1_000_000
 
 
 class KnnBackend(Protocol):
-    """What the rounds read from the backend: its own helpers, which tests also wrap to count
-    graph walks and scored rows."""
+    """What the rounds read from the embedded backend (itlr.engines.embedded): its public
+    row-level reads (whether it searches the graph, the graph's neighbours, rows scored into a
+    ranking, the rows' vectors and lexical truths), which tests also wrap to count graph walks
+    and scored rows."""
 
     routing_min_rows: int
 
-    def _uses_ann(self) -> bool: ...
+    def uses_ann(self) -> bool: ...
 
-    def _ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]: ...
+    def ann_lists(self, queries: np.ndarray, budgets: Sequence[int]) -> list[np.ndarray]: ...
 
-    def _scored(
+    def scored_rows(
         self,
         query: Query,
         term_vectors: np.ndarray,
@@ -71,7 +73,7 @@ class KnnBackend(Protocol):
         lexical: np.ndarray | None = None,
     ) -> Ranking: ...
 
-    def _matrix(self, rows: np.ndarray) -> np.ndarray: ...
+    def row_vectors(self, rows: np.ndarray) -> np.ndarray: ...
 
     def lexical_truths(self, rows: np.ndarray, terms: tuple[str, ...]) -> np.ndarray: ...
 
@@ -98,9 +100,11 @@ def knn_rounds(
     if not certifiable(query, options.ops, options.truth, mentions_gathered=True):
         searches = plan_candidates(query, term_vectors, options.candidate_budget, options.plan)
         found = candidate_lists(backend, rows, searches, options.filter)
-        return backend._scored(query, term_vectors, np.unique(np.concatenate(found)), options, None)
-    if options.filter is not None or not backend._uses_ann():
-        return backend._scored(query, term_vectors, rows, options, exact=True)
+        return backend.scored_rows(
+            query, term_vectors, np.unique(np.concatenate(found)), options, None
+        )
+    if options.filter is not None or not backend.uses_ann():
+        return backend.scored_rows(query, term_vectors, rows, options, exact=True)
     rounds = options.candidate_rounds()
     if len(rounds) > 1:
         probe = max(options.k, rounds[0] // PROBE_SHARE)
@@ -110,7 +114,7 @@ def knn_rounds(
     # itself, to decide, and proves nothing; the round walks deep if it comes to one.
     routing = len(rounds) > 1 and len(query.positive_terms) > 1
     if routing and len(rows) < backend.routing_min_rows:
-        return backend._scored(query, term_vectors, rows, options, exact=True)
+        return backend.scored_rows(query, term_vectors, rows, options, exact=True)
     source = EmbeddedRounds(backend, query, term_vectors, rows, options, rounds, routing)
     return certify_rounds(source, query, options, rounds)
 
@@ -194,7 +198,7 @@ class EmbeddedRounds:
         lexical = (
             self.stream.truths[np.searchsorted(rows, seen)] if self.stream is not None else None
         )
-        ranked = backend._scored(
+        ranked = backend.scored_rows(
             query, term_vectors, seen, self.options, exact=True, lexical=lexical
         )
         return Round(ranked, bounds if trusted else None, limits)
@@ -221,7 +225,7 @@ class EmbeddedRounds:
             ):
                 return None
         lexical = self.stream.truths if self.stream is not None else None
-        return self.backend._scored(
+        return self.backend.scored_rows(
             self.query, self.term_vectors, self.rows, options, exact=True, lexical=lexical
         )
 
@@ -263,7 +267,7 @@ def depth_cosines(
     the depth."""
     if not len(rows):
         return 1.0, 1.0
-    found = cosine_matrix(backend._matrix(rows), search.vector[np.newaxis])[:, 0]
+    found = cosine_matrix(backend.row_vectors(rows), search.vector[np.newaxis])[:, 0]
     # The (m // 2)-th closest of m, at ascending position m - m // 2.
     middle = min(len(found) - 1, len(found) - len(found) // 2)
     return float(np.partition(found, middle)[middle]), float(found.min())
@@ -277,14 +281,14 @@ def candidate_lists(
 ) -> list[np.ndarray]:
     """Each search's `budget` nearest rows among `rows`: from the graph when it is in use
     (nearest first), else by an exact scan."""
-    if filter is None and backend._uses_ann():
+    if filter is None and backend.uses_ann():
         return graph_lists(backend, searches)
     return knn_lists(backend, rows, searches)
 
 
 def graph_lists(backend: KnnBackend, searches: Sequence[CandidateSearch]) -> list[np.ndarray]:
     """Each search's `budget` nearest rows on the HNSW graph, nearest first."""
-    return backend._ann_lists(np.stack([s.vector for s in searches]), [s.budget for s in searches])
+    return backend.ann_lists(np.stack([s.vector for s in searches]), [s.budget for s in searches])
 
 
 def knn_lists(
@@ -293,7 +297,7 @@ def knn_lists(
     """Each search's `budget` nearest rows (exact cosines)."""
     if all(s.budget >= len(rows) for s in searches):
         return [rows for _ in searches]
-    cosines = cosine_matrix(backend._matrix(rows), np.stack([s.vector for s in searches]))
+    cosines = cosine_matrix(backend.row_vectors(rows), np.stack([s.vector for s in searches]))
     return [
         rows[np.argpartition(-cosines[:, j], s.budget - 1)[: s.budget]]
         if s.budget < len(rows)

@@ -14,9 +14,9 @@ JSON: a number and a numeric string are compared as numbers (`{"term": {"year": 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, cast
 
 from itlr.engines.store import StoredRow
 from itlr.errors import ConfigurationError
@@ -299,3 +299,25 @@ def unknown_fields(names: Iterable[str], known: Iterable[str]) -> list[str]:
     """The filter's field names that no document has (built-in names are always known)."""
     present = set(known) | BUILT_IN_FIELDS
     return sorted(n for n in set(names) if n not in present)
+
+
+def filter_rows(
+    spec: Any,
+    rows: Collection[int],
+    stored: Sequence[StoredRow | None],
+    known_fields: Callable[[], Iterable[str]],
+    where: str,
+) -> tuple[list[int], list[str]]:
+    """The rows (numbers into `stored`, each a live row) the filter keeps, and a warning per
+    filter field no document of the index `where` has (`known_fields`: every field name some
+    live document has). Refused before the first row is read when clauses x rows, which bounds
+    the cost, is over the limit."""
+    matches, names = compile_filter(spec)
+    LIMITS.check_filter_work(clause_count(spec), len(rows))
+    notes = [
+        f"filter field {name!r} is in no document of index at {where}: "
+        "check its spelling (the filter matches as if the field were empty)"
+        for name in unknown_fields(names, known_fields())
+    ]
+    # A live row always holds its document (only a deleted one is None).
+    return [r for r in rows if matches(cast(StoredRow, stored[r]))], notes

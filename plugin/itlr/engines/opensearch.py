@@ -13,6 +13,7 @@ from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.connection import opensearch_errors
 from itlr.engines.dialect import Dialect
+from itlr.engines.layout import IndexLayout
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.painless import StoredScript
 
@@ -113,34 +114,57 @@ class OpenSearchOperations(ClusterOperations):
         return self.client.ingest.simulate(id=pipeline_id, body={"docs": docs})
 
 
-class OpenSearchBackend(ClusterBackend):
-    engine = "opensearch"
+class OpenSearchSpecifics:
+    """OpenSearch's part of a cluster backend (itlr.engines.cluster.EngineSpecifics)."""
+
+    name = "opensearch"
     vector_type = "knn_vector"
 
-    def _make_dialect(self) -> OpenSearchDialect:
-        return OpenSearchDialect(self.layout, self.inline_script)
+    def dialect(self, layout: IndexLayout, inline_script: bool) -> OpenSearchDialect:
+        return OpenSearchDialect(layout, inline_script)
 
-    def _make_operations(self) -> OpenSearchOperations:
-        return OpenSearchOperations(self.client, self.url)
+    def operations(self, client: Any, url: str) -> OpenSearchOperations:
+        return OpenSearchOperations(client, url)
 
     def mapped_dims(self, vector: dict[str, Any]) -> int:
         return int(vector.get("dimension", 0))
 
-    def _check_vector(self, vector: dict[str, Any]) -> None:
-        if "method" not in vector and "model_id" not in vector:
-            self._warn(
-                f"field {self.layout.vector_field!r} of index {self.index_name!r} is not built "
-                'for ANN search (no `method`: back-filled with --exact-only): only `mode="exact"` '
-                "can search it"
-            )
+    def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
+        if "method" in vector or "model_id" in vector:
+            return None
+        return (
+            f"field {field!r} of index {index!r} is not built for ANN search (no `method`: "
+            'back-filled with --exact-only): only `mode="exact"` can search it'
+        )
 
-    def _not_found_error(self) -> type[Exception]:
+    def not_found_error(self) -> type[Exception]:
         from opensearchpy import NotFoundError
 
         return NotFoundError
 
-    def _put_script(self, script: StoredScript) -> None:
-        self.client.put_script(id=script.id, body=script.body())
+    def put_script(self, client: Any, script: StoredScript) -> None:
+        client.put_script(id=script.id, body=script.body())
 
-    def _msearch(self, lines: list[dict[str, Any]]) -> Any:
-        return self.client.msearch(body=lines)
+    def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
+        return client.msearch(body=lines)
+
+
+OPENSEARCH = OpenSearchSpecifics()
+
+
+class OpenSearchBackend(ClusterBackend):
+    """A cluster backend with OpenSearch's specifics (a constructor: nothing is overridden)."""
+
+    def __init__(
+        self,
+        client: Any,
+        index_name: str,
+        model: str,
+        dims: int,
+        layout: IndexLayout | None = None,
+        inline_script: bool = False,
+        url: str = "",
+    ) -> None:
+        super().__init__(
+            client, index_name, model, dims, layout, inline_script, url, specifics=OPENSEARCH
+        )

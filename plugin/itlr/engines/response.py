@@ -20,7 +20,7 @@ from itlr.results import Hit, Ranking
 ITLR_FIELD_PREFIX = "itlr_"
 
 
-def hits_from_response(
+def ranking_from_response(
     response: dict[str, Any],
     query: Query | None,
     term_vectors: np.ndarray | None,
