@@ -48,12 +48,11 @@ class Following:
         self.result = None
 
         def run() -> None:
-            self.result = itlr.Index.backfill(
+            self.result = itlr.Index.follow(
                 name,
                 url=url,
                 text_field="body",
                 vector_field="vec",
-                follow=True,
                 stop=self.stop,
                 interval=0.2,
                 on_line=self.lines.append,
