@@ -1,4 +1,5 @@
-"""The package's import graph has no circle: every `import` of one itlr module by another, at
+"""The package's shape: no module over 600 lines (one idea each), and the import graph has no
+circle: every `import` of one itlr module by another, at
 module level or inside a function (a function-level import is a circle deferred, not broken),
 read from the source with ast. Imports under `if TYPE_CHECKING:` are annotations only and do not
 count; importing `itlr.a.b` runs `itlr/a/__init__.py` as Python always does, which is not an edge
@@ -15,6 +16,9 @@ import networkx as nx
 import itlr
 
 PACKAGE = Path(itlr.__file__).resolve().parent
+MAX_MODULE_LINES = 600
+# Over the limit today, in the engines the cluster-backend work is recomposing.
+KNOWN_LONG_MODULES = {"itlr/engines/embedded.py"}
 # The one circle left, in the proxy's modules the cluster-client work is rewriting
 # (clause.mentions_clause imports placement.names_field inside the function; placement imports
 # codec, which imports upstream, which imports clause). Listed so no new one hides behind it.
@@ -91,3 +95,12 @@ def test_the_followers_and_the_search_options_import_one_way() -> None:
     assert graph.has_edge("itlr.follow_copy", "itlr.follow")
     assert not graph.has_edge("itlr.hard_filter", "itlr.options")
     assert graph.has_edge("itlr.options", "itlr.hard_filter")
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    long = {
+        path.relative_to(PACKAGE.parent).as_posix(): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert {name: n for name, n in long.items() if name not in KNOWN_LONG_MODULES} == {}
