@@ -1,5 +1,5 @@
-"""Vectors that follow the index: `itlr backfill --follow` (`Index.backfill(..., follow=True)`),
-in place or, `--into`, into itlr's copy of the index (itlr.into).
+"""Vectors that follow the index: `itlr backfill --follow` (`Index.follow(...)`, through
+itlr.follow_run), in place or, `--into`, into itlr's copy of the index (itlr.into).
 
 In place, after the back-fill's preparation, the follower asks the index, in a loop, for the
 documents that have a text but no `itlr_hash` or no vector (one search per batch, never a scan

@@ -1,5 +1,5 @@
 """The entry that follows an index an EngineSpec names (`itlr backfill --follow`,
-`Index.backfill(..., follow=True)`): it builds the backend and the embedder back-fill would, and
+`Index.follow`): it builds the backend and the embedder back-fill would, and
 runs the in-place follower (itlr.follow) or, `into`, the copy follower (itlr.follow_copy). It
 sits above both, so neither follower module imports the other's user.
 """
