@@ -191,13 +191,12 @@ def test_exact_only_backfills_an_index_without_knn_in_place_and_exact_search_rea
 
         stop = threading.Event()
         follower = threading.Thread(
-            target=itlr.Index.backfill,
+            target=itlr.Index.follow,
             args=(name,),
             kwargs={
                 "url": opensearch_url,
                 "text_field": "body",
                 "vector_field": "vec",
-                "follow": True,
                 "exact_only": True,
                 "stop": stop,
                 "interval": 0.2,

@@ -102,14 +102,13 @@ def test_follow_embeds_documents_written_since_and_coverage_counts_them(
             time.sleep(0.2)
 
     follower = threading.Thread(
-        target=itlr.Index.backfill,
+        target=itlr.Index.follow,
         args=(name,),
         kwargs={
             "url": elasticsearch_url,
             "text_field": "body",
             "vector_field": "vec",
             "engine": "elasticsearch",
-            "follow": True,
             "stop": stop,
             "interval": 0.2,
         },

@@ -95,13 +95,12 @@ def test_the_follower_embeds_with_the_passage_prompt_the_backfill_used(
     name = create_index(opensearch_url, "opensearch", docs[:4])
     stop = threading.Event()
     thread = threading.Thread(
-        target=itlr.Index.backfill,
+        target=itlr.Index.follow,
         args=(name,),
         kwargs={
             "url": opensearch_url,
             "text_field": "body",
             "vector_field": "vec",
-            "follow": True,
             "stop": stop,
             "interval": 0.2,
             "passage_prompt": "passage: ",

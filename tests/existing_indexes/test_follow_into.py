@@ -243,14 +243,13 @@ def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
     stop = threading.Event()
     lines: list[str] = []
     thread = threading.Thread(
-        target=itlr.Index.backfill,
+        target=itlr.Index.follow,
         args=(source,),
         kwargs={
             "url": url,
             "text_field": "body",
             "vector_field": "vec",
             "into": copy,
-            "follow": True,
             "stop": stop,
             "interval": 0.2,
             "on_line": lines.append,
