@@ -1,5 +1,5 @@
-"""Vectors that follow the index: `itlr backfill --follow` (`Index.backfill(..., follow=True)`),
-in place or, `--into`, into itlr's copy of the index (itlr.into).
+"""Vectors that follow the index: `itlr backfill --follow` (`Index.follow(...)`, through
+itlr.follow_run), in place or, `--into`, into itlr's copy of the index (itlr.into).
 
 In place, after the back-fill's preparation, the follower asks the index, in a loop, for the
 documents that have a text but no `itlr_hash` or no vector (one search per batch, never a scan
@@ -42,10 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from itlr.backfill import (
-    check_exact_only,
-    cluster_backend,
     conditional,
-    passage_embedder,
     prepare_guarded,
     require_vector_field,
 )
@@ -53,11 +50,10 @@ from itlr.change_feed import ChangeFeed, save_state, saved_state
 from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.deadline import longer_deadline, set_deadline
-from itlr.engines.factory import EngineSpec
 from itlr.engines.foreign import itlr_fields
 from itlr.engines.integrity import check_stored_pipeline
 from itlr.engines.operations import ClusterOperations, Refusal
-from itlr.errors import ConfigurationError, EngineError, IndexStateError
+from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.follow_cycle import FollowCycle, Retry, pending_body
 from itlr.follow_watch import RECHECK_SECONDS, Changes, Snapshot, changes
@@ -65,7 +61,7 @@ from itlr.hash_guard import PIPELINE, PIPELINE_ID, install_hash_guard
 from itlr.transform import DocumentTransform, in_place_update
 from itlr.write_report import WriteReport
 
-__all__ = ["FollowCycle", "Follower", "Retry", "follow_spec", "pending_body"]
+__all__ = ["FollowCycle", "Follower", "Retry", "pending_body"]
 
 # Seconds between two looks at an index that had nothing to do.
 FOLLOW_INTERVAL = 1.0
@@ -486,59 +482,3 @@ class Follower:
         state = self.feed.state(failing=failing, source=name, text_field=self.text_field)
         save_state(self.operations, self.target, state)
         self._saved_at, self._saved_failing = now, failing
-
-
-def follow_spec(
-    spec: EngineSpec,
-    *,
-    model: str | None = None,
-    into: str | None = None,
-    alias: str | None = None,
-    install_pipeline: bool = False,
-    batch_size: int = 64,
-    interval: float = FOLLOW_INTERVAL,
-    stop: threading.Event | None = None,
-    on_cycle: Callable[[FollowCycle], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    on_error: Callable[[str], None] | None = None,
-    on_line: Callable[[str], None] | None = None,
-    verify_rate: float = VERIFY_RATE,
-    encoder: str | None = None,
-    encoder_url: str | None = None,
-    passage_prompt: str | None = None,
-    exact_only: bool = False,
-) -> WriteReport:
-    """Follow the index an EngineSpec names until `stop` is set (in place, or `into` itlr's
-    copy of it, `alias` then moved to the copy). The encoder options are back-fill's
-    (itlr.backfill.backfill_spec): the follower must embed as the back-fill did."""
-    if alias is not None and not into:
-        raise ConfigurationError("--alias moves an alias to the --into index: give --into")
-    if alias is not None and alias == spec.index_name:
-        raise ConfigurationError(
-            f"--alias {alias!r} is the name the follower reads the source by: moved to the copy, "
-            "the copy would become its own source; follow the source by its index name"
-        )
-    from itlr.follow_copy import CopyFollower  # a subclass of this module's Follower
-
-    embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
-    backend = cluster_backend(spec, embedder)
-    check_exact_only(backend, exact_only, into)
-    follower = (CopyFollower if into else Follower)(
-        backend,
-        embedder,
-        spec.layout.text_field,
-        into=into,
-        batch_size=batch_size,
-        interval=interval,
-        stop=stop,
-        on_cycle=on_cycle,
-        on_batch=on_batch,
-        on_error=on_error,
-        on_line=on_line,
-        verify_rate=verify_rate,
-        exact_only=exact_only,
-    )
-    follower.prepare(install_pipeline)
-    if into and alias:
-        follower.operations.move_alias(alias, into)
-    return follower.run()

@@ -39,7 +39,6 @@ from itlr.query import Query
 from itlr.scoring import TruthMap
 
 if TYPE_CHECKING:
-    from itlr.options import SearchOptions
     from itlr.results import Hit, SearchResult
 
 HardFilterRule = Literal["relative", "absolute"]
@@ -184,20 +183,20 @@ def explained_evidence(
 
 
 def explain_filtering(
-    result: SearchResult, unfiltered: Sequence[Hit], options: SearchOptions
+    result: SearchResult, unfiltered: Sequence[Hit], hard: HardFilter | None, truth: TruthMap
 ) -> SearchResult:
-    """`result` (a search with explain and a hard filter) with each hit's verdict and the
-    documents the filter dropped: those of `unfiltered` (the same search without the filter)
-    missing from the result whose verdict says dropped, best first. A hit without an
-    explanation tree has no verdict."""
-    hard = options.hard
+    """`result` (a search with explain and the hard filter `hard`) with each hit's verdict and
+    the documents the filter dropped: those of `unfiltered` (the same search without the
+    filter) missing from the result whose verdict says dropped, best first. A hit without an
+    explanation tree has no verdict. Takes the two options it reads, not SearchOptions:
+    itlr.options imports this module."""
     if hard is None or not result.query.excluded_terms:
         return result
     query = result.query
 
     def judged(hit: Hit) -> Hit:
         found = (
-            explained_evidence(query, hit.explanation, options.truth)
+            explained_evidence(query, hit.explanation, truth)
             if hit.explanation is not None
             else None
         )

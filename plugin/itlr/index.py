@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 from warnings import warn
 
 from itlr.changes import Change, Delete, Patch, Update
@@ -45,12 +45,21 @@ if TYPE_CHECKING:
 QueryLike = str | Query | Node
 
 
-class _EncoderChoice(TypedDict):
-    """How `backfill` embeds, passed on to the follower or the back-filler."""
-
-    encoder: str | None
-    encoder_url: str | None
-    passage_prompt: str | None
+def _backfill_spec(
+    name: str,
+    url: str,
+    text_field: str,
+    vector_field: str,
+    engine: str | None,
+    connection: Mapping[str, Any],
+) -> EngineSpec:
+    """The EngineSpec `Index.backfill` and `Index.follow` read the index by."""
+    return EngineSpec(
+        engine=engine or "auto",
+        index_name=str(name),
+        connection=Connection.from_env(url, **connection),
+        layout=IndexLayout(vector_field, text_field),
+    )
 
 
 def as_query(query: QueryLike) -> Query:
@@ -195,47 +204,44 @@ class Index:
         then points at it); an existing `into` is written only if itlr made it as a copy of
         this source (itlr.into). Open the result with `Index.open(..., vector_field=...)`.
 
-        `follow=True` keeps running until `stop` is set: every `interval` seconds it embeds
-        the documents written since (no `itlr_hash`), or with `into` copies every write of the
-        source, calling `on_cycle` after each busy look and `on_line` with its start, idle and
-        re-check lines, and returns the follower's report (itlr.follow). In place a hash sweep
-        re-reads `verify_rate` documents a second (default 1000; 0: none) to catch texts
-        changed without the hash noticing. `install_pipeline` makes itlr's hash guard the
-        index's final pipeline, so rewritten texts lose their hash (itlr.hash_guard).
+        `install_pipeline` makes itlr's hash guard the index's final pipeline, so rewritten
+        texts lose their hash (itlr.hash_guard). To keep the vectors current afterwards, use
+        `Index.follow` (`follow=True` here still does, with a DeprecationWarning).
         `exact_only` (OpenSearch, in place): the vector mapped without an ANN method, so an
         index created without `index.knn` is back-filled where it is and searched with
         `mode="exact"`. Either way the result is a WriteReport (itlr.write_report), as `add`
         returns."""
         from itlr.backfill import backfill_spec
 
-        spec = EngineSpec(
-            engine=engine or "auto",
-            index_name=str(name),
-            connection=Connection.from_env(url, **connection),
-            layout=IndexLayout(vector_field, text_field),
-        )
-        encoders: _EncoderChoice = {
-            "encoder": encoder,
-            "encoder_url": encoder_url,
-            "passage_prompt": passage_prompt,
-        }
         if follow:
-            from itlr.follow import VERIFY_RATE, follow_spec
-
-            return follow_spec(
-                spec,
+            warn(
+                "Index.backfill(..., follow=True) is deprecated: call Index.follow(...) with the "
+                "same arguments (without follow=)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return cls.follow(
+                name,
+                url=url,
+                text_field=text_field,
+                vector_field=vector_field,
                 model=model,
                 into=into,
                 alias=alias,
+                engine=engine,
                 install_pipeline=install_pipeline,
-                interval=interval,
                 stop=stop,
+                interval=interval,
                 on_cycle=on_cycle,
                 on_line=on_line,
-                verify_rate=VERIFY_RATE if verify_rate is None else verify_rate,
+                verify_rate=verify_rate,
                 exact_only=exact_only,
-                **encoders,
+                encoder=encoder,
+                encoder_url=encoder_url,
+                passage_prompt=passage_prompt,
+                **connection,
             )
+        spec = _backfill_spec(name, url, text_field, vector_field, engine, connection)
         return backfill_spec(
             spec,
             model=model,
@@ -243,7 +249,60 @@ class Index:
             alias=alias,
             install_pipeline=install_pipeline,
             exact_only=exact_only,
-            **encoders,
+            encoder=encoder,
+            encoder_url=encoder_url,
+            passage_prompt=passage_prompt,
+        )
+
+    @classmethod
+    def follow(
+        cls,
+        name: str,
+        *,
+        url: str,
+        text_field: str,
+        vector_field: str = "embedding",
+        model: str | None = None,
+        into: str | None = None,
+        alias: str | None = None,
+        engine: str | None = None,
+        install_pipeline: bool = False,
+        stop: threading.Event | None = None,
+        interval: float = 1.0,
+        on_cycle: Callable[[FollowCycle], None] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        verify_rate: float | None = None,
+        exact_only: bool = False,
+        encoder: str | None = None,
+        encoder_url: str | None = None,
+        passage_prompt: str | None = None,
+        **connection: Any,
+    ) -> WriteReport:
+        """Back-fill as `Index.backfill` does (the same arguments), then keep running until
+        `stop` is set (`itlr backfill --follow`): every `interval` seconds it embeds the
+        documents written since (no `itlr_hash`), or with `into` copies every write of the
+        source, calling `on_cycle` after each busy look and `on_line` with its start, idle and
+        re-check lines, and returns the follower's report (itlr.follow). In place a hash sweep
+        re-reads `verify_rate` documents a second (default 1000; 0: none) to catch texts
+        changed without the hash noticing."""
+        from itlr.follow import VERIFY_RATE
+        from itlr.follow_run import follow_spec
+
+        return follow_spec(
+            _backfill_spec(name, url, text_field, vector_field, engine, connection),
+            model=model,
+            into=into,
+            alias=alias,
+            install_pipeline=install_pipeline,
+            interval=interval,
+            stop=stop,
+            on_cycle=on_cycle,
+            on_line=on_line,
+            verify_rate=VERIFY_RATE if verify_rate is None else verify_rate,
+            exact_only=exact_only,
+            encoder=encoder,
+            encoder_url=encoder_url,
+            passage_prompt=passage_prompt,
         )
 
     # -- what it is ------------------------------------------------------------------------

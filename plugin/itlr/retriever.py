@@ -38,7 +38,7 @@ class Retriever:
             # Why the filter kept each hit, and which documents it dropped from their places:
             # the same search without it, explained the same way (itlr.hard_filter).
             unfiltered = self.backend.search(query, vectors, replace(options, hard_filter=None))
-            found = explain_filtering(found, unfiltered.hits, options)
+            found = explain_filtering(found, unfiltered.hits, options.hard, options.truth)
             if found.dropped:
                 dropped, cut = bound_hits(found.dropped, LIMITS.max_document_bytes)
                 found = replace(found, dropped=dropped, warnings=(*found.warnings, *cut))

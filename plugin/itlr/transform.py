@@ -4,8 +4,8 @@ fields itlr writes beside the document's own (vector, hash, token counts and len
 
 Written once so that every path embeds alike: the passage prompt in front of each text
 (`Embedder.encode_passages`), the hash of the text and model (itlr.fingerprint), the lexical
-fields hybrid truths read (itlr.lexical). Ingestion (itlr.ingest) builds the same fields
-through the backend's bulk actions (itlr.engines.bulk).
+fields hybrid truths read (itlr.lexical). Ingestion (itlr.ingest) writes through the backend's
+bulk actions (itlr.engines.bulk), which build those fields with this module's `itlr_fields`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from itlr.embed import Embedder
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
@@ -30,6 +32,17 @@ def text_of(source: dict[str, Any], path: str) -> str | None:
     if isinstance(value, list):
         value = " ".join(str(v) for v in value if v is not None)
     return None if value is None or value == "" else str(value)
+
+
+def itlr_fields(vector_field: str, text: str, vector: np.ndarray, digest: str) -> dict[str, Any]:
+    """The fields itlr writes beside a document's own for `text`: its vector, the content hash
+    (`digest`; none written when empty) and the token counts hybrid truths read. Every write
+    path builds them here: ingestion's bulk actions, back-fill, copies and the follower."""
+    return {
+        vector_field: vector.tolist(),
+        **({HASH_FIELD: digest} if digest else {}),
+        **lexical_fields(text),
+    }
 
 
 @dataclass
@@ -67,11 +80,7 @@ class DocumentTransform:
         vectors = self.embedder.encode_passages(list(texts))
         self.encode_seconds += time.perf_counter() - started
         return [
-            {
-                self.vector_field: vector.tolist(),
-                HASH_FIELD: self.digest(text),
-                **lexical_fields(text),
-            }
+            itlr_fields(self.vector_field, text, vector, self.digest(text))
             for text, vector in zip(texts, vectors, strict=True)
         ]
 

@@ -150,12 +150,11 @@ def test_a_follower_stops_in_one_line_on_an_emptied_pipeline(opensearch_url, gua
 
     def follow() -> None:
         try:
-            itlr.Index.backfill(
+            itlr.Index.follow(
                 guarded_index,
                 url=opensearch_url,
                 text_field="body",
                 vector_field="vec",
-                follow=True,
                 stop=stop,
                 interval=0.2,
             )

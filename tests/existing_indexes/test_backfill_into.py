@@ -149,13 +149,12 @@ def test_following_into_an_index_that_is_not_this_sources_copy_is_refused(
     into = {"users": users, "users alias": alias, "source": source, "pattern": "*"}[kind]
     before = index_state(opensearch_url, users), index_state(opensearch_url, source)
     with pytest.raises(ItlrError):
-        itlr.Index.backfill(
+        itlr.Index.follow(
             source,
             url=opensearch_url,
             text_field="body",
             vector_field="vec",
             into=into,
-            follow=True,
         )
     assert (index_state(opensearch_url, users), index_state(opensearch_url, source)) == before
 

@@ -1,4 +1,4 @@
-"""`itlr backfill --follow` / `Index.backfill(..., follow=True)` on a real OpenSearch: REST
+"""`itlr backfill --follow` / `Index.follow(...)` on a real OpenSearch: REST
 writes made while it runs (new documents, overwrites, partial updates, deletes) are embedded or
 gone within moments; the hash guard pipeline catches the writes that keep a stale hash; kill -9
 and a restart lose nothing and embed nothing twice; SIGTERM finishes the batch and exits 0."""
@@ -305,5 +305,31 @@ def test_install_pipeline_without_follow_guards_the_index_a_plain_rerun_then_emb
             assert set(mapping[other]["mappings"]["properties"]) == {"body", "year", "topic"}
         finally:
             delete_index(opensearch_url, other)
+    finally:
+        delete_index(opensearch_url, name)
+
+
+def test_backfill_with_follow_true_still_follows_and_says_it_is_deprecated(
+    opensearch_url, corpus
+) -> None:
+    """The old spelling keeps working: Index.backfill(follow=True) runs Index.follow (here
+    until its first busy cycle) and warns once that Index.follow is the name now."""
+    name = create_index(opensearch_url, "opensearch", documents(corpus, 5))
+    stop = threading.Event()
+    try:
+        with pytest.warns(DeprecationWarning, match=r"Index\.follow"):
+            report = itlr.Index.backfill(
+                name,
+                url=opensearch_url,
+                text_field="body",
+                vector_field="vec",
+                follow=True,
+                stop=stop,
+                interval=0.2,
+                on_cycle=lambda _cycle: stop.set(),
+            )
+        assert hashed(opensearch_url, name) == 5
+        assert report.kind == "follow"
+        assert report.embedded == 5
     finally:
         delete_index(opensearch_url, name)

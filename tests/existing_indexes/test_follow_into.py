@@ -97,14 +97,13 @@ def test_follow_into_keeps_a_copy_of_a_knn_less_index_current(
     outcome: dict = {}
 
     def follow() -> None:
-        outcome["report"] = itlr.Index.backfill(
+        outcome["report"] = itlr.Index.follow(
             source,
             url=url,
             text_field="body",
             vector_field="vec",
             into=copy,
             alias=alias,
-            follow=True,
             stop=stop,
             interval=0.2,
             on_cycle=cycles.append,
@@ -199,13 +198,12 @@ def test_a_killed_copy_follower_resumes_where_it_stopped(opensearch_url, corpus,
         outcome: dict = {}
 
         def follow() -> None:
-            outcome["report"] = itlr.Index.backfill(
+            outcome["report"] = itlr.Index.follow(
                 source,
                 url=url,
                 text_field="body",
                 vector_field="vec",
                 into=copy,
-                follow=True,
                 stop=stop,
                 interval=0.2,
                 on_line=lines.append,
@@ -236,14 +234,13 @@ def test_a_copy_follower_mirrors_a_source_or_copy_created_again_from_the_start(
     stop = threading.Event()
     lines: list[str] = []
     thread = threading.Thread(
-        target=itlr.Index.backfill,
+        target=itlr.Index.follow,
         args=(source,),
         kwargs={
             "url": url,
             "text_field": "body",
             "vector_field": "vec",
             "into": copy,
-            "follow": True,
             "stop": stop,
             "interval": 0.2,
             "on_line": lines.append,
@@ -296,14 +293,13 @@ def test_follow_into_refuses_an_alias_that_would_make_the_copy_its_own_source(
     source, pipeline = team_index(url, documents(corpus, 3))
     try:
         with pytest.raises(ConfigurationError, match="would become its own source"):
-            itlr.Index.backfill(
+            itlr.Index.follow(
                 source,
                 url=url,
                 text_field="body",
                 vector_field="vec",
                 into=f"{source}-itlr",
                 alias=source,
-                follow=True,
             )
         assert httpx.head(f"{url}/{source}-itlr", timeout=30).status_code == 404
     finally:

@@ -256,3 +256,23 @@ def test_ingest_after_a_backfill_leaves_the_mapping_as_it_was_and_search_working
     for mode in ("knn", "exact"):
         hits = index.search(QUERY, k=5, mode=mode, filter={"term": {"topic": "sleep"}}).hits
         assert "new-1" in {h.id for h in hits} and {h.fields["topic"] for h in hits} == {"sleep"}
+
+
+def test_ingest_and_backfill_write_the_same_itlr_fields_for_the_same_text(
+    opensearch_url, team
+) -> None:
+    """One document transform (itlr.transform.itlr_fields): a text back-filled in place and the
+    same text ingested under another id carry the same vector, hash and token counts."""
+    name, docs = team
+    itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")
+    index = itlr.Index.open(name, url=opensearch_url, vector_field="vec", text_field="body")
+    twin = {k: v for k, v in docs[0].items() if k != "_id"}
+    assert index.add([{"id": "ingested-twin", **twin}]).failed == {}
+    stored = all_sources(opensearch_url, name)
+    backfilled, ingested = stored[docs[0]["_id"]], stored["ingested-twin"]
+    assert set(ingested) == set(backfilled) == {*twin, *ITLR_FIELDS}
+    for field in ITLR_FIELDS:
+        if field == "vec":
+            assert ingested[field] == pytest.approx(backfilled[field], abs=1e-6)
+        else:
+            assert ingested[field] == backfilled[field], field

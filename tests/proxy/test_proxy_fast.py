@@ -22,7 +22,8 @@ from foreign_index import create_index, delete_index, documents
 from itlr.cli import app as cli
 from itlr.engines.connection import Connection
 from itlr.proxy import create_proxy_app, serving
-from itlr.proxy.app import RELAY_IN_ONE_PIECE, decode_json
+from itlr.proxy.app import RELAY_IN_ONE_PIECE
+from itlr.proxy.codec import decode_json
 from itlr.proxy.stages import STAGES, StageTimes
 from itlr.proxy.upstream import IndexConfig
 from itlr.service.server import free_port

@@ -1,6 +1,6 @@
 """Helpers of the follower tests (tests/existing_indexes): wait for a condition, check every
 vector is of its document's current text, a REST write that must succeed, and a follower run in
-a thread (`Index.backfill(follow=True)` as `Following`, a prepared `Follower` as `Running`),
+a thread (`Index.follow` as `Following`, a prepared `Follower` as `Running`),
 stopped at the end of its `with` block. The cluster is the real one the test passes in."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def rest(method: str, url: str, body: Any = None) -> None:
 
 
 class Following:
-    """`Index.backfill(follow=True)` on the `body`/`vec` fields in a thread, its cycles and
+    """`Index.follow` on the `body`/`vec` fields in a thread, its cycles and
     lines kept; stopped (and required to stop) at the end."""
 
     def __init__(self, url: str, name: str, **options: Any) -> None:
@@ -63,12 +63,11 @@ class Following:
         self.result: Any = None
 
         def run() -> None:
-            self.result = itlr.Index.backfill(
+            self.result = itlr.Index.follow(
                 name,
                 url=url,
                 text_field="body",
                 vector_field="vec",
-                follow=True,
                 stop=self.stop,
                 interval=0.2,
                 on_cycle=self.cycles.append,

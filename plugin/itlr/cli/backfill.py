@@ -146,7 +146,7 @@ def follow_index(
     import signal
     import threading
 
-    from itlr.follow import follow_spec
+    from itlr.follow_run import follow_spec
     from itlr.progress import follow_progress
 
     stop = threading.Event()

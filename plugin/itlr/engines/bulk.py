@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 
 from itlr.engines.layout import IndexLayout
-from itlr.fingerprint import HASH_FIELD
-from itlr.lexical import lexical_fields
+from itlr.transform import itlr_fields
 
 
 def bulk_actions(
@@ -32,10 +31,8 @@ def bulk_actions(
             "_source": {
                 "doc_id": doc_id,
                 layout.text_field: text,
-                layout.vector_field: vector.tolist(),
                 layout.metadata_field: extra,
-                **lexical_fields(text),
-                **({HASH_FIELD: digest} if digest else {}),
+                **itlr_fields(layout.vector_field, text, vector, digest),
             },
         }
         for doc_id, text, vector, extra, digest in zip(
@@ -66,9 +63,7 @@ def shaped_bulk_actions(
             "_source": {
                 **extra,
                 layout.text_field: text,
-                layout.vector_field: vector.tolist(),
-                **lexical_fields(text),
-                HASH_FIELD: digest,
+                **itlr_fields(layout.vector_field, text, vector, digest),
             },
         }
         for doc_id, text, vector, extra, digest in zip(

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -23,7 +24,7 @@ try:
     from starlette.applications import Starlette
     from starlette.background import BackgroundTask
     from starlette.middleware import Middleware
-    from starlette.requests import ClientDisconnect, Request
+    from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 except ImportError as absent:
@@ -33,47 +34,29 @@ from itlr.embed import Embedder
 from itlr.engines.connection import Connection, is_tls_failure, untrusted_tls
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
-    ScriptMismatch,
-    is_script_error,
 )
-from itlr.errors import ConfigurationError, IndexStateError, ItlrError
-from itlr.lexical import CorpusStats, query_tokens
-from itlr.limits import LIMITS
+from itlr.errors import ConfigurationError
 from itlr.options import SearchOptions
-from itlr.proxy import placement, stages
-from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fixed_answer
-from itlr.proxy.bodies import (
-    JSON,
-    RequestBody,
-    not_json,
-    read_body,
-)
+from itlr.proxy import stages
+from itlr.proxy.answers import AsyncSearches, Rewrite
 from itlr.proxy.caller import Caller, CallerReads
-from itlr.proxy.clause import ClauseError, LogicalSearch
 from itlr.proxy.codec import (
-    decode_json,
-    encode_json,
     error_body,
     error_response,
-    refusal,
-    script_mismatch,
     upstream_timeout,
 )
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
 from itlr.proxy.integrity import IntegrityWatch, OwnRequests, write_refusal
-from itlr.proxy.rewrite import refuse_terminate_after, rewrite_search
+from itlr.proxy.searches import Refused, SearchRequests
 from itlr.proxy.statistics import CallerStatistics, changes_documents
-from itlr.proxy.upstream import IndexConfig, Upstream, UpstreamDenied, UpstreamTimeout
-from itlr.query import Query
+from itlr.proxy.upstream import IndexConfig, Upstream, UpstreamTimeout
 from itlr.service.security import TOKEN_HEADER, TokenGuard
 from itlr.term_cache import PROMETHEUS_CONTENT_TYPE, prometheus_text
 
 log = logging.getLogger("itlr.proxy")
 
-# A UI's search bodies are small; a _msearch of many panels stays far below this.
-MAX_SEARCH_BODY = LIMITS.max_body_bytes
 # An answer up to this size (a search page, a histogram) is read whole and sent in one piece:
 # a streamed response costs the server a second task per request; bigger ones stream.
 RELAY_IN_ONE_PIECE = 1 << 20
@@ -151,15 +134,32 @@ async def _relayed(upstream: Forwarded) -> AsyncIterator[bytes]:
     stages.add("relay response body", (time.perf_counter() - started) * 1000)
 
 
-# The token statistics one request has counted, by target and token set (hybrid truths).
-Counted = dict[tuple[str, tuple[str, ...]], CorpusStats]
+# Writes that may change itlr's stored scripts or pipelines (checked again after them).
+SCRIPT_WRITE_PATHS = ("/_scripts/", "/_ingest/pipeline/")
 
 
-class _Refused(Exception):
-    """A response to send instead of forwarding."""
+@dataclass(slots=True)
+class Outgoing:
+    """What the proxy forwards for one request: the body (bytes, the caller's stream, or
+    None), the headers, the query string (None: the caller's own), and for a search the proxy
+    rewrote (or a poll of one) what to fix in the answer, the API and the searched target."""
 
-    def __init__(self, response: Response) -> None:
-        self.response = response
+    content: bytes | AsyncIterator[bytes] | None
+    headers: list[tuple[str, str]]
+    query: bytes | None = None
+    done: Rewrite | None = None
+    api: str = ""
+    target: str | None = None
+    # A search the proxy rewrote (not a poll of one): its errors may be a stored script's.
+    rewritten: bool = False
+
+
+def _passed_body(request: Request) -> AsyncIterator[bytes] | None:
+    """The caller's body streamed on as it comes; None when none came (not an empty chunked
+    one)."""
+    if "content-length" in request.headers or "transfer-encoding" in request.headers:
+        return request.stream()
+    return None
 
 
 class QueryBarProxy:
@@ -213,185 +213,18 @@ class QueryBarProxy:
         self.async_searches = AsyncSearches()
         # Set by `itlr bench proxy` only: where each request spends its time.
         self.stages: stages.StageTimes | None = None
-
-    # -- rewriting -------------------------------------------------------------------------
-
-    async def _statistics(
-        self,
-        target: str,
-        query: Query,
-        caller: Caller,
-        counted: Counted,
-    ) -> CorpusStats | None:
-        """The target's token statistics for hybrid truths (None for other truths): the
-        caller's remembered ones while recent (itlr.proxy.statistics), else asked of the
-        upstream; once per target and token set of this request (`counted`)."""
-        if not self.defaults.truth.uses_lexical:
-            return None
-        tokens = query_tokens(query.terms)
-        key = (target, tuple(sorted(tokens)))
-        if key not in counted:
-            counted[key] = await self.statistics.statistics(
-                target,
-                caller.headers,
-                tokens,
-                lambda: self.upstream.lexical_stats(caller, target, query),
-            )
-        return counted[key]
-
-    async def _rewrite_one(
-        self,
-        body: dict[str, Any],
-        target: str | None,
-        caller: Caller,
-        counted: Counted,
-        query: bytes = b"",
-    ) -> tuple[dict[str, Any], AnswerPlan, bytes | None] | None:
-        """The rewritten body, what to fix in its answer and the query string left to forward
-        (None: unchanged), or None when it holds no itlr clause. `counted`: the statistics this
-        request has counted so far (an `_msearch` shares them between its searches); `query`:
-        the search's query string, whose search parameters (size, sort, _source, ...) win over
-        the body's: folded into it, so the rewrite ranks the page they ask for and they cannot
-        undo it."""
-        with stages.span("find + parse clause"):
-            body = placement.unwrap(body, self.field)
-            found: LogicalSearch | None = placement.walk(body, self.field)
-        if found is None:
-            return None
-        refuse_terminate_after(
-            dict(placement.parameters(query)).get("terminate_after"), "a URL parameter"
+        self.searches = SearchRequests(
+            field,
+            defaults,
+            self.encoding,
+            self.upstream,
+            self.integrity,
+            self.statistics,
+            self.coverage,
+            self.async_searches,
         )
-        body, query_left = placement.folded_url_parameters(body, query)
-        if not target:
-            raise ClauseError(
-                f"a search on {self.field}: must name its index (or index pattern) in the path"
-            )
-        with stages.span("index lookup (cached)"):
-            searched = await self.upstream.target(caller, target)
-            await self.integrity.verified(caller, searched.dialect)
-        vectors = await self.encoding.vectors(searched, target, list(found.query.terms))
-        with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
-            lexical = await self._statistics(target, found.query, caller, counted)
-        log.info("logical search on %s: %d terms", target, len(found.query.terms))
-        log.debug("logical query on %s: %s", target, found.query)
-        with stages.span("build upstream body"):
-            rewritten, plan = rewrite_search(
-                body, found, searched.dialect, vectors, self.defaults, lexical, target
-            )
-        return rewritten, plan, query_left
-
-    async def _rewrite_search(
-        self, raw: bytes, target: str | None, caller: Caller, query: bytes
-    ) -> Rewrite | None:
-        with stages.span("parse JSON"):
-            LIMITS.check_json_depth(raw, "the search body")
-            try:
-                body = decode_json(raw) if raw.strip() else None
-            except ValueError:
-                return None  # not ours to judge: the upstream answers malformed JSON itself
-        if not isinstance(body, dict):
-            return None
-        done = await self._rewrite_one(body, target, caller, {}, query)
-        if done is None:
-            return None
-        with stages.span("serialise upstream body"):
-            return Rewrite(encode_json(done[0]), done[2], {0: done[1]}, [str(target)])
-
-    async def _rewrite_msearch(
-        self, raw: bytes, target: str | None, caller: Caller
-    ) -> Rewrite | None:
-        """Each header/body pair of the NDJSON; pairs without the clause keep their bytes."""
-        LIMITS.check_json_depth(raw, "the _msearch body")
-        lines = raw.split(b"\n")
-        LIMITS.check_msearch(sum(1 for line in lines if line.strip()) // 2)
-        counted: Counted = {}
-        plans: dict[int, AnswerPlan] = {}
-        targets: list[str] = []
-        for found in placement.msearch_searches(lines, target, self.field):
-            try:
-                done = await self._rewrite_one(found.body, found.index, caller, counted)
-            except IndexStateError as failed:  # which search of many, on which index
-                raise IndexStateError(
-                    f"_msearch search {found.ordinal + 1} (on {found.index!r}): {failed}"
-                ) from None
-            if done is not None:
-                refuse_terminate_after(
-                    found.header.get("terminate_after"),
-                    f"in the header of _msearch search {found.ordinal + 1}",
-                )
-                lines[found.position + 1] = encode_json(done[0])
-                plans[found.ordinal] = done[1]
-                targets.append(str(found.index))
-        return Rewrite(b"\n".join(lines), None, plans, targets) if plans else None
-
-    async def _body_to_send(
-        self, request: Request, match: re.Match[str], body: RequestBody, query: bytes
-    ) -> Rewrite | None:
-        """What to forward in place of the request's body (and query string), or None to
-        forward them as they came."""
-        if request.method not in ("GET", "POST"):
-            return None
-        target, api = match.group("target"), match.group("api")
-        if body.kind != JSON:
-            if placement.body_names_field(body, self.field, f"the {api} body"):
-                raise not_json(body.kind, self.field)
-            return None  # it names no field: the engine reads it as it is
-        caller = Caller.of(request.headers)
-        if api == "_msearch":
-            done = await self._rewrite_msearch(body.data, target, caller)
-        else:
-            done = await self._rewrite_search(body.data, target, caller, query)
-        if done is not None:
-            placement.refuse_other_answer_formats(query, request.headers.get("accept"), self.field)
-        return done
 
     # -- forwarding ------------------------------------------------------------------------
-
-    async def _read_search_body(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_SEARCH_BODY:
-            raise _Refused(self._too_large())
-        chunks = []
-        size = 0
-        try:
-            with stages.span("read body"):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > MAX_SEARCH_BODY:
-                        raise _Refused(self._too_large())
-                    chunks.append(chunk)
-        except ClientDisconnect:
-            # Gone, or cut off by the body read time-out (which answered it): no one to answer.
-            raise _Refused(Response(status_code=408)) from None
-        return b"".join(chunks)
-
-    @staticmethod
-    def _too_large() -> JSONResponse:
-        return error_response(
-            413,
-            "itlr_request_too_large",
-            f"itlr: the search body exceeds the proxy's limit of {MAX_SEARCH_BODY} bytes "
-            "(max_body_bytes, raise it with ITLR_MAX_BODY_BYTES)",
-        )
-
-    async def _script_failure(
-        self, request: Request, upstream: Forwarded, target: str | None
-    ) -> Response | None:
-        """A logical search the upstream refused on a script error: the refusal to send when
-        the stored script is not ours any more, else None (the upstream's answer, buffered).
-        ForwardTimeout / ForwardFailed when the answer does not come whole."""
-        await upstream.read()
-        if not is_script_error(upstream.text):
-            return None
-        caller = Caller.of(request.headers)
-        try:
-            searched = await self.upstream.target(caller, target) if target else None
-            await self.integrity.after_error(caller, searched.dialect if searched else None)
-        except ScriptMismatch as foreign:
-            return script_mismatch(foreign)
-        except ItlrError as failed:
-            log.warning("cannot recheck itlr's stored scripts: %s", failed)
-        return None
 
     async def handle(self, request: Request) -> Response:
         """`_handle`, with a last guard: a failure of the proxy's own is logged with its
@@ -408,6 +241,8 @@ class QueryBarProxy:
             )
 
     async def _handle(self, request: Request) -> Response:
+        """Guard the path, read what to send by the request's kind (`_outgoing`), forward it
+        (`_forward`) and relay the answer (`_relay`)."""
         if self.stages is not None:
             self.stages.start_request()
         path = normalised_path(request)
@@ -418,51 +253,50 @@ class QueryBarProxy:
                 "itlr proxy: paths with dot segments (`.`, `..`, or their percent-encodings) are "
                 "refused: name the resource directly",
             )
-        script_write = request.method not in ("GET", "HEAD") and (
-            path.startswith("/_scripts/") or path.startswith("/_ingest/pipeline/")
-        )
         refused = write_refusal(request.method, path, self.connection.url)
         if refused is not None and not self.allow_script_writes:
             return error_response(403, "itlr_script_write_refused", f"itlr proxy: {refused}")
+        try:
+            outgoing = await self._outgoing(request)
+        except Refused as refusing:
+            return refusing.response
+        upstream = await self._forward(request, path, outgoing)
+        if isinstance(upstream, Response):
+            return upstream
+        return await self._relay(request, upstream, outgoing)
+
+    async def _outgoing(self, request: Request) -> Outgoing:
+        """What to forward, by the request's kind: a query API's body (refused when it names
+        the field), a search (rewritten when it holds the clause), a poll of an async search
+        (its answer fixed as the submit's), anything else as it came."""
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        content: bytes | AsyncIterator[bytes] | None
-        rewritten = False
-        search: re.Match[str] | None = None
-        forward_query: bytes | None = None
-        query_api = QUERY_API_PATH.match(request.url.path)
-        done: Rewrite | None = None
-        answer_api = ""
-        if query_api:
-            try:
-                content = await self._query_api_body(request, query_api.group("api"))
-            except _Refused as refused:
-                return refused.response
-        elif search := SEARCH_PATH.match(request.url.path):
-            try:
-                content, headers, forward_query, done = await self._search_to_send(
-                    request, search, headers
-                )
-            except _Refused as refused:
-                return refused.response
-            rewritten = done is not None
-            answer_api = search.group("api")
-        elif request.method == "GET" and (poll := ASYNC_POLL_PATH.match(request.url.path)):
-            # A poll of an async search the proxy rewrote: its answer is fixed as the submit's.
-            done = self.async_searches.recall(poll.group("id"))
-            answer_api = "_async_search"
-            content = request.stream() if "content-length" in request.headers else None
-        elif "content-length" in request.headers or "transfer-encoding" in request.headers:
-            content = request.stream()
-        else:
-            content = None  # no body came, none goes (not an empty chunked one)
+        url_path = request.url.path
+        if query_api := QUERY_API_PATH.match(url_path):
+            return Outgoing(await self.searches.query_api_body(request, query_api["api"]), headers)
+        if search := SEARCH_PATH.match(url_path):
+            content, headers, query, done = await self.searches.search_to_send(
+                request, search, headers
+            )
+            api, target = search["api"], search["target"]
+            return Outgoing(content, headers, query, done, api, target, done is not None)
+        if request.method == "GET" and (poll := ASYNC_POLL_PATH.match(url_path)):
+            done = self.async_searches.recall(poll["id"])
+            polled = request.stream() if "content-length" in request.headers else None
+            return Outgoing(polled, headers, done=done, api="_async_search")
+        return Outgoing(_passed_body(request), headers)
+
+    async def _forward(
+        self, request: Request, path: str, outgoing: Outgoing
+    ) -> Forwarded | Response:
+        """The upstream's answer (headers read), or the error response when it does not come."""
         writes = changes_documents(request.method, path, request.query_params.get("refresh"))
         try:
             with stages.span("upstream round trip (to headers)"):
                 upstream = await self.forwarder.send(
                     request.method,
-                    self._base + _raw_target(request, forward_query),
-                    headers,
-                    content,
+                    self._base + _raw_target(request, outgoing.query),
+                    outgoing.headers,
+                    outgoing.content,
                 )
         except ForwardTimeout:
             log.warning("upstream %s timed out", self.connection.url)
@@ -482,25 +316,30 @@ class QueryBarProxy:
                 # Answered (or failed): the next logical search through the proxy counts anew.
                 self.statistics.written()
         log.info("%s %s -> %d", request.method, request.url.path, upstream.status_code)
-        if script_write:
+        if request.method not in ("GET", "HEAD") and path.startswith(SCRIPT_WRITE_PATHS):
             # Whatever it wrote, the next logical search waits for a new check of itlr's own.
             self.integrity.nudge()
+        return upstream
+
+    async def _relay(self, request: Request, upstream: Forwarded, outgoing: Outgoing) -> Response:
+        """The upstream's answer to the caller: a rewritten search's fixed (or refused when
+        itlr's stored script is not its own any more), anything else as it came, streamed
+        when large."""
+        done = outgoing.done
         relayed = False
         try:
-            if rewritten and upstream.status_code >= 400:
-                foreign = await self._script_failure(
-                    request, upstream, search.group("target") if search else None
-                )
+            if outgoing.rewritten and upstream.status_code >= 400:
+                foreign = await self.searches.script_failure(request, upstream, outgoing.target)
                 if foreign is not None:
                     return foreign
             response_headers = {k: v for k, v in upstream.headers.items() if k not in HOP_BY_HOP}
             if done is not None and upstream.status_code < 400:
                 # Documents without a vector cannot be found: say so as engines say deprecations.
-                await self._add_coverage_warnings(request, done.targets, response_headers)
+                await self.searches.add_coverage_warnings(request, done.targets, response_headers)
                 with stages.span("relay response body"):
-                    content = await upstream.read()
-                return self._fixed_answer(
-                    content, upstream.status_code, response_headers, done, answer_api
+                    answer = await upstream.read()
+                return self.searches.fixed_answer_response(
+                    answer, upstream.status_code, response_headers, done, outgoing.api
                 )
             content = upstream.content
             if content is None:
@@ -529,92 +368,6 @@ class QueryBarProxy:
                 await upstream.aclose()
         # The bytes as sent (still compressed if they were): its content-length holds.
         return Response(content, upstream.status_code, response_headers)
-
-    async def _query_api_body(self, request: Request, api: str) -> bytes | None:
-        """The body of a request to an API that takes a query but cannot rank by the logical
-        score (`_count`, `_explain`, `_reindex`, ...), to forward as it came; refused
-        (`_Refused`) when it names the field anywhere the engine would read: its body in any
-        format or encoding, its `q=` / `source=` parameters, a stored template it renders."""
-        raw = await self._read_search_body(request)
-        query = request.scope.get("query_string") or b""
-        try:
-            body = read_body(raw, request.headers)
-            named = (
-                placement.body_names_field(body, self.field, f"the {api} body")
-                or placement.url_mentions(query, self.field)
-                or (
-                    "template" in api
-                    and body.kind == JSON
-                    and await self.upstream.stored_template_mentions(
-                        Caller.of(request.headers), body.data, self.field
-                    )
-                )
-            )
-        except ItlrError as failed:
-            raise _Refused(refusal(failed)) from None
-        if named:
-            raise _Refused(
-                error_response(
-                    400,
-                    "itlr_query_error",
-                    f"itlr: {api} cannot rank by a {self.field}:(...) clause: send it to "
-                    "_search, _msearch or _async_search",
-                )
-            )
-        return raw if raw or "content-length" in request.headers else None
-
-    async def _search_to_send(
-        self, request: Request, search: re.Match[str], headers: list[tuple[str, str]]
-    ) -> tuple[bytes, list[tuple[str, str]], bytes | None, Rewrite | None]:
-        """(body, headers, query string or None for the UI's own, the rewrite or None) to
-        forward for a search: the UI's bytes and headers as they came unless rewritten."""
-        received = await self._read_search_body(request)
-        query = request.scope.get("query_string") or b""
-        try:
-            body = read_body(received, request.headers)
-            body, from_url = placement.url_body(query, body, search.group("api"), self.field)
-            done = await self._body_to_send(
-                request, search, body, query if from_url is None else from_url
-            )
-        except UpstreamDenied as denied:
-            raise _Refused(
-                Response(denied.content, denied.status_code, media_type=denied.media_type)
-            ) from None
-        except ItlrError as failed:
-            raise _Refused(refusal(failed)) from None
-        if done is None and from_url is None:
-            return received, headers, None, None  # as sent, byte for byte
-        content = body.data if done is None else done.content
-        forward_query = from_url if done is None or done.query is None else done.query
-        # What goes is JSON as the engine reads it: no Content-Encoding, its own length.
-        moved = {"content-length", "content-encoding"} | (
-            {"content-type"} if from_url is not None else set()
-        )
-        headers = [(k, v) for k, v in headers if k.lower() not in moved]
-        headers.append(("content-length", str(len(content))))
-        if from_url is not None:
-            headers.append(("content-type", "application/json"))
-        return content, headers, forward_query, done
-
-    async def _add_coverage_warnings(
-        self, request: Request, targets: list[str], response_headers: dict[str, str]
-    ) -> None:
-        """The coverage `Warning` of every index a logical search of the request searched."""
-        caller = Caller.of(request.headers)
-        notes = [await self.coverage.warning(caller, target) for target in dict.fromkeys(targets)]
-        shown = [note for note in notes if note]
-        if shown:
-            previous = response_headers.get("warning")
-            response_headers["warning"] = ", ".join(filter(None, [previous, *shown]))
-
-    def _fixed_answer(
-        self, content: bytes, status: int, headers: dict[str, str], done: Rewrite, api: str
-    ) -> Response:
-        """The answer to a rewritten search with itlr's fields hidden and a true hits.total
-        (itlr.proxy.answers); an async search's id remembered for its polls."""
-        with stages.span("fix answer"):
-            content = fixed_answer(content, headers, done, api, self.async_searches)
-        return Response(content, status, headers)
 
     def _timed_out(self) -> JSONResponse:
         return upstream_timeout(UpstreamTimeout(self.connection.url, self.timeout))
