@@ -17,7 +17,7 @@ import pytest
 from demo_backend import demo_backend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import ClauseError, find_logical_search
-from itlr.proxy.clause import mentions_clause
+from itlr.proxy.placement import mentions_clause
 
 pytestmark = pytest.mark.opensearch
 

@@ -40,15 +40,11 @@ from itlr.options import SearchOptions
 from itlr.proxy import stages
 from itlr.proxy.answers import AsyncSearches, Rewrite
 from itlr.proxy.caller import Caller, CallerReads
-from itlr.proxy.codec import (
-    error_body,
-    error_response,
-    upstream_timeout,
-)
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded, Forwarder, ForwardFailed, ForwardTimeout
 from itlr.proxy.integrity import IntegrityWatch, OwnRequests, write_refusal
+from itlr.proxy.refusals import error_body, error_response, upstream_timeout
 from itlr.proxy.searches import Refused, SearchRequests
 from itlr.proxy.statistics import CallerStatistics, changes_documents
 from itlr.proxy.upstream import IndexConfig, Upstream, UpstreamTimeout

@@ -17,10 +17,8 @@ an OR or a NOT of other conditions has no logical score to rank by, and is refus
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -425,20 +423,3 @@ def value_mentions(body: Any, field: str) -> bool:
     # A template's source is JSON text with mustache holes: a key naming the field is enough.
     keyed = re.compile(rf'"{re.escape(field)}"\s*:')
     return any(lucene.search(text) or keyed.search(text) for text in _strings(body))
-
-
-def mentions_clause(raw: bytes, field: str) -> bool:
-    """Whether a request body (JSON or NDJSON) names the field anywhere (`placement.names_field`:
-    a clause, a query on the field, a template's source, a `wrapper` query holding one). A body nested deeper than max_depth is a LimitError (before any parser recurses)."""
-    from itlr.limits import LIMITS
-    from itlr.proxy.placement import names_field
-
-    LIMITS.check_json_depth(raw, "the request body")
-    try:
-        bodies = [json.loads(raw)]
-    except ValueError:  # NDJSON (a template _msearch), or not ours to judge
-        bodies = []
-        for line in raw.splitlines():
-            with contextlib.suppress(ValueError):
-                bodies.append(json.loads(line))
-    return any(names_field(body, field) for body in bodies)

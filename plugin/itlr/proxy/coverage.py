@@ -20,7 +20,7 @@ from itlr.engines.connection import engine_from_root, error_reason
 from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
 from itlr.errors import EngineError, ItlrError
 from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path
-from itlr.proxy.codec import error_response
+from itlr.proxy.refusals import error_response
 from itlr.proxy.upstream import Upstream, UpstreamDenied
 from itlr.results import Coverage
 

@@ -14,11 +14,14 @@ of a request) names the field at all, so nothing slips past the walk unrewritten
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus, unquote_to_bytes
 
+from itlr.limits import LIMITS
 from itlr.proxy.bodies import (
     CBOR,
     JSON,
@@ -37,7 +40,6 @@ from itlr.proxy.clause import (
     LogicalSearch,
     field_pattern,
     find_logical_search,
-    mentions_clause,
     value_mentions,
 )
 from itlr.proxy.codec import BadBody, decode_json, encode_json
@@ -491,3 +493,17 @@ def msearch_searches(lines: list[bytes], target: str | None, field: str) -> Iter
             index = str(index)
         yield MsearchSearch(ordinal, position, header, index, body)
         position += 2
+
+
+def mentions_clause(raw: bytes, field: str) -> bool:
+    """Whether a request body (JSON or NDJSON) names the field anywhere (`placement.names_field`:
+    a clause, a query on the field, a template's source, a `wrapper` query holding one). A body nested deeper than max_depth is a LimitError (before any parser recurses)."""
+    LIMITS.check_json_depth(raw, "the request body")
+    try:
+        bodies = [json.loads(raw)]
+    except ValueError:  # NDJSON (a template _msearch), or not ours to judge
+        bodies = []
+        for line in raw.splitlines():
+            with contextlib.suppress(ValueError):
+                bodies.append(json.loads(line))
+    return any(names_field(body, field) for body in bodies)

@@ -29,17 +29,12 @@ from itlr.proxy.answers import AnswerPlan, AsyncSearches, Rewrite, fixed_answer
 from itlr.proxy.bodies import JSON, RequestBody, not_json, read_body
 from itlr.proxy.caller import Caller
 from itlr.proxy.clause import ClauseError, LogicalSearch
-from itlr.proxy.codec import (
-    decode_json,
-    encode_json,
-    error_response,
-    refusal,
-    script_mismatch,
-)
+from itlr.proxy.codec import decode_json, encode_json
 from itlr.proxy.coverage import CoverageReport
 from itlr.proxy.encoding import TermEncoding
 from itlr.proxy.forward import Forwarded
 from itlr.proxy.integrity import IntegrityWatch
+from itlr.proxy.refusals import error_response, refusal, script_mismatch
 from itlr.proxy.rewrite import refuse_terminate_after, rewrite_search
 from itlr.proxy.statistics import CallerStatistics
 from itlr.proxy.upstream import Upstream, UpstreamDenied

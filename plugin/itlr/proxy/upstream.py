@@ -43,7 +43,7 @@ from itlr.proxy.caller import (
     UpstreamTimeout,
     auth_headers,
 )
-from itlr.proxy.clause import mentions_clause
+from itlr.proxy.placement import mentions_clause
 from itlr.query import Query
 
 
