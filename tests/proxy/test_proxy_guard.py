@@ -17,7 +17,7 @@ import pytest
 from demo_backend import demo_backend
 from itlr.engines.opensearch import OpenSearchBackend
 from itlr.proxy import ClauseError, find_logical_search
-from itlr.proxy.placement import mentions_clause
+from itlr.proxy.placement import raw_names_field
 
 pytestmark = pytest.mark.opensearch
 
@@ -200,8 +200,8 @@ def test_a_clause_not_anded_with_the_rest_is_refused_naming_the_place(query, nam
 
 def test_a_clause_is_found_in_template_sources_and_ndjson_bodies() -> None:
     template = b'{"source": "{\\"query\\": {\\"match\\": {\\"itlr\\": \\"{{q}}\\"}}}"}'
-    assert mentions_clause(template, "itlr")
+    assert raw_names_field(template, "itlr")
     ndjson = b'{"index": "a"}\n{"source": {"query": {"query_string": {"query": "itlr:(x)"}}}}\n'
-    assert mentions_clause(ndjson, "itlr")
-    assert not mentions_clause(b'{"query": {"match": {"text": "itlr is a word"}}}', "itlr")
-    assert not mentions_clause(b"not json", "itlr")
+    assert raw_names_field(ndjson, "itlr")
+    assert not raw_names_field(b'{"query": {"match": {"text": "itlr is a word"}}}', "itlr")
+    assert not raw_names_field(b"not json", "itlr")

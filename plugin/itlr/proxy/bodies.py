@@ -219,7 +219,7 @@ def _sniffed(raw: bytes) -> str | None:
     return None
 
 
-def _wrapped_query(encoded: str, field: str, mentions: Any) -> Any | None:
+def _wrapped_query(encoded: str, field: str, names: Any) -> Any | None:
     """The query a wrapper's base64 holds, when it names the field (None: it does not, or it
     is not a query the engine could read either)."""
     try:
@@ -243,23 +243,23 @@ def _wrapped_query(encoded: str, field: str, mentions: Any) -> Any | None:
             return None
     else:
         value = values_of(raw, kind, what)[0]
-    value = unwrapped(value, field, mentions)
-    return value if mentions(value, field) else None
+    value = unwrapped(value, field, names)
+    return value if names(value, field) else None
 
 
-def unwrapped(value: Any, field: str, mentions: Any) -> Any:
-    """`value` with every `wrapper` query that names the field (`mentions(query, field)`)
+def unwrapped(value: Any, field: str, names: Any) -> Any:
+    """`value` with every `wrapper` query that names the field (`names(query, field)`)
     replaced by the query it holds; the rest as it was (the same objects when nothing was)."""
     if isinstance(value, list):
-        items = [unwrapped(item, field, mentions) for item in value]
+        items = [unwrapped(item, field, names) for item in value]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if not isinstance(value, dict):
         return value
     wrapper = value.get("wrapper") if len(value) == 1 else None
     if isinstance(wrapper, dict) and isinstance(wrapper.get("query"), str):
-        inner = _wrapped_query(wrapper["query"], field, mentions)
+        inner = _wrapped_query(wrapper["query"], field, names)
         return value if inner is None else inner
-    changed = {key: unwrapped(item, field, mentions) for key, item in value.items()}
+    changed = {key: unwrapped(item, field, names) for key, item in value.items()}
     return changed if any(changed[k] is not value[k] for k in value) else value
 
 

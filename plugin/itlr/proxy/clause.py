@@ -203,16 +203,16 @@ def _match_value(query: Any, field: str) -> str | None:
     return None
 
 
-def _mentions(query: Any, field: str) -> bool:
+def _matches_on_field(query: Any, field: str) -> bool:
     """Whether the field appears as a match / match_phrase target anywhere in the query."""
     if isinstance(query, dict):
         for kind, body in query.items():
             if kind in MATCH_KINDS and isinstance(body, dict) and field in body:
                 return True
-            if _mentions(body, field):
+            if _matches_on_field(body, field):
                 return True
     elif isinstance(query, list):
-        return any(_mentions(item, field) for item in query)
+        return any(_matches_on_field(item, field) for item in query)
     return False
 
 
@@ -292,9 +292,9 @@ def _split_tree(query: Any, field: str) -> tuple[list[Node], Any]:
 def find_in_tree(query: Any, field: str) -> tuple[Query, Any] | None:
     """(logical query, the rest of the query or None) for a KQL/DQL-built query on the field."""
     nodes, rest = _split_tree(query, field)
-    if not nodes and not _mentions(query, field):
+    if not nodes and not _matches_on_field(query, field):
         return None
-    if not nodes or _mentions(rest, field):
+    if not nodes or _matches_on_field(rest, field):
         raise ClauseError(
             f"{field}:(...) must be joined to the rest of the query with and (the rest filters, "
             "the logical query ranks); put or and not inside the brackets"
@@ -414,10 +414,10 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def value_mentions(body: Any, field: str) -> bool:
+def clause_names_field(body: Any, field: str) -> bool:
     """Whether a decoded body (or query) holds a clause on the field anywhere: as Lucene text,
     as a KQL/DQL match, or inside a search template's source string."""
-    if _mentions(body, field):
+    if _matches_on_field(body, field):
         return True
     lucene = field_pattern(field)
     # A template's source is JSON text with mustache holes: a key naming the field is enough.

@@ -8,7 +8,7 @@ saying where the clause may go: `post_filter`, `rescore`, aggregations' filters,
 queries, kNN filters, `simple_query_string` (which has no field syntax), a clause negated or
 ORed from outside, a logical query of NOT terms only, `_count` and the other query APIs.
 
-`walk` finds the logical search of one search body; `mentions` says whether a query (or any part
+`walk` finds the logical search of one search body; `query_names_field` says whether a query (or any part
 of a request) names the field at all, so nothing slips past the walk unrewritten.
 """
 
@@ -38,9 +38,9 @@ from itlr.proxy.bodies import (
 from itlr.proxy.clause import (
     ClauseError,
     LogicalSearch,
+    clause_names_field,
     field_pattern,
     find_logical_search,
-    value_mentions,
 )
 from itlr.proxy.codec import BadBody, decode_json, encode_json
 
@@ -72,11 +72,11 @@ def _field_names(value: Any) -> list[str]:
     return [name.split("^", 1)[0] for name in names if isinstance(name, str)]
 
 
-def mentions(query: Any, field: str) -> bool:
+def query_names_field(query: Any, field: str) -> bool:
     """Whether a query names the field anywhere: as a key (`match`, `term`, `range`, ...), as a
     `field` / `default_field` / `fields` value, or as Lucene text `field:(` in a query string."""
     if isinstance(query, list):
-        return any(mentions(item, field) for item in query)
+        return any(query_names_field(item, field) for item in query)
     if not isinstance(query, dict):
         return False
     lucene = field_pattern(field)
@@ -89,21 +89,21 @@ def mentions(query: Any, field: str) -> bool:
             text = value.get("query")
             if isinstance(text, str) and lucene.search(text):
                 return True
-        if mentions(value, field):
+        if query_names_field(value, field):
             return True
     return False
 
 
 def names_field(value: Any, field: str) -> bool:
-    """Whether a decoded body names the field anywhere: in a query (`mentions`), as a clause
-    in any text (`value_mentions`: a search template's source too), or inside a `wrapper`
+    """Whether a decoded body names the field anywhere: in a query (`query_names_field`), as a clause
+    in any text (`clause_names_field`: a search template's source too), or inside a `wrapper`
     query that holds one."""
     value = unwrapped(value, field, _names_field_here)
     return _names_field_here(value, field)
 
 
 def _names_field_here(value: Any, field: str) -> bool:
-    return mentions(value, field) or value_mentions(value, field)
+    return query_names_field(value, field) or clause_names_field(value, field)
 
 
 def unwrap(body: Any, field: str) -> Any:
@@ -183,7 +183,7 @@ def _in_simple_query_string(query: Any, field: str) -> bool:
     if not isinstance(query, dict):
         return False
     simple = query.get("simple_query_string")
-    if isinstance(simple, dict) and mentions({"query_string": simple}, field):
+    if isinstance(simple, dict) and query_names_field({"query_string": simple}, field):
         return True
     return any(_in_simple_query_string(value, field) for value in query.values())
 
@@ -192,7 +192,7 @@ def walk(body: Mapping[str, Any], field: str) -> LogicalSearch | None:
     """The logical search of a search body, None when it names the field nowhere; a ClauseError
     when it names it anywhere but a place that ranks."""
     for place, value in other_places(body):
-        if mentions(value, field):
+        if query_names_field(value, field):
             raise ClauseError(
                 f"{field}:(...) cannot sit in {place}: it would pass through verbatim and match "
                 f"nothing; {where(field)}"
@@ -200,10 +200,10 @@ def walk(body: Mapping[str, Any], field: str) -> LogicalSearch | None:
     query = body.get("query")
     found = find_logical_search(query, field)
     if found is None:
-        if mentions(query, field):
+        if query_names_field(query, field):
             _refuse_unrankable(query, field)
         return None
-    if mentions(found.rest, field):
+    if query_names_field(found.rest, field):
         raise ClauseError(
             f"the query holds more than one {field} clause, or one under a NOT or an OR of "
             f"other conditions: write one clause with every logical operator inside it; "
@@ -242,7 +242,7 @@ def without_parameters(raw_query: bytes, names: set[str]) -> bytes:
     return b"&".join(kept)
 
 
-def raw_mentions(raw: bytes, field: str) -> bool:
+def raw_may_name_field(raw: bytes, field: str) -> bool:
     """Whether bytes that are not JSON may still hold a clause: Lucene text or a quoted key."""
     text = raw.decode("utf-8", "replace")
     return bool(field_pattern(field).search(text)) or f'"{field}"' in text
@@ -268,10 +268,10 @@ def body_names_field(body: RequestBody, field: str, what: str) -> bool:
         return smile_may_name(body.data, field)
     if body.kind in (YAML, CBOR):
         return any(names_field(value, field) for value in values_of(body.data, body.kind, what))
-    return mentions_clause(body.data, field)
+    return raw_names_field(body.data, field)
 
 
-def url_mentions(raw_query: bytes, field: str) -> bool:
+def url_names_field(raw_query: bytes, field: str) -> bool:
     """Whether `q=`, `df=` or a `source=` body names the field."""
     values = dict(parameters(raw_query))
     if "q" in values and field_pattern(field).search(values["q"]):
@@ -314,7 +314,7 @@ def url_body(
     """A search whose URL holds the clause (`q=`, or a `source=` body): the body it stands
     for, and the query string to forward without those parameters (None: unchanged)."""
     values = dict(parameters(raw_query))
-    if not url_mentions(raw_query, field):
+    if not url_names_field(raw_query, field):
         if "q" in values and body_names_field(body, field, "the search body"):
             # The cluster puts q='s query in place of the body's: the logical one would go.
             raise ClauseError(
@@ -470,7 +470,7 @@ def msearch_searches(lines: list[bytes], target: str | None, field: str) -> Iter
         try:
             header, body = decode_json(header_line), decode_json(body_line)
         except ValueError:
-            if raw_mentions(header_line + body_line, field):
+            if raw_may_name_field(header_line + body_line, field):
                 raise ClauseError(
                     f"_msearch search {pair} is not valid JSON and names {field}: fix its header "
                     "and body lines"
@@ -478,7 +478,7 @@ def msearch_searches(lines: list[bytes], target: str | None, field: str) -> Iter
             position += 2
             continue
         if not isinstance(body, dict) or not isinstance(header, dict):
-            if names_field(body, field) or mentions_clause(body_line, field):
+            if names_field(body, field) or raw_names_field(body_line, field):
                 raise ClauseError(
                     f"_msearch search {pair} names {field} but its header or body is not a JSON "
                     "object: each header is an object whose `index` names the indexes, each "
@@ -495,7 +495,7 @@ def msearch_searches(lines: list[bytes], target: str | None, field: str) -> Iter
         position += 2
 
 
-def mentions_clause(raw: bytes, field: str) -> bool:
+def raw_names_field(raw: bytes, field: str) -> bool:
     """Whether a request body (JSON or NDJSON) names the field anywhere (`placement.names_field`:
     a clause, a query on the field, a template's source, a `wrapper` query holding one). A body nested deeper than max_depth is a LimitError (before any parser recurses)."""
     LIMITS.check_json_depth(raw, "the request body")

@@ -140,11 +140,11 @@ def _scored(built: dict[str, Any]) -> dict[str, Any] | None:
     return inner if inner.get("minimum_should_match") == 1 and inner.get("should") else None
 
 
-def _mentions_script(clause: Any) -> bool:
+def _holds_script(clause: Any) -> bool:
     if isinstance(clause, dict):
-        return "script" in clause or any(_mentions_script(v) for v in clause.values())
+        return "script" in clause or any(_holds_script(v) for v in clause.values())
     if isinstance(clause, list):
-        return any(_mentions_script(item) for item in clause)
+        return any(_holds_script(item) for item in clause)
     return False
 
 
@@ -161,7 +161,7 @@ def count_query(built: dict[str, Any], body: dict[str, Any]) -> tuple[str, Any]:
         return "lower_bound", None
     filters = list(inner.get("filter") or [])
     excluded = list(inner.get("must_not") or [])
-    if _mentions_script(filters) or _mentions_script(excluded):
+    if _holds_script(filters) or _holds_script(excluded):
         return "lower_bound", None
     if body.get("post_filter") is not None:
         filters.append(body["post_filter"])

@@ -266,11 +266,11 @@ class SearchRequests:
             body = read_body(raw, request.headers)
             named = (
                 placement.body_names_field(body, self.field, f"the {api} body")
-                or placement.url_mentions(query, self.field)
+                or placement.url_names_field(query, self.field)
                 or (
                     "template" in api
                     and body.kind == JSON
-                    and await self.upstream.stored_template_mentions(
+                    and await self.upstream.stored_template_names_field(
                         Caller.of(request.headers), body.data, self.field
                     )
                 )

@@ -43,7 +43,7 @@ from itlr.proxy.caller import (
     UpstreamTimeout,
     auth_headers,
 )
-from itlr.proxy.placement import mentions_clause
+from itlr.proxy.placement import raw_names_field
 from itlr.query import Query
 
 
@@ -318,7 +318,7 @@ class Upstream:
                 "upstream's answer has no statistics aggregations"
             ) from None
 
-    async def stored_template_mentions(self, caller: Caller, raw: bytes, field: str) -> bool:
+    async def stored_template_names_field(self, caller: Caller, raw: bytes, field: str) -> bool:
         """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
         rendering names the field: rendered by the upstream (`_render/template`, as the
         caller). A template it cannot render is the upstream's to refuse."""
@@ -333,7 +333,7 @@ class Upstream:
                 continue
             asked = {"id": body["id"], "params": body.get("params") or {}}
             response = await self.reads.render_template(caller, asked)
-            if response.status_code == 200 and mentions_clause(response.content, field):
+            if response.status_code == 200 and raw_names_field(response.content, field):
                 return True
         return False
 
