@@ -66,7 +66,7 @@ from itlr.evaluation.methods import Case, Logical
 from itlr.evaluation.metrics import Evaluation, evaluate_run, mean
 from itlr.evaluation.runner import VectorCorpus, run_methods, top_ranked
 from itlr.evaluation.synthetic import TopicBank, template_queries
-from itlr.lexical import CorpusStats, LexicalCorpus, negated_terms, tokenize
+from itlr.lexical import CorpusStats, LexicalCorpus, tokenize
 from itlr.query import Not, Query, Term, walk
 from itlr.rewrite.rules import rewrite_rules
 from itlr.scoring import SEARCH_OPERATORS, Operators, TruthMap
@@ -118,7 +118,7 @@ class Variant:
     share: float = 0.5
     not_evidence: str = "lexical"
     rarity: bool = False
-    lexical: LexicalCorpus | None = field(default=None, compare=False, repr=False)
+    lexical_corpus: LexicalCorpus | None = field(default=None, compare=False, repr=False)
 
     def rarity_of(self, term: str, stats: CorpusStats) -> float:
         tokens = list(dict.fromkeys(tokenize(term)))
@@ -128,13 +128,13 @@ class Variant:
         return min(1.0, float(np.mean([stats.idf(t) for t in tokens])) / reference)
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
-        assert self.lexical is not None
+        assert self.lexical_corpus is not None
         terms = case.query.terms
-        rows = case.rows if case.rows is not None else np.arange(len(self.lexical))
-        stats = self.lexical.full_stats
-        lex = self.lexical.matrix(rows, terms, stats)
+        rows = case.rows if case.rows is not None else np.arange(len(self.lexical_corpus))
+        stats = self.lexical_corpus.full_stats
+        lex = self.lexical_corpus.matrix(rows, terms, stats)
         cos = np.clip(np.asarray(term_cosines, dtype=np.float64), 0.0, 1.0)
-        negated = negated_terms(case.query.root)
+        negated = case.query.negated_terms
         truths = cos.copy()
         for j, term in enumerate(terms):
             if not tokenize(term):
@@ -168,7 +168,7 @@ def synthetic_rows(
             Case(query.id, query.text, query.query, tuple(range(row, row + len(query.docs))))
         )
         row += len(query.docs)
-    methods = [replace(m, name=name, lexical=lexical) for name, m in variants.items()]
+    methods = [replace(m, name=name, lexical_corpus=lexical) for name, m in variants.items()]
     runs = run_methods(cases, methods, corpus, vector_of)
     qrels = {q.id: {d.id: int(d.relevant) for d in q.docs} for q in queries}
     rows = {}
@@ -257,7 +257,9 @@ def main() -> None:
             query = queries[qid]
             cosines = docs @ np.stack([term_vectors[t] for t in query.terms]).T
             case = Case(qid, text, query)
-            return replace(method, lexical=lexical.corpus).score(case, cosines, cosines[:, 0])
+            return replace(method, lexical_corpus=lexical.corpus).score(
+                case, cosines, cosines[:, 0]
+            )
 
         return score
 

@@ -321,16 +321,16 @@ def ranked_by_its_search(query: Query, truth: TruthMap) -> bool:
 
 
 def unmentionable_reason(
-    query: Query, options: SearchOptions, lexical: CorpusStats | None
+    query: Query, options: SearchOptions, statistics: CorpusStats | None
 ) -> str | None:
     """Why a cluster cannot gather every document that mentions a positive term (which
     certifying hybrid truths needs), or None: more of them than the rounds' deepest budget per
     positive term allows (scoring them all would cost what exact mode costs)."""
     if not options.truth.uses_lexical:
         return None
-    if lexical is None:
+    if statistics is None:
         return "the index's token statistics were not counted"
-    mentioning = mentions_at_most(query.positive_terms, lexical)
+    mentioning = mentions_at_most(query.positive_terms, statistics)
     budget = options.candidate_cap * len(query.positive_terms)
     if mentioning <= budget:
         return None
@@ -397,13 +397,13 @@ def unseen_cannot_beat(
         full[:, free] = corners
         return full
 
-    lexical = truth.uses_lexical
-    shares = truth.lexical_weights(terms, query.negated_terms) if lexical else None
+    hybrid = truth.uses_lexical
+    shares = truth.lexical_weights(terms, query.negated_terms) if hybrid else None
     limits = lexical_limits or {}
     ceiling = np.array([min(1.0, max(0.0, limits.get(t, 1.0))) for t in terms])
 
     def words(count: int, most: bool) -> np.ndarray | None:
-        if not lexical:
+        if not hybrid:
             return None
         return (ceiling if most else np.zeros(len(terms))) * np.ones((count, len(terms)))
 
@@ -419,8 +419,8 @@ def unseen_cannot_beat(
 
     def scores(corners: np.ndarray) -> np.ndarray:
         cos = cosines(corners, -1.0)
-        found = best * np.ones((len(cos), len(terms))) if lexical else None
-        return compose(query, cos, ops, truth, lexical=found).scores
+        found = best * np.ones((len(cos), len(terms))) if hybrid else None
+        return compose(query, cos, ops, truth, lexical_truths=found).scores
 
     def greatest(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
         # Every truth map is non-decreasing in the cosine (and a hybrid one in the lexical

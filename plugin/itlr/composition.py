@@ -32,14 +32,14 @@ def compose(
     ops: Operators,
     truth: TruthMap,
     hard_filter: HardFilter | float | None = None,
-    lexical: np.ndarray | None = None,
+    lexical_truths: np.ndarray | None = None,
 ) -> Composed:
     """Score documents from their (documents x query.terms) cosines, and for hybrid truths
     their lexical truths (itlr.lexical, same shape). `hard_filter`: the filter on root-level
     NOT terms (itlr.hard_filter; a bare threshold takes the default rule)."""
     terms = query.terms
     weights = truth.lexical_weights(terms, query.negated_terms)
-    truths = truth.apply(cosines, terms, lexical, weights)
+    truths = truth.apply(cosines, terms, lexical_truths, weights)
     kept = np.ones(len(truths), dtype=bool)
     if hard_filter is not None and query.excluded_terms:
         # Only NOT terms at the root's AND, judged as the engines' exclusion script judges
@@ -56,12 +56,12 @@ def explain(
     cosines: np.ndarray,
     ops: Operators,
     truth: TruthMap,
-    lexical: np.ndarray | None = None,
+    lexical_truths: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """Each row's score as an explanation tree (itlr.explain) from its per-term cosines (and
     lexical truths, for hybrid truth values): the embedded engine's candidates and a cluster
     hit's returned vector go through this alike."""
-    explained = explainer(query, np.atleast_2d(cosines), ops, truth, lexical)
+    explained = explainer(query, np.atleast_2d(cosines), ops, truth, lexical_truths)
     return [explained(row) for row in range(len(np.atleast_2d(cosines)))]
 
 
@@ -70,11 +70,11 @@ def explainer(
     cosines: np.ndarray,
     ops: Operators,
     truth: TruthMap,
-    lexical: np.ndarray | None = None,
+    lexical_truths: np.ndarray | None = None,
 ) -> Callable[[int], dict[str, Any]]:
     """Row i's explanation on demand: an engine explains its top k, not every candidate."""
-    if lexical is None:
+    if lexical_truths is None:
         return lambda row: explain_score(query, {"cosine": cosines[row]}, ops, truth)
     return lambda row: explain_score(
-        query, {"cosine": cosines[row], "lexical": lexical[row]}, ops, truth
+        query, {"cosine": cosines[row], "lexical": lexical_truths[row]}, ops, truth
     )

@@ -165,11 +165,13 @@ def explain_score(
     value per query term, in query.terms order; "cosine" is always there)."""
     cosines = np.asarray(inputs["cosine"], dtype=np.float64)
     shares = truth.lexical_weights(query.terms, query.negated_terms)
-    lexical = inputs.get("lexical")
+    lexical_truths = inputs.get("lexical")
     truths = truth.apply(
         cosines[np.newaxis, :],
         query.terms,
-        None if lexical is None else np.asarray(lexical, dtype=np.float64)[np.newaxis, :],
+        None
+        if lexical_truths is None
+        else np.asarray(lexical_truths, dtype=np.float64)[np.newaxis, :],
         shares if truth.uses_lexical else None,
     )[0]
     stack: list[Node] = []

@@ -532,7 +532,7 @@ class Index:
             version = self.backend.capabilities.version
         parsed = as_query(query)
         LIMITS.check_tree(parsed.root)
-        count = partial(cluster.lexical_stats, parsed) if cluster is not None else None
+        count = partial(cluster.term_statistics, parsed) if cluster is not None else None
         options, statistics, notes = truths_to_build(options, explicit, self.name, count)
         requests = translate_requests(
             parsed,
@@ -547,7 +547,7 @@ class Index:
             server_version=version,
             # Learnt from a cluster index's mapping (no doc_id: _id / _doc).
             tiebreak=(cluster.layout if cluster is not None else self.spec.layout).tiebreak,
-            lexical=statistics,
+            statistics=statistics,
         )
         return Translation(requests, notes)
 

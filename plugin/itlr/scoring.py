@@ -137,15 +137,13 @@ DEFAULT_NOT_EVIDENCE: NotEvidence = "max"
 
 @lru_cache(maxsize=1024)
 def _lexical_shares(
-    terms: tuple[str, ...], negated: frozenset[str], lexical: float, not_evidence: NotEvidence
+    terms: tuple[str, ...], negated: frozenset[str], share: float, not_evidence: NotEvidence
 ) -> tuple[float, ...]:
     from itlr.lexical import term_words
 
-    not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": lexical, "max": MAX_EVIDENCE}[not_evidence]
+    not_share = {"lexical": 1.0, "cosine": 0.0, "mixed": share, "max": MAX_EVIDENCE}[not_evidence]
     # A term of stop words only has no lexical side: its truth is its cosine's.
-    return tuple(
-        0.0 if not term_words(t) else not_share if t in negated else lexical for t in terms
-    )
+    return tuple(0.0 if not term_words(t) else not_share if t in negated else share for t in terms)
 
 
 @dataclass(frozen=True)
@@ -213,14 +211,14 @@ class TruthMap:
         self,
         cosines: np.ndarray,
         terms: Sequence[str],
-        lexical: np.ndarray | None = None,
+        lexical_truths: np.ndarray | None = None,
         weights: np.ndarray | None = None,
     ) -> np.ndarray:
         """Map a (documents x terms) cosine matrix to truth values, column j being terms[j].
         Hybrid truths also need the lexical truths (same shape) and `lexical_weights`."""
         truths: np.ndarray
         if self.kind == "hybrid":
-            if lexical is None or weights is None:
+            if lexical_truths is None or weights is None:
                 raise ConfigurationError("hybrid truth values need the lexical evidence")
             # Column by column, each by its own rule, in place: an exact pass maps every row of
             # the index, where each temporary of its size costs as much as the arithmetic.
@@ -231,10 +229,10 @@ class TruthMap:
                 column = truths[:, j]
                 np.clip(given[:, j], 0.0, 1.0, out=column)
                 if weight == MAX_EVIDENCE:
-                    np.maximum(column, lexical[:, j], out=column)
+                    np.maximum(column, lexical_truths[:, j], out=column)
                 elif weight:
                     column *= 1.0 - weight
-                    column += weight * lexical[:, j]
+                    column += weight * lexical_truths[:, j]
             return truths
         cosines = np.asarray(cosines, dtype=np.float64)
         if self.kind == "clamp":

@@ -3,7 +3,7 @@
 No cluster is contacted here: the terms are embedded with the local model and the body is built by
 the engine's dialect, which a search uses too, so what `itlr translate` prints is exactly what
 runs. Hybrid truths also need the index's token statistics (`itlr.engines.lexical_requests.
-lexical_stats_body`): the caller counts them on the cluster and passes them in, or, without a
+term_statistics_request`): the caller counts them on the cluster and passes them in, or, without a
 cluster, decides with `without_statistics` what to build instead.
 """
 
@@ -142,15 +142,15 @@ def translate_requests(
     text_field: str = "text",
     server_version: str | None = None,
     tiebreak: str | None = "doc_id",
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
 ) -> list[Request]:
     """The requests, in order: the stored scripts (with_install), then the search. `tiebreak`:
     the sort key after the score (itlr's `doc_id`; `_id` on OpenSearch or `_doc` on
-    Elasticsearch for an index without it; None for none). `lexical`: the index's token
-    statistics for the query (`ClusterBackend.lexical_stats`), which hybrid truths need."""
+    Elasticsearch for an index without it; None for none). `statistics`: the index's token
+    statistics for the query (`ClusterBackend.term_statistics`), which hybrid truths need."""
     if engine not in ENGINES:
         raise ConfigurationError(f"unknown engine {engine!r}: choose one of {list(ENGINES)}")
-    if options.truth.uses_lexical and lexical is None:
+    if options.truth.uses_lexical and statistics is None:
         raise ConfigurationError(NO_STATISTICS)  # before the model encodes anything
     query = Query.of(query_text)
     dialect = dialect_for(
@@ -163,7 +163,7 @@ def translate_requests(
     # A pasted request explains with the engine's own `explain`: the score script then describes
     # each hit by its per-term truths, without echoing the term vectors in its params, and the
     # hits' own vectors stay out of `_source` (itlr's --explain needs them; a reader does not).
-    body = dialect.search_body(query, vectors, replace(options, explain=False), lexical)
+    body = dialect.search_body(query, vectors, replace(options, explain=False), statistics)
     if options.explain:
         body["explain"] = True
     requests = []

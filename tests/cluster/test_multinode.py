@@ -140,7 +140,7 @@ def test_a_knn_clause_gathers_its_k_neighbours_on_every_shard(sharded, embedder)
     query = itlr.parse('"vitamin D"')
     budget = 20
     options = SearchOptions(k=10, candidates=budget, plan="per-term")
-    lexical = sharded.lexical_stats(query)
+    lexical = sharded.term_statistics(query)
     vectors = encoded(query, embedder)
     (search,) = sharded.dialect.search_request(query, vectors, options, lexical).searches
     body = {"size": 1000, "query": sharded.dialect.knn_clause(search, None), "_source": False}

@@ -131,9 +131,9 @@ def test_a_search_from_remembered_statistics_sends_no_count_first_and_notices_a_
     backend.search(query, vectors, options)  # the second count agrees: the index is steady
 
     counted_apart: list[object] = []
-    count = backend.searches.lexical_stats
+    count = backend.searches.term_statistics
     monkeypatch.setattr(
-        backend.searches, "lexical_stats", lambda q: counted_apart.append(q) or count(q)
+        backend.searches, "term_statistics", lambda q: counted_apart.append(q) or count(q)
     )
     counts_sent: list[bool] = []
     multi = backend.searches._multi_search

@@ -46,7 +46,7 @@ def test_a_knn_clause_gathers_its_depth_on_every_shard(
         budget = 20
         options = SearchOptions(k=10, candidates=budget, plan="per-term")
         vectors = embedder.encode(list(query.terms))
-        lexical = backend.lexical_stats(query)
+        lexical = backend.term_statistics(query)
         (search,) = backend.dialect.search_request(query, vectors, options, lexical).searches
         found = client.search(
             index=backend.index_name,

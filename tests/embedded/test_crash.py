@@ -67,7 +67,7 @@ def assert_every_document_has_its_own_vector(index_dir: Path, texts: dict[str, s
         assert cosines.min() > 0.999, f"{int((cosines < 0.999).sum())} documents have another's"
     # The stored token counts and postings describe exactly the rows that survived.
     recount = LexicalCorpus([texts[i] for i in ids]).full_stats
-    stored = index.lexical_stats()
+    stored = index.term_statistics()
     assert (stored.documents, stored.total_length) == (recount.documents, recount.total_length)
     assert dict(stored.df) == dict(recount.df)
     index.close()

@@ -59,10 +59,10 @@ def assert_equals_a_recount(index: EmbeddedBackend) -> None:
     live = index._live_rows()
     recount = LexicalCorpus([index._rows[r].text for r in live])  # type: ignore[union-attr]
     fresh = recount.full_stats
-    counted = index.lexical_stats()
+    counted = index.term_statistics()
     assert (counted.documents, counted.total_length) == (fresh.documents, fresh.total_length)
     assert dict(counted.df) == dict(fresh.df)
-    asked = index.lexical_stats(query_tokens(TERMS))
+    asked = index.term_statistics(query_tokens(TERMS))
     assert dict(asked.df) == {t: fresh.df[t] for t in query_tokens(TERMS) if fresh.df.get(t)}
     expected = recount.matrix(np.arange(len(live)), TERMS, fresh)
     np.testing.assert_allclose(index.lexical_truths(live, TERMS), expected, rtol=0, atol=1e-12)
@@ -91,6 +91,15 @@ def test_statistics_follow_inserts_updates_deletes_and_compaction_as_a_recount(t
     index.add(["late"], ["zebra lion lion"], unit(rng, 1))
     assert_equals_a_recount(index)
     assert_equals_a_recount(EmbeddedBackend.open(index.path))
+
+
+def test_lexical_stats_the_old_name_of_term_statistics_warns_and_answers_the_same(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    index = EmbeddedBackend.create(tmp_path / "idx", "m", DIMS)
+    index.add([f"d{i}" for i in range(20)], texts(rng, 20), unit(rng, 20))
+    with pytest.warns(DeprecationWarning, match="call EmbeddedBackend.term_statistics"):
+        old = index.lexical_stats(["zebra"])
+    assert old == index.term_statistics(["zebra"])
 
 
 def test_a_reader_keeps_its_snapshot_while_another_process_writes_and_compacts(tmp_path) -> None:
@@ -262,6 +271,6 @@ def test_the_first_search_benchmark_times_fresh_processes_on_a_kept_index(tmp_pa
     lines = first_search_report(1500, 1, tmp_path)
     assert lines[-1].startswith("| 1,500 |") and len(lines[-1].split("|")) == 7
     kept = EmbeddedBackend.open(tmp_path / "first-search-1500")
-    assert kept.count() == 1500 and kept.lexical_stats(["vitamin"]).df["vitamin"] > 0
+    assert kept.count() == 1500 and kept.term_statistics(["vitamin"]).df["vitamin"] > 0
     kept.close()
     assert first_search_report(1500, 1, tmp_path)[-1].startswith("| 1,500 |")  # reused

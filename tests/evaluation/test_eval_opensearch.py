@@ -149,7 +149,7 @@ def test_exact_mode_itlr_rankings_on_opensearch_equal_the_in_process_rankings(
     # The default truths are hybrid: in process they read the corpus' tokens.
     lexical = LexicalCorpus([d.text for d in data.corpus])
     names = ["itlr", "itlr-hard", "itlr-hard-absolute"]
-    methods = build_methods(names, hard_filter=0.3, lexical=lexical)
+    methods = build_methods(names, hard_filter=0.3, lexical_corpus=lexical)
     backend = OpenSearchBackend(
         Connection(opensearch_url).opensearch(),
         f"itlr-eval-rank-{uuid.uuid4().hex[:8]}",

@@ -195,13 +195,13 @@ class CountingProxy:
         )
         self.counts: list[tuple[str, dict[str, str]]] = []
         upstream = self.app.state.proxy.upstream
-        count = upstream.lexical_stats
+        count = upstream.term_statistics
 
         async def counting(caller, target, query):
             self.counts.append((target, dict(caller.headers)))
             return await count(caller, target, query)
 
-        upstream.lexical_stats = counting
+        upstream.term_statistics = counting
 
     def search(self, url: str, index: str, headers: dict[str, str] | None = None) -> list:
         response = httpx.post(

@@ -164,7 +164,7 @@ def test_opensearch_explanation_that_disagrees_with_the_score_is_a_warning(
     parsed = parse('"vitamin D" AND NOT "bone health"')
     vectors = embedder.encode(list(parsed.terms))
     options = _options({})
-    lexical = opensearch_backend.lexical_stats(parsed)  # what hybrid truths read
+    lexical = opensearch_backend.term_statistics(parsed)  # what hybrid truths read
     body = opensearch_backend.dialect.search_body(parsed, vectors, options, lexical)
     response = opensearch_backend.client.search(index=opensearch_backend.index_name, body=body)
     # The engine scored these vectors; explaining its hits with other ones cannot add up.
@@ -187,7 +187,7 @@ def test_pasted_request_with_engine_explain_shows_truths_not_vectors(
         opensearch_backend.index_name,
         options,
         embedder,
-        lexical=opensearch_backend.lexical_stats(query),  # what hybrid truths read
+        statistics=opensearch_backend.term_statistics(query),  # what hybrid truths read
     )
     assert request.body["explain"] is True
     assert request.body["_source"] == {"excludes": ["embedding", *LEXICAL_FIELDS]}

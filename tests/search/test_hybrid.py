@@ -17,7 +17,7 @@ from itlr.composition import compose
 from itlr.engines.elasticsearch import SCORE_SCRIPT as ES_SCORE_SCRIPT
 from itlr.engines.elasticsearch import ElasticsearchBackend
 from itlr.engines.embedded import EmbeddedBackend
-from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
+from itlr.engines.lexical_requests import read_term_statistics, term_statistics_request
 from itlr.errors import ConfigurationError
 from itlr.lexical import (
     K1,
@@ -106,7 +106,7 @@ def test_a_term_of_stop_words_only_keeps_its_cosine() -> None:
     assert lexical[:, 0].tolist() == [0.0, 0.0]
     truth = TruthMap("hybrid", lexical=0.5)
     cosines = np.array([[0.8, 0.1], [0.6, 0.2]])
-    composed = compose(query, cosines, Operators(), truth, lexical=lexical)
+    composed = compose(query, cosines, Operators(), truth, lexical_truths=lexical)
     assert composed.truths[:, 0] == pytest.approx(cosines[:, 0])
     assert composed.truths[:, 1] == pytest.approx(0.5 * cosines[:, 1] + 0.5 * lexical[:, 1])
 
@@ -128,7 +128,7 @@ def test_hybrid_truth_is_the_weighted_mean_of_clamped_cosine_and_lexical_value()
     cosines = np.array([[0.6, -0.2], [0.3, 0.7]])
     lexical = np.array([[0.4, 0.9], [0.0, 0.1]])
     truth = TruthMap("hybrid", lexical=0.25, not_evidence="lexical")
-    composed = compose(query, cosines, Operators(not_strength=0.5), truth, lexical=lexical)
+    composed = compose(query, cosines, Operators(not_strength=0.5), truth, lexical_truths=lexical)
     expected_a = 0.75 * np.clip(cosines[:, 0], 0, 1) + 0.25 * lexical[:, 0]
     expected_b = lexical[:, 1]
     assert composed.truths[:, 0] == pytest.approx(expected_a)
@@ -190,11 +190,11 @@ def test_embedded_statistics_count_live_documents_only(tmp_path) -> None:
     rng = np.random.default_rng(1)
     index = EmbeddedBackend.create(tmp_path / "idx", "toy", 8)
     index.add(["a", "b"], ["bone bone", "sun"], unit(rng, 2))
-    before = index.lexical_stats()
+    before = index.term_statistics()
     assert (before.documents, before.total_length, before.df["bone"]) == (2, 3, 1)
     index.delete(["a"])
     index.add(["b"], ["sun and fish"], unit(rng, 1))  # replaced: the old row is dead
-    after = index.lexical_stats()
+    after = index.term_statistics()
     assert (after.documents, after.total_length, after.df.get("bone", 0)) == (1, 2, 0)
 
 
@@ -246,10 +246,10 @@ def test_cluster_statistics_are_the_embedded_index_statistics(
 ) -> None:
     backend = one_shard if shards == 1 else three_shards
     query = itlr.parse('"vitamin D" AND NOT "bone health" AND NOT "zzyzx"')
-    remote = lexical_stats(
-        dict(backend.client.search(index=backend.index_name, body=lexical_stats_body(query)))
+    remote = read_term_statistics(
+        dict(backend.client.search(index=backend.index_name, body=term_statistics_request(query)))
     )
-    local = embedded.lexical_stats()
+    local = embedded.term_statistics()
     assert (remote.documents, remote.total_length) == (local.documents, local.total_length)
     assert remote.df == {t: local.df.get(t, 0) for t in ("vitamin", "d", "bone", "health", "zzyzx")}
 
@@ -341,7 +341,7 @@ def test_es_score_script_computes_the_same_hybrid_scores_on_a_real_painless(
     source = ES_SCORE_SCRIPT.source.replace("field.vectorValue", "field.value")
     for query, options in hybrid_cases(20, seed=5):
         vectors = term_vectors(query, vocabulary_vectors)
-        stats = three_shards.lexical_stats(query)
+        stats = three_shards.term_statistics(query)
         body = es.dialect.search_body(query, vectors, options, stats)
         script = body["query"]["script_score"]["script"]
         body["query"]["script_score"]["script"] = {
@@ -402,7 +402,7 @@ def test_both_scripts_find_tokens_whatever_their_place_among_the_stored_values(
         local = {h.id: h.score for h in embedded.search(query, term, options)}
         assert any(local.values()) or word == "absent"
         remote = {h.id: h.score for h in backend.search(query, term, options)}
-        counted = backend.lexical_stats(query)
+        counted = backend.term_statistics(query)
         # Documents without keys are counted: only for them does the search mark mentions.
         assert counted.unkeyed == (0 if stored == "keys" else len(texts))
         marked = "constant_score" in json.dumps(
@@ -479,7 +479,7 @@ def test_the_embedded_statistics_follow_additions_updates_and_deletes_as_a_rebui
     index.add(["b"], ["tiger"], vectors(1))  # an update: the old row dies
     index.delete(["c"])
     live = index._live_rows()
-    counted = index.lexical_stats()
+    counted = index.term_statistics()
     fresh = LexicalCorpus([index.get(i)["text"] for i in ("a", "d", "b")]).full_stats
     counts = (counted.documents, counted.total_length)
     assert counts == (fresh.documents, fresh.total_length) == (3, 6)

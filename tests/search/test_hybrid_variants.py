@@ -27,7 +27,7 @@ def test_a_not_term_with_max_evidence_takes_the_larger_of_cosine_and_bm25() -> N
     query = itlr.parse('"aarhus" AND NOT "denmark"')
     cosines = np.array([[0.7, 0.6], [0.7, 0.1], [0.7, -0.3]])
     lexical = np.array([[0.2, 0.4], [0.2, 0.8], [0.2, 0.0]])
-    composed = compose(query, cosines, Operators(not_strength=0.5), MAX_NOT, lexical=lexical)
+    composed = compose(query, cosines, Operators(not_strength=0.5), MAX_NOT, lexical_truths=lexical)
     assert composed.truths[:, 1] == pytest.approx([0.6, 0.8, 0.0])
     # The positive term keeps its weighted mean at the share.
     assert composed.truths[:, 0] == pytest.approx(0.7 * 0.7 + 0.3 * 0.2)
@@ -49,7 +49,7 @@ def test_the_explain_tree_shows_the_max_and_adds_up() -> None:
     cosines = np.array([[0.7, 0.1]])
     lexical = np.array([[0.2, 0.8]])
     (tree,) = explain(query, cosines, Operators(not_strength=0.5), MAX_NOT, lexical)
-    composed = compose(query, cosines, Operators(not_strength=0.5), MAX_NOT, lexical=lexical)
+    composed = compose(query, cosines, Operators(not_strength=0.5), MAX_NOT, lexical_truths=lexical)
     assert recompute(tree) == pytest.approx(tree["value"]) == pytest.approx(composed.scores[0])
     rendered = json.dumps(tree)
     assert '"denmark\\": truth max(max(0, cosine), lexical)' in rendered

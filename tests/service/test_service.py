@@ -340,8 +340,10 @@ def test_the_service_searches_from_remembered_statistics_and_counts_after_a_writ
         counts: list[str] = []
         backend = idx.backend
         searches = backend.searches  # the backend's search rounds
-        count, multi = searches.lexical_stats, searches._multi_search
-        monkeypatch.setattr(searches, "lexical_stats", lambda q: counts.append("apart") or count(q))
+        count, multi = searches.term_statistics, searches._multi_search
+        monkeypatch.setattr(
+            searches, "term_statistics", lambda q: counts.append("apart") or count(q)
+        )
 
         def multi_search(bodies):
             counts.extend("along" for body in bodies if "aggs" in body)

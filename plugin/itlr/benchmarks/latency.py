@@ -265,9 +265,9 @@ def request_parts(
     read into hits, as plain kNN's are."""
     query = parse(QUERIES[3])
     options = SearchOptions(k=k, mode="knn")
-    lexical = backend.lexical_stats(query) if options.truth.uses_lexical else None
+    statistics = backend.term_statistics(query) if options.truth.uses_lexical else None
     built = [
-        backend.dialect.search_request(query, vectors, options, lexical)
+        backend.dialect.search_request(query, vectors, options, statistics)
         for vectors in vector_pool(query, dims)
     ]
 

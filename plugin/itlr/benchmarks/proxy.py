@@ -271,8 +271,8 @@ def _upstream_body(
     assert found is not None
     vectors = embedder.encode(list(found.query.terms))
     hybrid = proxy.defaults.truth.uses_lexical
-    lexical = backend.lexical_stats(found.query) if hybrid else None
-    return rewrite_body(ui, found, backend.dialect, vectors, proxy.defaults, lexical)
+    statistics = backend.term_statistics(found.query) if hybrid else None
+    return rewrite_body(ui, found, backend.dialect, vectors, proxy.defaults, statistics)
 
 
 def _statistics(backend: ClusterBackend, query: Query) -> CorpusStats | None:

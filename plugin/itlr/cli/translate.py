@@ -43,7 +43,7 @@ def count_statistics(
     spec = EngineSpec(engine, index_name, connection, layout)
     # The model does not matter to the statistics: no index check, no model load.
     backend: ClusterBackend = remote_backend(spec, model="", dims=0)
-    return backend.lexical_stats(query)
+    return backend.term_statistics(query)
 
 
 @app.command()
@@ -127,7 +127,7 @@ def translate(
             text_field=text_field,
             server_version=server_version,
             tiebreak=None if tiebreak == "none" else tiebreak,
-            lexical=statistics,
+            statistics=statistics,
         )
         host = connection.hosts[0] if connection is not None else CURL_HOST
         print(translation.render(requests, output.value, host))

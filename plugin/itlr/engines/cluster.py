@@ -45,6 +45,7 @@ from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.records import Document
+from itlr.renamed import renamed
 from itlr.results import Coverage, Hit, SearchResult
 
 
@@ -324,12 +325,14 @@ class ClusterBackend:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None = None,
+        statistics: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        return self.searches.build_request(query, term_vectors, options, lexical)
+        return self.searches.build_request(query, term_vectors, options, statistics)
 
-    def lexical_stats(self, query: Query) -> CorpusStats:
-        return self.searches.lexical_stats(query)
+    def term_statistics(self, query: Query) -> CorpusStats:
+        return self.searches.term_statistics(query)
+
+    lexical_stats = renamed("term_statistics", "ClusterBackend.lexical_stats")
 
     def search_vector(
         self,

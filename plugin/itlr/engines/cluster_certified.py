@@ -58,11 +58,11 @@ class ClusterRounds:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None,
+        statistics: CorpusStats | None,
         guessed: CorpusStats | None = None,
     ) -> None:
         self.dialect, self.responses_to, self.query = dialect, responses_to, query
-        self.term_vectors, self.options, self.lexical = term_vectors, options, lexical
+        self.term_vectors, self.options, self.statistics = term_vectors, options, statistics
         # The first round carries the check of remembered statistics, if any.
         self.guessed = guessed
         self.rounds = options.candidate_rounds(limit=dialect.max_k)
@@ -85,7 +85,7 @@ class ClusterRounds:
             options, candidates=budget, max_candidates=None, plan=round_plan(options.plan)
         )
         request = dialect.search_request(
-            self.query, self.term_vectors, round_options, self.lexical, mentions=self.hybrid
+            self.query, self.term_vectors, round_options, self.statistics, mentions=self.hybrid
         )
         searches = request.searches
         probes = [dialect.probe_body(search, options.filter) for search in searches]
@@ -101,7 +101,9 @@ class ClusterRounds:
             [body, *([] if by_order else probes)], self.query, self.guessed
         )
         self.guessed = None
-        ranked = dialect.ranking(responses[0], self.query, self.term_vectors, options, self.lexical)
+        ranked = dialect.ranking(
+            responses[0], self.query, self.term_vectors, options, self.statistics
+        )
         ranked = Ranking(ranked.hits, (*request.warnings, *ranked.warnings), ranked.exact)
         if by_order:
             threshold = proof_threshold([h.score for h in ranked.hits], options.k)

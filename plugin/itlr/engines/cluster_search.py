@@ -18,7 +18,11 @@ from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import is_script_error
 from itlr.engines.layout import IndexLayout
-from itlr.engines.lexical_requests import counted_truths, lexical_stats, lexical_stats_body
+from itlr.engines.lexical_requests import (
+    counted_truths,
+    read_term_statistics,
+    term_statistics_request,
+)
 from itlr.engines.remembered_stats import RememberedStats, StaleStatistics
 from itlr.errors import EngineError
 from itlr.lexical import CorpusStats, query_tokens
@@ -74,26 +78,26 @@ class ClusterSearch:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None = None,
+        statistics: CorpusStats | None = None,
     ) -> dict[str, Any]:
         """The search body: script_score over kNN candidates (or every document). Hybrid
         truths need the index's statistics: given, or counted here (one request)."""
-        if lexical is None and options.truth.uses_lexical:
-            lexical = self.lexical_stats(query)
-        options, _ = counted_truths(options, lexical, self.index.index_name)
-        return self.index.dialect.search_body(query, term_vectors, options, lexical)
+        if statistics is None and options.truth.uses_lexical:
+            statistics = self.term_statistics(query)
+        options, _ = counted_truths(options, statistics, self.index.index_name)
+        return self.index.dialect.search_body(query, term_vectors, options, statistics)
 
-    def lexical_stats(self, query: Query) -> CorpusStats:
+    def term_statistics(self, query: Query) -> CorpusStats:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
         asked = monotonic()
         with self.index.errors():
             # Statistics from some shards only would score unlike the embedded engine: refuse.
             response = self.index.client.search(
                 index=self.index.index_name,
-                body=lexical_stats_body(query),
+                body=term_statistics_request(query),
                 allow_partial_search_results=False,
             )
-        counted = lexical_stats(dict(response))
+        counted = read_term_statistics(dict(response))
         self.index.remembered.record(counted, asked)
         return counted
 
@@ -128,15 +132,15 @@ class ClusterSearch:
     def _search(
         self, query: Query, term_vectors: np.ndarray, options: SearchOptions
     ) -> SearchResult:
-        guessed = lexical = None
+        guessed = statistics = None
         if options.truth.uses_lexical:
             tokens = query_tokens(query.terms)
             guessed, recent = self.index.remembered.lookup(tokens)
-            lexical = guessed or self.lexical_stats(query)
+            statistics = guessed or self.term_statistics(query)
             if recent:
                 guessed = None  # counted moments ago: no new count goes along
         try:
-            ranked = self._counted_search(query, term_vectors, options, lexical, guessed)
+            ranked = self._counted_search(query, term_vectors, options, statistics, guessed)
         except StaleStatistics as stale:
             ranked = self._counted_search(query, term_vectors, options, stale.fresh, None)
         return self._result(query, ranked)
@@ -146,19 +150,21 @@ class ClusterSearch:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None,
+        statistics: CorpusStats | None,
         guessed: CorpusStats | None,
     ) -> Ranking:
-        options, noted = counted_truths(options, lexical, self.index.index_name)
+        options, noted = counted_truths(options, statistics, self.index.index_name)
         try:
-            return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
+            return self._search_once(query, term_vectors, options, statistics, guessed).noting(
+                *noted
+            )
         except EngineError as failed:
             if self.index.inline_script or not is_script_error(str(failed)):
                 raise
             # Replaced or deleted since the check: refuse a foreign one, restore a missing one.
             if not self.index.install_scripts(repair=False):
                 raise
-        return self._search_once(query, term_vectors, options, lexical, guessed).noting(*noted)
+        return self._search_once(query, term_vectors, options, statistics, guessed).noting(*noted)
 
     def _responses(
         self,
@@ -183,8 +189,8 @@ class ClusterSearch:
                 return [dict(response)]
             return self._multi_search(bodies)
         asked = monotonic()
-        counted, *responses = self._multi_search([lexical_stats_body(query), *bodies])
-        fresh = lexical_stats(counted)
+        counted, *responses = self._multi_search([term_statistics_request(query), *bodies])
+        fresh = read_term_statistics(counted)
         self.index.remembered.record(fresh, asked)
         if fresh != guessed:
             raise StaleStatistics(fresh)
@@ -195,22 +201,22 @@ class ClusterSearch:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None,
+        statistics: CorpusStats | None,
         guessed: CorpusStats | None = None,
     ) -> Ranking:
         # Asked for a proof: a knn query the certificate covers once the mentions are gathered;
         # given one unless too many documents mention its terms to gather them.
         asked = options.mode == "knn" and certifiable(query, options.ops, options.truth, True)
-        too_many = unmentionable_reason(query, options, lexical)
+        too_many = unmentionable_reason(query, options, statistics)
         if not asked or too_many:
-            request = self.index.dialect.search_request(query, term_vectors, options, lexical)
+            request = self.index.dialect.search_request(query, term_vectors, options, statistics)
             exact = True if options.mode == "exact" or not query.has_positive_term else None
             unproved: tuple[str, ...] = ()
             if asked and too_many:
                 exact, unproved = False, (too_many,)
             body = self.index.dialect.with_truth_fields(request.body, options)  # hits' truths
             (response,) = self._responses([body], query, guessed)
-            found = self.index.dialect.ranking(response, query, term_vectors, options, lexical)
+            found = self.index.dialect.ranking(response, query, term_vectors, options, statistics)
             warnings = (
                 *request.warnings,
                 *found.warnings,
@@ -219,7 +225,7 @@ class ClusterSearch:
             )
             return Ranking(found.hits, warnings, exact=exact)
         certified = ClusterRounds(
-            self.index.dialect, self._responses, query, term_vectors, options, lexical, guessed
+            self.index.dialect, self._responses, query, term_vectors, options, statistics, guessed
         ).ranking()
         return certified.noting(*self.index.filter_warnings(options))
 

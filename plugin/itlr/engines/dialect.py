@@ -12,7 +12,6 @@ Nothing here talks to a server: `itlr translate`, the query-bar proxy and the cl
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,6 +37,7 @@ from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.query_memo import QueryMemo
+from itlr.renamed import renamed
 from itlr.results import Ranking
 
 # The request builder's own names; what it is built from lives in the modules it imports.
@@ -161,18 +161,18 @@ class Dialect:
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None = None,
+        statistics: CorpusStats | None = None,
     ) -> dict[str, Any]:
-        """The logical query: script_score over kNN candidates (or every document); `lexical`:
+        """The logical query: script_score over kNN candidates (or every document); `statistics`:
         the index's statistics, for hybrid truths."""
-        return self.search_request(query, term_vectors, options, lexical).body
+        return self.search_request(query, term_vectors, options, statistics).body
 
     def search_request(
         self,
         query: Query,
         term_vectors: np.ndarray,
         options: SearchOptions,
-        lexical: CorpusStats | None = None,
+        statistics: CorpusStats | None = None,
         mentions: bool = False,
     ) -> SearchRequest:
         """The search body, its kNN searches and this search's warnings, from one plan.
@@ -187,8 +187,8 @@ class Dialect:
         dims = int(term_vectors.shape[-1]) if term_vectors.size else 0
         shape = self._shapes.get(
             query,
-            (options, lexical, mentions, dims),
-            lambda: self._shape(query, options, lexical, mentions, dims),
+            (options, statistics, mentions, dims),
+            lambda: self._shape(query, options, statistics, mentions, dims),
         )
         warnings: tuple[str, ...] = ()
         searches: tuple[CandidateSearch, ...] = ()
@@ -247,7 +247,7 @@ class Dialect:
         self,
         query: Query,
         options: SearchOptions,
-        lexical: CorpusStats | None,
+        statistics: CorpusStats | None,
         mentions: bool,
         dims: int,
     ) -> RequestShape:
@@ -259,9 +259,9 @@ class Dialect:
             if options.exclude_lexical
             else []
         )
-        params = {**script_params(query, options, self.layout, lexical), "dims": dims}
+        params = {**script_params(query, options, self.layout, statistics), "dims": dims}
         mention = None
-        unkeyed = options.truth.uses_lexical and (lexical is None or lexical.unkeyed > 0)
+        unkeyed = options.truth.uses_lexical and (statistics is None or statistics.unkeyed > 0)
         tokens = mention_clauses(query.terms) if unkeyed else []
         if tokens:
             # Where some documents were written before the token keys, loading their keyword
@@ -326,8 +326,8 @@ class Dialect:
         The request shown to others (itlr translate, the query-bar proxy) stays without."""
         if options.explain:
             return body  # its _source has them already
-        lexical = [TOKENS_FIELD, LENGTH_FIELD] if options.truth.uses_lexical else []
-        return {**body, "_source": self.source(options, [self.layout.vector_field, *lexical])}
+        token_fields = [TOKENS_FIELD, LENGTH_FIELD] if options.truth.uses_lexical else []
+        return {**body, "_source": self.source(options, [self.layout.vector_field, *token_fields])}
 
     def highlight(self, words: Sequence[str]) -> dict[str, Any]:
         """The engine's highlighter on the text field, driven by the positive terms' words
@@ -352,17 +352,12 @@ class Dialect:
         query: Query | None = None,
         term_vectors: np.ndarray | None = None,
         options: SearchOptions | None = None,
-        lexical: CorpusStats | None = None,
+        statistics: CorpusStats | None = None,
     ) -> Ranking:
         """The ranking a search response holds: its hits (with truths when the search asked
         for them) and their warnings."""
-        return ranking_from_response(response, query, term_vectors, options, self.layout, lexical)
-
-    def hits(self, *args: Any, **kwargs: Any) -> Ranking:
-        """Deprecated: `ranking` (what it returns is a Ranking, not a list of hits)."""
-        warnings.warn(
-            "Dialect.hits is deprecated: call Dialect.ranking (it returns a Ranking)",
-            DeprecationWarning,
-            stacklevel=2,
+        return ranking_from_response(
+            response, query, term_vectors, options, self.layout, statistics
         )
-        return self.ranking(*args, **kwargs)
+
+    hits = renamed("ranking", "Dialect.hits", " (it returns a Ranking)")

@@ -41,6 +41,7 @@ from itlr.options import SearchOptions
 from itlr.prompts import Prompts
 from itlr.query import Query
 from itlr.records import Document
+from itlr.renamed import renamed
 from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
 
@@ -374,12 +375,14 @@ class EmbeddedBackend:
             self._rows, self._lengths, self._live_mask(), self.store.generation, rows, terms
         )
 
-    def lexical_stats(self, tokens: Iterable[str] | None = None) -> CorpusStats:
+    def term_statistics(self, tokens: Iterable[str] | None = None) -> CorpusStats:
         """The statistics over the live rows that lexical truths use: document frequencies of
         these tokens (default: of every token, a pass over all postings)."""
         return self._lexical.stats(
             self._rows, self._lengths, self._live_mask(), self.store.generation, tokens
         )
+
+    lexical_stats = renamed("term_statistics", "EmbeddedBackend.lexical_stats")
 
     def _live_mask(self) -> np.ndarray:
         if self._live_mask_cache is None or len(self._live_mask_cache) != self.committed_rows:
@@ -493,22 +496,22 @@ class EmbeddedBackend:
         rows: np.ndarray,
         options: SearchOptions,
         exact: bool | None,
-        lexical: np.ndarray | None = None,
+        lexical_truths: np.ndarray | None = None,
     ) -> Ranking:
-        """The top k of these rows; `lexical`: their lexical truths when already computed."""
+        """The top k of these rows; `lexical_truths`: their lexical truths when already computed."""
         # One matrix product scores every term against every candidate.
         cosines = cosine_matrix(self.row_vectors(rows), term_vectors)
-        if lexical is None and options.truth.uses_lexical:
-            lexical = self.lexical_truths(rows, query.terms)
-        scored = compose(query, cosines, options.ops, options.truth, options.hard, lexical)
+        if lexical_truths is None and options.truth.uses_lexical:
+            lexical_truths = self.lexical_truths(rows, query.terms)
+        scored = compose(query, cosines, options.ops, options.truth, options.hard, lexical_truths)
         scores, truths = scored.scores, scored.truths
         if not scored.kept.all():
             # The hard filter dropped rows; without it, no copy of an exact pass's matrices.
             kept = scored.kept
             rows, scores, truths, cosines = rows[kept], scores[kept], truths[kept], cosines[kept]
-            lexical = lexical[kept] if lexical is not None else None
+            lexical_truths = lexical_truths[kept] if lexical_truths is not None else None
         explained = (
-            explainer(query, cosines, options.ops, options.truth, lexical)
+            explainer(query, cosines, options.ops, options.truth, lexical_truths)
             if options.explain
             else None
         )

@@ -70,7 +70,7 @@ class KnnBackend(Protocol):
         rows: np.ndarray,
         options: SearchOptions,
         exact: bool | None,
-        lexical: np.ndarray | None = None,
+        lexical_truths: np.ndarray | None = None,
     ) -> Ranking: ...
 
     def row_vectors(self, rows: np.ndarray) -> np.ndarray: ...
@@ -195,11 +195,11 @@ class EmbeddedRounds:
             for s, hits, (_, last) in zip(searches, found, self.cosines, strict=True)
         )
         # The stream holds every row's lexical truths (rows ascending, seen among them).
-        lexical = (
+        lexical_truths = (
             self.stream.truths[np.searchsorted(rows, seen)] if self.stream is not None else None
         )
         ranked = backend.scored_rows(
-            query, term_vectors, seen, self.options, exact=True, lexical=lexical
+            query, term_vectors, seen, self.options, exact=True, lexical_truths=lexical_truths
         )
         return Round(ranked, bounds if trusted else None, limits)
 
@@ -224,9 +224,14 @@ class EmbeddedRounds:
                 self.stream,
             ):
                 return None
-        lexical = self.stream.truths if self.stream is not None else None
+        lexical_truths = self.stream.truths if self.stream is not None else None
         return self.backend.scored_rows(
-            self.query, self.term_vectors, self.rows, options, exact=True, lexical=lexical
+            self.query,
+            self.term_vectors,
+            self.rows,
+            options,
+            exact=True,
+            lexical_truths=lexical_truths,
         )
 
 

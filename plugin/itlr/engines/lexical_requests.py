@@ -13,10 +13,10 @@ from itlr.options import SearchOptions
 from itlr.query import Query
 
 
-def lexical_stats_body(query: Query) -> dict[str, Any]:
+def term_statistics_request(query: Query) -> dict[str, Any]:
     """One aggregation over the whole index (every shard, live documents only): how many
     documents carry lexical fields, their summed length, how many have no token keys, and each
-    query token's document frequency. Read the response with `lexical_stats`."""
+    query token's document frequency. Read the response with `read_term_statistics`."""
     filters = {token: mention_clause(token) for token in query_tokens(query.terms)}
     aggs: dict[str, Any] = {
         "documents": {"value_count": {"field": LENGTH_FIELD}},
@@ -36,7 +36,7 @@ def lexical_stats_body(query: Query) -> dict[str, Any]:
 
 
 def counted_truths(
-    options: SearchOptions, lexical: CorpusStats | None, index_name: str
+    options: SearchOptions, statistics: CorpusStats | None, index_name: str
 ) -> tuple[SearchOptions, tuple[str, ...]]:
     """The options to score with once the statistics are counted, and what to say about it.
     Hybrid truths (the default) on an index where no document carries the lexical fields (made
@@ -44,7 +44,7 @@ def counted_truths(
     truth of 0 and only shrink the positive terms: such an index is scored with cosine truths
     (clamp), and the search says so. One rule for every front end, decided by the counted
     statistics themselves."""
-    if not options.truth.uses_lexical or lexical is None or lexical.documents:
+    if not options.truth.uses_lexical or statistics is None or statistics.documents:
         return options, ()
     cosine = replace(options, truth=replace(options.truth, kind="clamp"))
     return cosine, (
@@ -70,7 +70,7 @@ def mention_clauses(terms: Sequence[str]) -> list[dict[str, Any]]:
     return [mention_clause(token) for token in query_tokens(terms)]
 
 
-def lexical_stats(response: dict[str, Any]) -> CorpusStats:
+def read_term_statistics(response: dict[str, Any]) -> CorpusStats:
     aggs = response["aggregations"]
     buckets = aggs.get("df", {}).get("buckets", {})
     return CorpusStats(

@@ -26,7 +26,7 @@ def ranking_from_response(
     term_vectors: np.ndarray | None,
     options: SearchOptions | None,
     layout: IndexLayout,
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
 ) -> Ranking:
     """Hits with per-term truths and an explanation tree when the response carries the hits'
     vectors (--explain); hybrid truths also read the hits' stored tokens with the statistics
@@ -43,7 +43,7 @@ def ranking_from_response(
             unit = np.asarray(vector, dtype=np.float32)
             unit = unit / (np.linalg.norm(unit) or 1.0)
             cosines = (np.asarray(term_vectors, dtype=np.float32) @ unit)[None, :]
-            found = _lexical_row(source, query, options, lexical)
+            found = _lexical_row(source, query, options, statistics)
             values = options.truth.apply(
                 cosines,
                 query.terms,
@@ -75,14 +75,14 @@ def _lexical_row(
     source: dict[str, Any],
     query: Query,
     options: SearchOptions,
-    lexical: CorpusStats | None,
+    statistics: CorpusStats | None,
 ) -> np.ndarray | None:
     """The hit's lexical truth per term (1 x terms) from its stored tokens, for hybrid truths."""
     if not options.truth.uses_lexical:
         return None
     values = [str(v).rsplit(" ", 1) for v in source.get(TOKENS_FIELD) or []]
     counts = {token: int(count) for token, count in values}
-    stats = lexical or CorpusStats(0, 0, {})
+    stats = statistics or CorpusStats(0, 0, {})
     found = [
         bm25_truth(
             counts, int(source.get(LENGTH_FIELD) or 0), term_tokens(t, stats), stats.average_length

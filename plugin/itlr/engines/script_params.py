@@ -32,13 +32,13 @@ def score_params(
     term_vectors: np.ndarray,
     options: SearchOptions,
     layout: IndexLayout,
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
 ) -> dict[str, Any]:
     """Everything the scoring script reads; the program is the one numpy runs. Hybrid truths
-    also need the index's statistics for the query's tokens (`lexical_stats_body`)."""
+    also need the index's statistics for the query's tokens (`term_statistics_request`)."""
     vectors = np.asarray(term_vectors, dtype=np.float32)
     return {
-        **script_params(query, options, layout, lexical),
+        **script_params(query, options, layout, statistics),
         "vectors": packed_floats(vectors),
         "dims": int(vectors.shape[-1]) if vectors.size else 0,
     }
@@ -48,7 +48,7 @@ def script_params(
     query: Query,
     options: SearchOptions,
     layout: IndexLayout,
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
 ) -> dict[str, Any]:
     """`score_params` but the term vectors and their dimensions: the same for every search of
     a query with the same options and statistics."""
@@ -59,7 +59,7 @@ def script_params(
         **options.truth.to_params(query.terms),
     }
     if options.truth.uses_lexical:
-        params.update(lexical_params(query, options, lexical))
+        params.update(lexical_params(query, options, statistics))
     return params
 
 
@@ -72,22 +72,22 @@ def packed_floats(values: np.ndarray) -> str:
 
 
 def lexical_params(
-    query: Query, options: SearchOptions, lexical: CorpusStats | None
+    query: Query, options: SearchOptions, statistics: CorpusStats | None
 ) -> dict[str, Any]:
-    if lexical is None:
+    if statistics is None:
         raise ConfigurationError(
             "hybrid truth values need the index's token statistics: count them on the cluster "
-            "(`lexical_stats_body`, read by `lexical_stats`) and pass them as `lexical`"
+            "(`term_statistics_request`, read by `read_term_statistics`) and pass them as `statistics`"
         )
     weights = options.truth.lexical_shares(query.terms, query.negated_terms)
-    tokens = [term_tokens(term, lexical) for term in query.terms]
+    tokens = [term_tokens(term, statistics) for term in query.terms]
     return {
         "keys_field": TOKEN_KEYS_FIELD,
         "tokens_field": TOKENS_FIELD,
         "length_field": LENGTH_FIELD,
         "k1": K1,
         "b": B,
-        "avgdl": lexical.average_length,
+        "avgdl": statistics.average_length,
         "lex_weight": list(weights),
         "lex_tokens": [[f"{token} " for token in t.tokens] for t in tokens],
         "lex_keys": [[token_key(token) for token in t.tokens] for t in tokens],

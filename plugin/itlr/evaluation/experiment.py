@@ -170,7 +170,7 @@ def run_evaluation(
         hard_filter_rule=settings.hard_filter_rule,
         calibrated=calibrated,
         setops_depth=SETOPS_DEPTH,
-        lexical=LexicalCorpus([d.text for d in data.corpus])
+        lexical_corpus=LexicalCorpus([d.text for d in data.corpus])
         if settings.truth.uses_lexical
         else None,
     )

@@ -78,14 +78,14 @@ class Dense:
 @dataclass(frozen=True)
 class Logical:
     """Fuzzy logical scoring, optionally with the hard filter on root-level NOT terms. Hybrid
-    truths read the passages' tokens from `lexical` (rows in corpus order; statistics over all
+    truths read the passages' tokens from `lexical_corpus` (rows in corpus order; statistics over all
     of them, as an index holding the whole corpus would count them)."""
 
     name: str = "itlr"
     ops: Operators = SEARCH_OPERATORS
     truth: TruthMap = field(default_factory=TruthMap)
     hard_filter: float | None = None
-    lexical: LexicalCorpus | None = field(default=None, compare=False, repr=False)
+    lexical_corpus: LexicalCorpus | None = field(default=None, compare=False, repr=False)
     hard_filter_rule: HardFilterRule = DEFAULT_HARD_FILTER_RULE
 
     @property
@@ -95,13 +95,17 @@ class Logical:
         return HardFilter(self.hard_filter, self.hard_filter_rule)
 
     def score(self, case: Case, term_cosines: np.ndarray, text_cosines: np.ndarray) -> np.ndarray:
-        lexical = None
+        lexical_truths = None
         if self.truth.uses_lexical:
-            if self.lexical is None:
+            if self.lexical_corpus is None:
                 raise ConfigurationError("hybrid truth values need the passages' text")
-            rows = case.rows if case.rows is not None else np.arange(len(self.lexical))
-            lexical = self.lexical.matrix(rows, case.query.terms, self.lexical.full_stats)
-        composed = compose(case.query, term_cosines, self.ops, self.truth, self.hard, lexical)
+            rows = case.rows if case.rows is not None else np.arange(len(self.lexical_corpus))
+            lexical_truths = self.lexical_corpus.matrix(
+                rows, case.query.terms, self.lexical_corpus.full_stats
+            )
+        composed = compose(
+            case.query, term_cosines, self.ops, self.truth, self.hard, lexical_truths
+        )
         scores = np.asarray(composed.scores, dtype=np.float64)
         scores[~composed.kept] = -np.inf
         return scores
@@ -181,7 +185,7 @@ def build_methods(
     calibrated: TruthMap | None = None,
     setops_depth: int = 20,
     setops_share: float | None = None,
-    lexical: LexicalCorpus | None = None,
+    lexical_corpus: LexicalCorpus | None = None,
 ) -> list[Method]:
     """Methods by name, all sharing the operator family and truth mapping given (and for
     hybrid truths the corpus' tokens, rows in corpus order). `hard_filter_rule` is itlr-hard's;
@@ -199,14 +203,19 @@ def build_methods(
         )
     made: dict[str, Method] = {
         "dense": Dense(),
-        "itlr": Logical("itlr", ops, truth, lexical=lexical),
+        "itlr": Logical("itlr", ops, truth, lexical_corpus=lexical_corpus),
         "itlr-hard": Logical(
-            "itlr-hard", ops, truth, hard_filter, lexical, hard_filter_rule=hard_filter_rule
+            "itlr-hard", ops, truth, hard_filter, lexical_corpus, hard_filter_rule=hard_filter_rule
         ),
         "itlr-hard-absolute": Logical(
-            "itlr-hard-absolute", ops, truth, hard_filter, lexical, hard_filter_rule="absolute"
+            "itlr-hard-absolute",
+            ops,
+            truth,
+            hard_filter,
+            lexical_corpus,
+            hard_filter_rule="absolute",
         ),
-        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth, lexical=lexical),
+        "itlr-paper": Logical("itlr-paper", PAPER_OPERATORS, truth, lexical_corpus=lexical_corpus),
         "setops": SetOps(depth=setops_depth, share=setops_share),
         "random": RandomScores(),
     }

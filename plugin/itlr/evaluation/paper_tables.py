@@ -152,7 +152,7 @@ def run_synthetic(
     main: list[Method] = [
         Dense(),
         itlr,
-        Logical("itlr-default", lexical=LexicalCorpus([d.text for d in docs])),
+        Logical("itlr-default", lexical_corpus=LexicalCorpus([d.text for d in docs])),
         Logical("itlr-paper", PAPER_OPERATORS, PAPER_TRUTH),
         itlr_calibrated,
         SetOps(share=0.5),

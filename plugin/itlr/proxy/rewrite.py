@@ -205,12 +205,12 @@ def rewrite_body(
     dialect: Dialect,
     term_vectors: np.ndarray,
     defaults: SearchOptions,
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
     index: str = "the index",
 ) -> dict[str, Any]:
-    """The body to send upstream in place of the UI's; `lexical`: the index's token
-    statistics, which hybrid truths need (`Upstream.lexical_stats`)."""
-    return rewrite_search(body, found, dialect, term_vectors, defaults, lexical, index)[0]
+    """The body to send upstream in place of the UI's; `statistics`: the index's token
+    statistics, which hybrid truths need (`Upstream.term_statistics`)."""
+    return rewrite_search(body, found, dialect, term_vectors, defaults, statistics, index)[0]
 
 
 def rewrite_search(
@@ -219,7 +219,7 @@ def rewrite_search(
     dialect: Dialect,
     term_vectors: np.ndarray,
     defaults: SearchOptions,
-    lexical: CorpusStats | None = None,
+    statistics: CorpusStats | None = None,
     index: str = "the index",
 ) -> tuple[dict[str, Any], AnswerPlan]:
     """`rewrite_body`, and what to fix in its answer (itlr.proxy.answers)."""
@@ -230,8 +230,8 @@ def rewrite_search(
             "rescore cannot be combined with a sort (the engines refuse a [sort] with "
             "[rescore]): drop the sort; the logical score orders the hits, rescored"
         )
-    options, _ = counted_truths(options_for(body, found, defaults), lexical, index)
-    built = dialect.search_body(found.query, term_vectors, options, lexical)
+    options, _ = counted_truths(options_for(body, found, defaults), statistics, index)
+    built = dialect.search_body(found.query, term_vectors, options, statistics)
     rewritten = dict(body)
     rewritten["query"] = built["query"]
     if rescored:

@@ -99,7 +99,7 @@ class SearchRequests:
                 target,
                 caller.headers,
                 tokens,
-                lambda: self.upstream.lexical_stats(caller, target, query),
+                lambda: self.upstream.term_statistics(caller, target, query),
             )
         return counted[key]
 
@@ -135,12 +135,12 @@ class SearchRequests:
             await self.integrity.verified(caller, searched.dialect)
         vectors = await self.encoding.vectors(searched, target, list(found.query.terms))
         with stages.span("count token statistics"):  # ~0 unless the truths are hybrid
-            lexical = await self._statistics(target, found.query, caller, counted)
+            statistics = await self._statistics(target, found.query, caller, counted)
         log.info("logical search on %s: %d terms", target, len(found.query.terms))
         log.debug("logical query on %s: %s", target, found.query)
         with stages.span("build upstream body"):
             rewritten, plan = rewrite_search(
-                body, found, searched.dialect, vectors, self.defaults, lexical, target
+                body, found, searched.dialect, vectors, self.defaults, statistics, target
             )
         return rewritten, plan, query_left
 

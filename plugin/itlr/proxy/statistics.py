@@ -131,9 +131,9 @@ class CallerStatistics:
         write was answered after it was asked."""
         caller = caller_digest(headers)
         remembered = self._of(target, caller)
-        lexical, recent = remembered.lookup(tokens)
-        if lexical is not None and recent:
-            return lexical
+        statistics, recent = remembered.lookup(tokens)
+        if statistics is not None and recent:
+            return statistics
         key = (target, caller, tuple(sorted(set(tokens))))
         pending = self._counting.get(key)
         now = monotonic()
@@ -157,9 +157,9 @@ class CallerStatistics:
     async def _count(
         remembered: RememberedStats, count: Callable[[], Awaitable[CorpusStats]], asked: float
     ) -> CorpusStats:
-        lexical = await count()
-        remembered.record(lexical, asked)
-        return lexical
+        statistics = await count()
+        remembered.record(statistics, asked)
+        return statistics
 
     def _settled(
         self, key: tuple[str, bytes, tuple[str, ...]], done: asyncio.Future[CorpusStats]

@@ -30,7 +30,7 @@ from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import check_stored
 from itlr.engines.layout import IndexLayout
-from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
+from itlr.engines.lexical_requests import read_term_statistics, term_statistics_request
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
@@ -289,15 +289,15 @@ class Upstream:
             256, CALLER_READ_SECONDS
         )
 
-    async def lexical_stats(self, caller: Caller, target: str, query: Query) -> CorpusStats:
+    async def term_statistics(self, caller: Caller, target: str, query: Query) -> CorpusStats:
         """The token statistics of every index `target` names, for the query's tokens: one
-        aggregation (`lexical_stats_body`), asked as the caller. How long a count is used for
+        aggregation (`term_statistics_request`), asked as the caller. How long a count is used for
         is the proxy's (itlr.proxy.statistics)."""
         # Statistics from some shards only would score unlike `itlr search`: refused.
         response = await self.reads.search(
             caller,
             target,
-            lexical_stats_body(query),
+            term_statistics_request(query),
             params={"allow_partial_search_results": "false"},
         )
         try:
@@ -311,7 +311,7 @@ class Upstream:
                 f"upstream answered {response.status_code} ({error_reason(payload, payload)})"
             )
         try:
-            return lexical_stats(payload)
+            return read_term_statistics(payload)
         except (KeyError, TypeError, ValueError):
             raise EngineError(
                 f"cannot count the token statistics of {target!r} that hybrid truths need: the "
