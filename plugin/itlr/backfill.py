@@ -27,6 +27,7 @@ from typing import Any
 
 from itlr.embed import Embedder, get_embedder
 from itlr.engines.cluster import ClusterBackend
+from itlr.engines.cluster_reads import mapped_vector
 from itlr.engines.factory import EngineSpec, remote_backend
 from itlr.engines.foreign import add_itlr_fields as prepare_in_place
 from itlr.engines.foreign import itlr_fields
@@ -71,7 +72,7 @@ def _check_vector_field(
     dimension: anything else is refused before a mapping changes (or, `required`, before a
     vector is written: a field that is not mapped as a vector would be mapped by guess)."""
     field_name = backend.layout.vector_field
-    vector = properties.get(field_name)
+    vector = mapped_vector(properties, field_name)
     if vector is None:
         if required:
             raise IndexStateError(
@@ -79,16 +80,15 @@ def _check_vector_field(
                 "refused before writing a vector into it (the engine would map it by guess)"
             )
         return
-    kind = vector.get("type", "object")
-    if kind != backend.vector_type:
+    if vector.kind != backend.vector_type:
         raise IndexStateError(
-            f"index {index_name!r} already maps {field_name!r} as {kind}, not {backend.vector_type}: "
+            f"index {index_name!r} already maps {field_name!r} as {vector.kind}, not "
+            f"{backend.vector_type}: "
             "back-fill into another field with --vector-field NEW_FIELD"
         )
-    mapped = backend.mapped_dims(vector)
-    if mapped is not None and int(mapped) != dims:
+    if vector.dims is not None and vector.dims != dims:
         raise IndexStateError(
-            f"index {index_name!r} field {field_name!r} holds {mapped}-dim vectors but model "
+            f"index {index_name!r} field {field_name!r} holds {vector.dims}-dim vectors but model "
             f"{model!r} makes {dims}-dim ones: choose the matching --model or another --vector-field"
         )
 

@@ -24,6 +24,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from itlr.engines.cluster_reads import (
+    DOC_ID,
+    script_is_ours,
+    stored_scripts,
+    tiebreak_for,
+    vector_dims,
+)
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
 from itlr.engines.coverage import CoverageCache, coverage_body, parse_coverage
@@ -32,7 +39,6 @@ from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
     PipelineMismatch,
     ScriptMismatch,
-    check_stored,
 )
 from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
 from itlr.engines.operations import ClusterOperations
@@ -62,9 +68,6 @@ class EngineSpecifics(Protocol):
     def dialect(self, layout: IndexLayout, inline_script: bool) -> Dialect: ...
 
     def operations(self, client: Any, url: str) -> ClusterOperations: ...
-
-    def mapped_dims(self, vector: dict[str, Any]) -> Any:
-        """The dimension count the mapping records, or None when it records none yet."""
 
     def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
         """Why the vector field's mapping limits the searches, or None."""
@@ -135,9 +138,9 @@ class ClusterBackend:
         body = self.dialect.mapping(self.dims, self.model, knn_engine, self.prompts)
         self.operations.create_index(self.index_name, body["settings"], body["mappings"])
 
-    def mapped_dims(self, vector: dict[str, Any]) -> Any:
+    def mapped_dims(self, vector: dict[str, Any]) -> int | None:
         """The dimension count the mapping records, or None when it records none yet."""
-        return self.specifics.mapped_dims(vector)
+        return vector_dims(vector)
 
     @cached_property
     def dialect(self) -> Dialect:
@@ -213,8 +216,8 @@ class ClusterBackend:
         """Learn the mapped fields (filter warnings) and the tie-break sort key the index
         offers: itlr's `doc_id` where mapped, else what the engine can sort on."""
         self.mapped = mapped_fields(properties)
-        if self.layout.tiebreak == "doc_id" and "doc_id" not in properties:
-            tiebreak = type(self.dialect).fallback_tiebreak
+        tiebreak = tiebreak_for(properties, type(self.dialect).fallback_tiebreak)
+        if self.layout.tiebreak == DOC_ID and tiebreak != DOC_ID:
             self.layout = replace(self.layout, tiebreak=tiebreak)
             # The cached dialect was built for the layout before the mapping was read.
             vars(self).pop("dialect", None)
@@ -254,18 +257,17 @@ class ClusterBackend:
         not_found = self.specifics.not_found_error()
         installed = []
         with self.errors():
-            for script in (self.dialect.score_script, self.dialect.exclude_script):
+            for script in stored_scripts(self.dialect):
                 try:
                     found = self.client.get_script(id=script.id)
                 except not_found:
                     found = None
-                if found is not None:
-                    try:
-                        check_stored(script, found, self.url)
+                try:
+                    if script_is_ours(script, found, self.url):
                         continue
-                    except ScriptMismatch:
-                        if not repair:
-                            raise
+                except ScriptMismatch:
+                    if not repair:
+                        raise
                 self.specifics.put_script(self.client, script)
                 installed.append(script.id)
         self._scripts_checked_at = time.monotonic()

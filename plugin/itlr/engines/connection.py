@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,32 +128,16 @@ class Connection:
 # -- engine detection ----------------------------------------------------------------------
 
 
-def engine_from_root(url: str, info: Any) -> tuple[str, str]:
-    """(engine, version) from a cluster's `GET /` answer; also used by the async proxy."""
-    if isinstance(info, dict):
-        version = cast(
-            "dict[str, Any]", info.get("version") if isinstance(info.get("version"), dict) else {}
-        )
-        number = str(version.get("number", "?"))
-        if version.get("distribution") == "opensearch":
-            return "opensearch", number
-        if "tagline" in info or version.get("build_flavor"):
-            return "elasticsearch", number
-    shown = info if isinstance(info, str) else json.dumps(info)
-    raise EngineError(
-        f"{url} is neither OpenSearch nor Elasticsearch: GET / answered "
-        f"{short_text(shown)}; check `url`"
-    )
-
-
 def detect_engine(connection: Connection) -> tuple[str, str]:
     """(engine, version) from the cluster's root endpoint. opensearch-py asks, since it makes no
     product check and so can read either engine's answer."""
     from opensearchpy import exceptions as os_errors
 
+    from itlr.engines.cluster_reads import ROOT, engine_from_root
+
     client = connection.opensearch(timeout=DETECT_TIMEOUT, max_retries=0)
     try:
-        info = client.transport.perform_request("GET", "/")
+        info = client.transport.perform_request(ROOT.method, ROOT.path)
     except os_errors.SerializationError as garbled:
         raise EngineError(
             f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "

@@ -174,10 +174,6 @@ class ElasticsearchSpecifics:
     def operations(self, client: Any, url: str) -> ElasticsearchOperations:
         return ElasticsearchOperations(client, url)
 
-    def mapped_dims(self, vector: dict[str, Any]) -> Any:
-        # Since 8.11 dims may be absent until the first vector arrives.
-        return vector.get("dims")
-
     def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
         if vector.get("index") is not False:
             return None

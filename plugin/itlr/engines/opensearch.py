@@ -126,9 +126,6 @@ class OpenSearchSpecifics:
     def operations(self, client: Any, url: str) -> OpenSearchOperations:
         return OpenSearchOperations(client, url)
 
-    def mapped_dims(self, vector: dict[str, Any]) -> int:
-        return int(vector.get("dimension", 0))
-
     def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
         if "method" in vector or "model_id" in vector:
             return None

@@ -34,6 +34,7 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
+from itlr.engines.cluster_reads import ROOT
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -173,7 +174,7 @@ class CallerReads:
         )
 
     async def root(self, caller: Caller) -> httpx.Response:
-        return await self.send(caller, "GET", "/")
+        return await self.send(caller, ROOT.method, ROOT.path)
 
     async def mapping(self, caller: Caller, target: str) -> httpx.Response:
         return await self.send(caller, "GET", f"/{index_path(target)}/_mapping")

@@ -16,7 +16,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from itlr.engines.connection import engine_from_root, error_reason
+from itlr.engines.cluster_reads import engine_from_root
+from itlr.engines.connection import error_reason
 from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
 from itlr.errors import EngineError, ItlrError
 from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path

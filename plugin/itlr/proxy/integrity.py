@@ -37,19 +37,25 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.connection import Connection, engine_from_root
+from itlr.engines.cluster_reads import (
+    ROOT,
+    engine_from_root,
+    script_is_ours,
+    script_read,
+    script_write,
+    stored_scripts,
+)
+from itlr.engines.connection import Connection
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.engines.integrity import (
     SCRIPT_ID_PREFIX,
     PipelineMismatch,
     ScriptMismatch,
-    check_stored,
     check_stored_pipeline,
     reinstall_command,
 )
 from itlr.engines.layout import IndexLayout
-from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
 from itlr.hash_guard import PIPELINE, PIPELINE_ID
 from itlr.proxy.caller import Caller, CallerReads, TimedLRU, UpstreamTimeout, within
@@ -80,10 +86,6 @@ class Verdict:
         return {dialect.score_script.id, dialect.exclude_script.id} <= self.checked
 
 
-def _scripts(dialect: Dialect) -> tuple[StoredScript, StoredScript]:
-    return dialect.score_script, dialect.exclude_script
-
-
 def _ids(dialect: Dialect) -> tuple[str, str]:
     return dialect.score_script.id, dialect.exclude_script.id
 
@@ -91,7 +93,7 @@ def _ids(dialect: Dialect) -> tuple[str, str]:
 def _known_script_ids() -> frozenset[str]:
     ids: set[str] = set()
     for engine in ("opensearch", "elasticsearch"):
-        ids.update(script.id for script in _scripts(dialect_for(engine, IndexLayout())))
+        ids.update(script.id for script in stored_scripts(dialect_for(engine, IndexLayout())))
     return frozenset(ids)
 
 
@@ -160,10 +162,12 @@ class OwnRequests:
 async def check_scripts(send: Any, dialect: Dialect, url: str, verdict: Verdict) -> None:
     """Compare the dialect's stored scripts with the packaged ones through `send(method, path,
     json)`; store a missing one. A foreign one is kept in `verdict`; a refusal sets `refused`."""
-    for script in _scripts(dialect):
-        found = await send("GET", f"/_scripts/{script.id}")
+    for script in stored_scripts(dialect):
+        read = script_read(script)
+        found = await send(read.method, read.path)
         if found.status_code == 404:
-            put = await send("PUT", f"/_scripts/{script.id}", script.body())
+            write = script_write(script)
+            put = await send(write.method, write.path, write.body)
             if put.status_code >= 300:
                 verdict.refused = (
                     f"storing itlr's script {script.id} was refused ({put.status_code})"
@@ -175,7 +179,7 @@ async def check_scripts(send: Any, dialect: Dialect, url: str, verdict: Verdict)
             return
         else:
             try:
-                check_stored(script, found.json(), url)
+                script_is_ours(script, found.json(), url)
             except ScriptMismatch as foreign:
                 verdict.foreign = verdict.foreign or foreign
             except ValueError:
@@ -281,7 +285,7 @@ class IntegrityWatch:
     async def _check_own(self) -> Verdict:
         verdict = Verdict()
         try:
-            root = await self.own.send("GET", "/")
+            root = await self.own.send(ROOT.method, ROOT.path)
             if root.status_code != 200:
                 verdict.refused = f"GET / answered {root.status_code}"
                 return verdict

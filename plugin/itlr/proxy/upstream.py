@@ -25,10 +25,19 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr import json_values
-from itlr.engines.connection import Connection, engine_from_root, error_reason
+from itlr.engines.cluster_reads import (
+    ROOT,
+    engine_from_root,
+    mapped_vector,
+    script_is_ours,
+    script_read,
+    stored_scripts,
+    tiebreak_for,
+    vector_dims,
+)
+from itlr.engines.connection import Connection, error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
-from itlr.engines.integrity import check_stored
 from itlr.engines.layout import IndexLayout
 from itlr.engines.lexical_requests import read_term_statistics, term_statistics_request
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
@@ -155,8 +164,8 @@ def _configured(
     if config is None:
         return None
     properties = mapping.get("properties", {})
-    vector = properties.get(config.vector_field)
-    if not isinstance(vector, dict) or vector.get("type") not in ("knn_vector", "dense_vector"):
+    vector = mapped_vector(properties, config.vector_field)
+    if vector is None or not vector.is_vector:
         raise IndexStateError(
             f"index {name!r} has no vector field {config.vector_field!r}: fix the index config, "
             "or back-fill it (`itlr backfill`)"
@@ -164,26 +173,20 @@ def _configured(
     layout = IndexLayout(
         config.vector_field,
         config.text_field,
-        tiebreak="doc_id" if "doc_id" in properties else None,
+        # None until the engine is known: `Upstream.target` gives it the engine's fallback.
+        tiebreak=tiebreak_for(properties, fallback=None),
     )
     # An endpoint's model is a name it serves, not a local model to find.
     remote = config.encoder in REMOTE_ENCODERS
     model = str(config.model or DEFAULT_MODEL) if remote else resolve_model(config.model)[0]
     return IndexVectors(
         model,
-        _mapped_dims(vector),
+        vector.dims or 0,
         layout,
         config.query_prompt or "",
         config.encoder,
         config.encoder_url,
     )
-
-
-def _mapped_dims(vector: Any) -> int:
-    """The dimension count a vector field's mapping records (0: none recorded yet)."""
-    if not isinstance(vector, dict):
-        return 0
-    return int(vector.get("dimension") or vector.get("dims") or 0)
 
 
 def index_vectors(
@@ -208,7 +211,7 @@ def index_vectors(
         )
         # What the engine will compare the query vectors with is the mapping, not the note.
         properties = body.get("mappings", {}).get("properties", {})
-        dims = _mapped_dims(properties.get(layout.vector_field)) or int(meta.get("dims", 0))
+        dims = vector_dims(properties.get(layout.vector_field)) or int(meta.get("dims", 0))
         prompt = Prompts.from_meta(meta).query
         vectors = IndexVectors(str(meta.get("model")), dims, layout, prompt)
         found.setdefault(vectors, []).append(name)
@@ -422,15 +425,16 @@ def check_scripts_at_start(connection: Connection, timeout: float) -> str | None
     verify: Any = connection.ca_file or connection.verify_certs
     try:
         with httpx.Client(base_url=connection.url, verify=verify, timeout=timeout) as client:
-            root = client.get("/", headers=headers)
+            root = client.request(ROOT.method, ROOT.path, headers=headers)
             if root.status_code != 200:
                 return f"the upstream answered {root.status_code} to GET /: scripts not checked"
             engine, version = engine_from_root(connection.url, root.json())
             dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
-            for script in (dialect.score_script, dialect.exclude_script):
-                found = client.get(f"/_scripts/{script.id}", headers=headers)
+            for script in stored_scripts(dialect):
+                read = script_read(script)
+                found = client.request(read.method, read.path, headers=headers)
                 if found.status_code == 200:
-                    check_stored(script, found.json(), connection.url)
+                    script_is_ours(script, found.json(), connection.url)
     except (httpx.HTTPError, ValueError) as down:
         return (
             f"cannot check itlr's stored scripts on {connection.url} yet "

@@ -1,0 +1,149 @@
+"""The reads both stacks make of a cluster, written once: which engine answers (`GET /`), whether
+a stored script under an itlr id is ours (`GET _scripts/<id>`), what a mapping says of the vector
+field (its kind and dimension) and which field sorts ties. Each is what to send (`ClusterRead`:
+method, path, body) and how to read the answer into a typed value, raising the one-line errors.
+
+Pure: no client. The backends (itlr.engines) send through opensearch-py / elasticsearch-py with
+the configured credentials; the proxy (itlr.proxy) through httpx with each caller's own, or its
+own for its integrity watch. Each stack keeps its transport and what it does with a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from itlr.engines.connection import short_text
+from itlr.engines.integrity import check_stored
+from itlr.errors import EngineError
+
+if TYPE_CHECKING:
+    from itlr.engines.dialect import Dialect
+    from itlr.engines.painless import StoredScript
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """One request to a cluster: what each stack sends through its own transport."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+# -- engine detection ----------------------------------------------------------------------
+
+ROOT = ClusterRead("GET", "/")
+
+
+def engine_from_root(url: str, info: Any) -> tuple[str, str]:
+    """(engine, version) from a cluster's `GET /` answer (`ROOT`)."""
+    if isinstance(info, dict):
+        version = cast(
+            "dict[str, Any]", info.get("version") if isinstance(info.get("version"), dict) else {}
+        )
+        number = str(version.get("number", "?"))
+        if version.get("distribution") == "opensearch":
+            return "opensearch", number
+        if "tagline" in info or version.get("build_flavor"):
+            return "elasticsearch", number
+    shown = info if isinstance(info, str) else json.dumps(info)
+    raise EngineError(
+        f"{url} is neither OpenSearch nor Elasticsearch: GET / answered "
+        f"{short_text(shown)}; check `url`"
+    )
+
+
+# -- stored scripts ------------------------------------------------------------------------
+
+
+def stored_scripts(dialect: Dialect) -> tuple[StoredScript, StoredScript]:
+    """The scripts a dialect's searches run, in the order they are checked and stored."""
+    return dialect.score_script, dialect.exclude_script
+
+
+def script_read(script: StoredScript) -> ClusterRead:
+    return ClusterRead("GET", f"/_scripts/{script.id}")
+
+
+def script_write(script: StoredScript) -> ClusterRead:
+    return ClusterRead("PUT", f"/_scripts/{script.id}", script.body())
+
+
+def script_is_ours(script: StoredScript, found: Any, url: str) -> bool:
+    """Read a `script_read` answer (`found` None: the engine answered 404): True when the
+    packaged source is stored, False when nothing is (store it); ScriptMismatch naming
+    `itlr install` when other source is stored under the id."""
+    if found is None:
+        return False
+    check_stored(script, found, url)
+    return True
+
+
+# -- the vector field of a mapping ---------------------------------------------------------
+
+# The mapping types of a vector field: OpenSearch's and Elasticsearch's.
+VECTOR_TYPES = ("knn_vector", "dense_vector")
+
+
+@dataclass(frozen=True)
+class MappedVector:
+    """What a mapping records of a field: its type ("object" when it names none) and its
+    dimension count (None while none is recorded: Elasticsearch 8.11+ before the first vector,
+    an OpenSearch field made from a trained model)."""
+
+    kind: str
+    dims: int | None
+
+    @property
+    def is_vector(self) -> bool:
+        return self.kind in VECTOR_TYPES
+
+
+def vector_dims(field: Any) -> int | None:
+    """The dimension count a field's mapping records (OpenSearch `dimension`, Elasticsearch
+    `dims`), None when it records none."""
+    if not isinstance(field, dict):
+        return None
+    dims = field.get("dimension", field.get("dims"))
+    return None if dims is None else int(dims)
+
+
+def mapped_vector(properties: Mapping[str, Any], field: str) -> MappedVector | None:
+    """The field's entry in a mapping's `properties` (None: the mapping has no such field)."""
+    entry = properties.get(field)
+    if entry is None:
+        return None
+    kind = entry.get("type", "object") if isinstance(entry, dict) else "object"
+    return MappedVector(str(kind), vector_dims(entry))
+
+
+# -- the tie-break sort key ----------------------------------------------------------------
+
+# itlr's own sort key after _score, mapped in every index itlr makes.
+DOC_ID = "doc_id"
+
+
+def tiebreak_for(properties: Mapping[str, Any], fallback: str | None) -> str | None:
+    """The field that sorts ties after _score: itlr's `doc_id` where the mapping has it, else
+    `fallback` (the engine's: `Dialect.fallback_tiebreak`, `_id` refused by Elasticsearch)."""
+    return DOC_ID if DOC_ID in properties else fallback
+
+
+__all__ = [
+    "DOC_ID",
+    "ROOT",
+    "VECTOR_TYPES",
+    "ClusterRead",
+    "MappedVector",
+    "engine_from_root",
+    "mapped_vector",
+    "script_is_ours",
+    "script_read",
+    "script_write",
+    "stored_scripts",
+    "tiebreak_for",
+    "vector_dims",
+]

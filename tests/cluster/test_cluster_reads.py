@@ -1,0 +1,244 @@
+"""The cluster reads both stacks make, written once (itlr.engines.cluster_reads): engine
+detection, the stored-script check, the vector field of a mapping, the tie-break key. The pure
+readers are fed answers in the shape real clusters give (the root answers are the documented
+`GET /` of OpenSearch 2 and Elasticsearch 8, trimmed); the last tests send each read to the real
+OpenSearch and Elasticsearch fixtures and read their own answers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from itlr.engines.cluster_reads import (
+    DOC_ID,
+    ROOT,
+    ClusterRead,
+    MappedVector,
+    engine_from_root,
+    mapped_vector,
+    script_is_ours,
+    script_read,
+    script_write,
+    stored_scripts,
+    tiebreak_for,
+    vector_dims,
+)
+from itlr.engines.elasticsearch import ElasticsearchDialect
+from itlr.engines.integrity import ScriptMismatch
+from itlr.engines.opensearch import OpenSearchDialect
+from itlr.errors import EngineError
+
+URL = "http://127.0.0.1:9200"
+
+OPENSEARCH_ROOT = {
+    "name": "node-1",
+    "cluster_name": "itlr-test",
+    "cluster_uuid": "o7Cw7bS0RjqbuZ3SDdXl5g",
+    "version": {
+        "distribution": "opensearch",
+        "number": "2.19.1",
+        "build_type": "tar",
+        "lucene_version": "9.12.1",
+        "minimum_wire_compatibility_version": "7.10.0",
+        "minimum_index_compatibility_version": "7.0.0",
+    },
+    "tagline": "The OpenSearch Project: https://opensearch.org/",
+}
+ELASTICSEARCH_ROOT = {
+    "name": "node-1",
+    "cluster_name": "itlr-test",
+    "version": {
+        "number": "8.15.3",
+        "build_flavor": "default",
+        "build_type": "tar",
+        "lucene_version": "9.11.1",
+    },
+    "tagline": "You Know, for Search",
+}
+OPENSEARCH_VECTOR = {
+    "type": "knn_vector",
+    "dimension": 384,
+    "method": {"engine": "lucene", "space_type": "innerproduct", "name": "hnsw"},
+}
+ELASTICSEARCH_VECTOR = {"type": "dense_vector", "dims": 384, "index": True, "similarity": "cosine"}
+
+
+# -- engine detection ----------------------------------------------------------------------
+
+
+def test_root_read_is_get_slash() -> None:
+    assert ClusterRead("GET", "/") == ROOT
+
+
+def test_engine_from_root_tells_opensearch_and_its_version() -> None:
+    assert engine_from_root(URL, OPENSEARCH_ROOT) == ("opensearch", "2.19.1")
+
+
+def test_engine_from_root_tells_elasticsearch_and_its_version() -> None:
+    assert engine_from_root(URL, ELASTICSEARCH_ROOT) == ("elasticsearch", "8.15.3")
+
+
+@pytest.mark.parametrize("answer", [{"status": "ok"}, "<html>proxy login</html>", None, []])
+def test_engine_from_root_refuses_another_server_in_one_line(answer: Any) -> None:
+    with pytest.raises(EngineError) as refused:
+        engine_from_root(URL, answer)
+    message = str(refused.value)
+    assert message.startswith(f"{URL} is neither OpenSearch nor Elasticsearch: GET / answered")
+    assert message.endswith("check `url`") and "\n" not in message
+
+
+# -- stored scripts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", [OpenSearchDialect(), ElasticsearchDialect()])
+def test_stored_scripts_are_the_dialects_score_and_exclude_scripts(dialect: Any) -> None:
+    assert stored_scripts(dialect) == (dialect.score_script, dialect.exclude_script)
+
+
+def test_script_read_and_write_name_the_script_id() -> None:
+    script = OpenSearchDialect().score_script
+    assert script_read(script) == ClusterRead("GET", f"/_scripts/{script.id}")
+    assert script_write(script) == ClusterRead("PUT", f"/_scripts/{script.id}", script.body())
+
+
+def _answer(script_id: str, source: str) -> dict[str, Any]:
+    """A `GET _scripts/<id>` answer as both engines give it."""
+    return {"_id": script_id, "found": True, "script": {"lang": "painless", "source": source}}
+
+
+def test_script_is_ours_when_the_packaged_source_is_stored() -> None:
+    script = OpenSearchDialect().score_script
+    assert script_is_ours(script, _answer(script.id, script.source), URL) is True
+
+
+def test_script_is_not_ours_when_nothing_is_stored() -> None:
+    assert script_is_ours(OpenSearchDialect().exclude_script, None, URL) is False
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        {"_id": "x", "found": True, "script": {"lang": "painless", "source": "return 1.0;"}},
+        {"_id": "x", "found": True, "script": {"lang": "painless"}},
+        {"_id": "x", "found": True},
+    ],
+)
+def test_foreign_script_is_refused_naming_itlr_install(found: dict[str, Any]) -> None:
+    script = ElasticsearchDialect().score_script
+    with pytest.raises(ScriptMismatch) as refused:
+        script_is_ours(script, found, URL)
+    assert script.id in str(refused.value) and f"itlr install --url {URL}" in str(refused.value)
+
+
+# -- the vector field of a mapping ---------------------------------------------------------
+
+
+def test_mapped_vector_reads_opensearchs_knn_vector() -> None:
+    properties = {"embedding": OPENSEARCH_VECTOR, "text": {"type": "text"}}
+    found = mapped_vector(properties, "embedding")
+    assert found == MappedVector("knn_vector", 384) and found.is_vector
+
+
+def test_mapped_vector_reads_elasticsearchs_dense_vector() -> None:
+    found = mapped_vector({"embedding": ELASTICSEARCH_VECTOR}, "embedding")
+    assert found == MappedVector("dense_vector", 384) and found.is_vector
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"type": "dense_vector", "index": True, "similarity": "cosine"},  # ES 8.11+, no vector yet
+        {"type": "knn_vector", "model_id": "trained-ivf"},  # dimension from a trained model
+    ],
+)
+def test_vector_without_a_recorded_dimension_has_none(field: dict[str, Any]) -> None:
+    assert vector_dims(field) is None
+    assert mapped_vector({"v": field}, "v") == MappedVector(field["type"], None)
+
+
+def test_other_kinds_of_field_are_not_vectors() -> None:
+    properties = {"text": {"type": "text"}, "obj": {"properties": {"a": {"type": "long"}}}}
+    assert mapped_vector(properties, "text") == MappedVector("text", None)
+    assert mapped_vector(properties, "obj") == MappedVector("object", None)
+    assert not mapped_vector(properties, "text").is_vector  # type: ignore[union-attr]
+    assert mapped_vector(properties, "absent") is None
+    assert vector_dims(None) is None
+
+
+# -- the tie-break key ---------------------------------------------------------------------
+
+
+def test_tiebreak_is_doc_id_where_mapped() -> None:
+    assert tiebreak_for({DOC_ID: {"type": "keyword"}}, "_id") == DOC_ID
+
+
+@pytest.mark.parametrize(
+    ("dialect", "key"), [(OpenSearchDialect, "_id"), (ElasticsearchDialect, "_doc")]
+)
+def test_tiebreak_falls_back_to_what_the_engine_sorts_on(dialect: Any, key: str) -> None:
+    assert tiebreak_for({"text": {"type": "text"}}, dialect.fallback_tiebreak) == key
+
+
+def test_tiebreak_without_doc_id_or_fallback_is_none() -> None:
+    assert tiebreak_for({}, None) is None
+
+
+# -- the reads sent to real clusters -------------------------------------------------------
+
+
+def _send(client: httpx.Client, read: ClusterRead) -> httpx.Response:
+    return client.request(read.method, read.path, json=read.body)
+
+
+def _check_mapping_reads_on(url: str, backend: Any, kind: str, fallback: str) -> None:
+    """A mapping read from a real cluster over plain HTTP: the vector field and tie-break key
+    of an itlr index and of one made elsewhere."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        properties = client.get(f"/{backend.index_name}/_mapping").json()[backend.index_name][
+            "mappings"
+        ]["properties"]
+        assert mapped_vector(properties, backend.layout.vector_field) == MappedVector(
+            kind, backend.dims
+        )
+        assert tiebreak_for(properties, fallback) == DOC_ID
+        # An index made elsewhere: no doc_id, so the engine's own sort key.
+        made = f"itlr-reads-{uuid.uuid4().hex[:8]}"
+        body = {"mappings": {"properties": {"body": {"type": "text"}}}}
+        assert client.put(f"/{made}", json=body).status_code == 200
+        try:
+            elsewhere = client.get(f"/{made}/_mapping").json()[made]["mappings"]["properties"]
+            assert tiebreak_for(elsewhere, fallback) == fallback
+            assert mapped_vector(elsewhere, backend.layout.vector_field) is None
+        finally:
+            client.delete(f"/{made}")
+
+
+@pytest.mark.opensearch
+def test_root_and_script_reads_of_a_real_opensearch(
+    opensearch_url: str, opensearch_demo: Any
+) -> None:
+    with httpx.Client(base_url=opensearch_url, timeout=30) as client:
+        assert engine_from_root(opensearch_url, _send(client, ROOT).json())[0] == "opensearch"
+        opensearch_demo.install_scripts()
+        for script in stored_scripts(opensearch_demo.dialect):
+            answer = _send(client, script_read(script)).json()
+            assert script_is_ours(script, answer, opensearch_url)
+        # What the proxy reads as "nothing stored" (found None): the engine's 404.
+        assert client.get(f"/_scripts/itlr-absent-{uuid.uuid4().hex[:8]}").status_code == 404
+
+
+@pytest.mark.opensearch
+def test_mapping_reads_of_a_real_opensearch(opensearch_url: str, opensearch_demo: Any) -> None:
+    _check_mapping_reads_on(opensearch_url, opensearch_demo, "knn_vector", "_id")
+
+
+@pytest.mark.elasticsearch
+def test_mapping_reads_of_a_real_elasticsearch(
+    elasticsearch_url: str, elasticsearch_demo: Any
+) -> None:
+    # The fixture's Elasticsearch (the integ-test build) answers no GET / and runs no Painless:
+    # its root and script answers are the literals above.
+    _check_mapping_reads_on(elasticsearch_url, elasticsearch_demo, "dense_vector", "_doc")
