@@ -46,3 +46,14 @@ class EmbeddingError(ItlrError):
 
 class RewriteError(ItlrError):
     """A natural-language question could not be turned into a logical query."""
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """An answer body fit for a one-line message: an HTML page is named, not printed."""
+    one_line = " ".join(text.split())
+    lowered = one_line[:500].lower()
+    if "<html" in lowered or "<!doctype" in lowered:
+        return "an HTML page, not a search engine's JSON (is `url` the cluster's address?)"
+    if not one_line:
+        return "an empty body"
+    return one_line if len(one_line) <= limit else one_line[:limit] + "..."

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from itlr.engines.connection import short_text
 from itlr.engines.integrity import check_stored
-from itlr.errors import EngineError
+from itlr.errors import EngineError, short_text
 
 if TYPE_CHECKING:
     from itlr.engines.dialect import Dialect

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from itlr.errors import EngineError, IndexStateError
+from itlr.errors import EngineError, IndexStateError, short_text
 from itlr.urls import split_credentials
 
 if TYPE_CHECKING:
@@ -174,17 +174,6 @@ def error_reason(payload: Any, fallback: Any) -> str:
                 f"{caused.get('reason') or root.get('reason') or cause.get('reason')}"
             )
     return short_text(str(payload if isinstance(payload, str) and payload else fallback))
-
-
-def short_text(text: str, limit: int = 200) -> str:
-    """An answer body fit for a one-line message: an HTML page is named, not printed."""
-    one_line = " ".join(text.split())
-    lowered = one_line[:500].lower()
-    if "<html" in lowered or "<!doctype" in lowered:
-        return "an HTML page, not a search engine's JSON (is `url` the cluster's address?)"
-    if not one_line:
-        return "an empty body"
-    return one_line if len(one_line) <= limit else one_line[:limit] + "..."
 
 
 def _cause(error: Any) -> str:
