@@ -113,13 +113,12 @@ def serve(
             "allow_script_writes": allow_script_writes,
             "script_check_interval": script_check_interval,
             "index_config": index_config,
-            "query_prompt": encoding.query_prompt,
             # --vector-field / --text-field: the layout of indexes itlr did not make; their
             # defaults name no such layout.
             "vector_field": _given(context, "vector_field", spec.layout.vector_field),
             "text_field": _given(context, "text_field", spec.layout.text_field),
         }
-        _serve_proxy(spec, field, host, port, token, encoding.model, {**serving, **option_values})
+        _serve_proxy(spec, field, host, port, token, encoding, {**serving, **option_values})
         return
     if index is None:
         run_guarded(_missing_index)
@@ -210,14 +209,14 @@ def _serve_proxy(
     host: str,
     port: int,
     token: str | None,
-    model: str | None,
+    encoding: EncoderOptions,
     options: dict[str, Any],
 ) -> None:
     from itlr.cli.serve_proxy import serve_proxy
 
     if spec.connection is None:
         run_guarded(_missing_upstream)
-    serve_proxy(spec.connection, field, host, port, token, model, **options)
+    serve_proxy(spec.connection, field, host, port, token, encoding, **options)
 
 
 def _missing_upstream() -> None:
