@@ -4,6 +4,7 @@ fold into the same objects: both spellings open, write and follow alike."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,10 @@ DOCS = [
 QUERY = '"vitamin D" AND NOT "bone health"'
 
 
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
 def test_open_by_keywords_and_by_an_encoder_group_give_the_same_index(tmp_path: Path) -> None:
     by_keywords = itlr.Index.open(
         tmp_path / "keywords", query_prompt="query: ", passage_prompt="passage: "
@@ -40,6 +45,15 @@ def test_open_by_keywords_and_by_an_encoder_group_give_the_same_index(tmp_path: 
     )
     first, second = by_keywords.search(QUERY, k=3), by_group.search(QUERY, k=3)
     assert [(h.id, h.score) for h in second.hits] == [(h.id, h.score) for h in first.hits]
+
+
+def test_the_python_api_option_group_snippet_runs_as_written(itlr_home: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
+    snippet = next(block for block in python_blocks(page) if "EncoderOptions" in block)
+    scope: dict = {"itlr": itlr}
+    exec(compile(snippet, page.name, "exec"), scope)
+    opened = scope["prompted"].embedder
+    assert (opened.query_prompt, opened.passage_prompt) == ("query: ", "passage: ")
 
 
 def test_a_group_and_its_own_keywords_together_are_refused_in_one_line(tmp_path: Path) -> None:
