@@ -208,3 +208,43 @@ def test_follow_takes_its_groups_whole(opensearch_url: str, corpus, embedder) ->
         thread.join(120)
         delete_index(opensearch_url, name)
     assert not thread.is_alive()
+
+
+def _commands(group: object, path: str = "itlr") -> list[tuple[str, object]]:
+    found = []
+    for name, command in getattr(group, "commands", {}).items():
+        found.append((f"{path} {name}", command))
+        found.extend(_commands(command, f"{path} {name}"))
+    return found
+
+
+def test_every_command_gets_the_encoder_and_llm_flags_from_their_group_decorator() -> None:
+    """No command function declares an encoder or LLM flag itself: each receives the group
+    (`encoding`, `llm`) that encoder_command / llm_command built from the flags."""
+    import inspect
+
+    import typer
+
+    from itlr.cli import app
+
+    retyped = {"encoder", "encoder_url", "query_prompt", "passage_prompt", "llm_model"}
+    retyped |= {"llm_base_url", "llm_api_key_env", "llm_timeout"}
+    with_flags = {}
+    for path, command in _commands(typer.main.get_command(app)):
+        callback = getattr(command, "callback", None)
+        if callback is None:
+            continue
+        written = set(inspect.signature(inspect.unwrap(callback)).parameters)
+        assert not written & retyped, f"{path} declares {sorted(written & retyped)} itself"
+        flags = {param.name for param in command.params}  # type: ignore[attr-defined]
+        if flags & retyped:
+            with_flags[path] = written & {"encoding", "llm"}
+    # The commands that have the flags, and the group each receives instead.
+    assert with_flags == {
+        "itlr backfill": {"encoding"},
+        "itlr ingest": {"encoding"},
+        "itlr search": {"encoding", "llm"},
+        "itlr serve": {"encoding", "llm"},
+        "itlr rewrite": {"llm"},
+        "itlr eval": {"llm"},
+    }
