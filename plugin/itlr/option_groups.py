@@ -6,7 +6,8 @@
 - how to back-fill an index and follow it after: `BackfillOptions`;
 - how to search: itlr.options.SearchOptions.
 
-Each checks its values once, when it is made, with the one-line errors the flags had. The
+Each checks its values once, when it is made, in one line naming the option as Python does
+(`batch_size`), which the CLI shows as its flag (--batch-size). The
 keywords `Index.open` / `Index.backfill` / `Index.follow` took before the groups existed still
 work: `fold` gathers them into their group.
 """
@@ -92,17 +93,17 @@ class BackfillOptions:
             raise ConfigurationError("--alias moves an alias to the --into index: give --into")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
             raise ConfigurationError(
-                f"--batch-size must be a whole number, got {self.batch_size!r}"
+                f"`batch_size` must be a whole number, got {self.batch_size!r}"
             )
         if self.batch_size < 1:
-            raise ConfigurationError(f"--batch-size must be at least 1, got {self.batch_size}")
+            raise ConfigurationError(f"`batch_size` must be at least 1, got {self.batch_size}")
         if not _finite(self.interval) or self.interval <= 0:
             raise ConfigurationError(
-                f"--interval must be a number of seconds above 0, got {self.interval!r}"
+                f"`interval` must be a number of seconds above 0, got {self.interval!r}"
             )
         if not _finite(self.verify_rate) or self.verify_rate < 0:
             raise ConfigurationError(
-                f"--verify-rate must be 0 (no hash sweep) or more documents a second, got "
+                f"`verify_rate` must be 0 (no hash sweep) or more documents a second, got "
                 f"{self.verify_rate!r}"
             )
 

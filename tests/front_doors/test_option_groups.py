@@ -85,10 +85,10 @@ def test_a_keyword_no_group_has_is_refused_instead_of_dropped() -> None:
     ("given", "message"),
     [
         ({"alias": "live"}, "--alias moves an alias to the --into index: give --into"),
-        ({"batch_size": 0}, "--batch-size must be at least 1, got 0"),
-        ({"interval": 0.0}, "--interval must be a number of seconds above 0"),
-        ({"verify_rate": -1.0}, "--verify-rate must be 0 (no hash sweep) or more"),
-        ({"verify_rate": float("nan")}, "--verify-rate must be 0"),
+        ({"batch_size": 0}, "`batch_size` must be at least 1, got 0"),
+        ({"interval": 0.0}, "`interval` must be a number of seconds above 0"),
+        ({"verify_rate": -1.0}, "`verify_rate` must be 0 (no hash sweep) or more"),
+        ({"verify_rate": float("nan")}, "`verify_rate` must be 0"),
     ],
 )
 def test_backfill_options_are_checked_once_when_made(given: dict, message: str) -> None:
@@ -208,6 +208,18 @@ def test_follow_takes_its_groups_whole(opensearch_url: str, corpus, embedder) ->
         thread.join(120)
         delete_index(opensearch_url, name)
     assert not thread.is_alive()
+
+
+def test_the_cli_names_a_bad_backfill_option_by_its_flag() -> None:
+    from typer.testing import CliRunner
+
+    from itlr.cli import app
+
+    given = ["backfill", "--url", "http://127.0.0.1:9", "--index", "x", "--text-field", "body"]
+    result = CliRunner().invoke(app, [*given, "--batch-size", "0"])
+    assert result.exit_code == 2
+    assert "--batch-size must be at least 1, got 0" in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def _commands(group: object, path: str = "itlr") -> list[tuple[str, object]]:

@@ -146,6 +146,9 @@ def _python_option_names() -> frozenset[str]:
             "encoder_url",
             "query_prompt",
             "passage_prompt",
+            "batch_size",
+            "interval",
+            "verify_rate",
         }
     )
 
