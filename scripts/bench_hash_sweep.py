@@ -37,6 +37,7 @@ from itlr.engines.factory import EngineSpec
 from itlr.engines.layout import IndexLayout
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.follow import FollowCycle, Follower
+from itlr.option_groups import BackfillOptions
 from itlr.resources import data_file
 
 
@@ -82,7 +83,8 @@ def sweep(url: str, name: str, documents: int) -> dict[str, float]:
         connection=Connection(url),
         layout=IndexLayout("vec", "body"),
     )
-    follower = Follower(cluster_backend(spec, embedder), embedder, "body", verify_rate=1e12)
+    unpaced = BackfillOptions(verify_rate=1e12)
+    follower = Follower(cluster_backend(spec, embedder), embedder, "body", unpaced)
     follower.prepare()
     searches = 0
     search = follower.operations.search

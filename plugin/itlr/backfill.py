@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from itlr.embed import Embedder, get_embedder
+from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.cluster_reads import mapped_vector
 from itlr.engines.factory import EngineSpec, remote_backend
@@ -39,12 +39,12 @@ from itlr.hash_guard import check_hash_guard, install_hash_guard
 from itlr.ingest import batched
 from itlr.into import CopyPlan, copy_marker, create_copy, marker, plan_copy, record_source
 from itlr.lexical import TOKEN_KEYS_FIELD, lexical_fields
+from itlr.option_groups import BATCH_SIZE, BackfillOptions, EncoderOptions
 from itlr.transform import DocumentTransform, in_place_update, text_of
 from itlr.write_report import WriteReport
 
 __all__ = ["backfill", "backfill_spec", "check_before_backfill", "prepare_in_place", "text_of"]
 
-BATCH_SIZE = 64
 # Mapping types whose values are text a back-fill can embed (named in a refusal's hint).
 TEXT_TYPES = ("text", "match_only_text", "keyword", "wildcard")
 
@@ -366,44 +366,41 @@ def delete_gone(backend: ClusterBackend, into: str, batch: int, report: WriteRep
 
 def backfill_spec(
     spec: EngineSpec,
+    encoding: EncoderOptions,
+    options: BackfillOptions,
     *,
-    model: str | None = None,
-    into: str | None = None,
-    alias: str | None = None,
-    batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
-    install_pipeline: bool = False,
-    encoder: str | None = None,
-    encoder_url: str | None = None,
-    passage_prompt: str | None = None,
-    exact_only: bool = False,
 ) -> WriteReport:
     """Back-fill the index an EngineSpec names: its layout gives the text and vector fields.
-    `install_pipeline`: first make itlr's hash guard the index's final pipeline
-    (itlr.hash_guard). `passage_prompt` goes in front of each text (search with the matching
-    `query_prompt`). `exact_only`: in place without an ANN method (`backfill`)."""
-    embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
+    `options.install_pipeline`: first make itlr's hash guard the index's final pipeline
+    (itlr.hash_guard). `encoding.passage_prompt` goes in front of each text (search with the
+    matching `query_prompt`). `options.exact_only`: in place without an ANN method."""
+    embedder = encoding.passage_embedder()
     backend = cluster_backend(spec, embedder)
-    check_exact_only(backend, exact_only, into)
-    if install_pipeline:
-        if into:
+    check_exact_only(backend, options.exact_only, options.into)
+    if options.install_pipeline:
+        if options.into:
             raise ConfigurationError(
                 "--install-pipeline guards the index back-filled in place: not with --into"
             )
         prepare_guarded(
-            backend, spec.layout.text_field, embedder, install_pipeline=True, exact_only=exact_only
+            backend,
+            spec.layout.text_field,
+            embedder,
+            install_pipeline=True,
+            exact_only=options.exact_only,
         )
     return backfill(
         backend,
         embedder,
         spec.layout.text_field,
-        into=into,
-        alias=alias,
-        batch_size=batch_size,
+        into=options.into,
+        alias=options.alias,
+        batch_size=options.batch_size,
         on_batch=on_batch,
         on_total=on_total,
-        exact_only=exact_only,
+        exact_only=options.exact_only,
     )
 
 
@@ -439,14 +436,6 @@ def prepare_guarded(
     prepare_in_place(backend, embedder.dims, embedder.name, exact_only=exact_only)
     if install_pipeline:
         install_hash_guard(backend)
-
-
-def passage_embedder(
-    model: str | None, encoder: str | None, encoder_url: str | None, passage_prompt: str | None
-) -> Embedder:
-    """What a back-fill, and a follower after it, embeds texts with: the passage prompt in
-    front, so both write the vectors a search with the matching query prompt expects."""
-    return get_embedder(model, encoder, encoder_url).with_prompts("", passage_prompt or "")
 
 
 def cluster_backend(spec: EngineSpec, embedder: Embedder) -> ClusterBackend:

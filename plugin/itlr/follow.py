@@ -58,13 +58,12 @@ from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.follow_cycle import FollowCycle, Retry, pending_body
 from itlr.follow_watch import RECHECK_SECONDS, Changes, Snapshot, changes
 from itlr.hash_guard import PIPELINE, PIPELINE_ID, install_hash_guard
+from itlr.option_groups import BackfillOptions
 from itlr.transform import DocumentTransform, in_place_update
 from itlr.write_report import WriteReport
 
 __all__ = ["FollowCycle", "Follower", "Retry", "pending_body"]
 
-# Seconds between two looks at an index that had nothing to do.
-FOLLOW_INTERVAL = 1.0
 # Back-off after a refused or failed request (a 429, a node restarting), doubling up to this.
 MAX_BACKOFF = 30.0
 # A document the engine refused is tried again after a back-off doubling up to this.
@@ -73,8 +72,6 @@ MAX_RETRY_BACKOFF = 300.0
 MAX_SKIPPED_IDS = 10_000
 # The overall deadline of one cluster request (a bulk request gets twice this).
 REQUEST_DEADLINE = 60.0
-# Documents a second the hash sweep reads (0: no sweep).
-VERIFY_RATE = 1000.0
 # Documents per page of the hash sweep.
 SWEEP_PAGE = 1000
 # Seconds between two lines of an idle follower.
@@ -93,35 +90,32 @@ class Follower:
         backend: ClusterBackend,
         embedder: Embedder,
         text_field: str,
+        options: BackfillOptions | None = None,
         *,
-        into: str | None = None,
-        batch_size: int = 64,
-        interval: float = FOLLOW_INTERVAL,
         stop: threading.Event | None = None,
         on_cycle: Callable[[FollowCycle], None] | None = None,
         on_batch: Callable[[int], None] | None = None,
         on_error: Callable[[str], None] | None = None,
         on_line: Callable[[str], None] | None = None,
-        verify_rate: float = VERIFY_RATE,
         request_deadline: float = REQUEST_DEADLINE,
         heartbeat: float = HEARTBEAT_SECONDS,
         recheck: float = RECHECK_SECONDS,
-        exact_only: bool = False,
     ) -> None:
+        options = options or BackfillOptions()
         self.backend = backend
-        self.exact_only = exact_only
+        self.exact_only = options.exact_only
         self.embedder = embedder
         self.text_field = text_field
-        self.into = into
-        self.target = into or backend.index_name
-        self.batch_size = batch_size
-        self.interval = interval
+        self.into = options.into
+        self.target = options.into or backend.index_name
+        self.batch_size = options.batch_size
+        self.interval = options.interval
         self.stop = stop or threading.Event()
         self.on_cycle = on_cycle
         self.on_batch = on_batch
         self.on_error = on_error
         self.on_line = on_line
-        self.verify_rate = verify_rate
+        self.verify_rate = options.verify_rate
         self.heartbeat = heartbeat
         self.recheck = recheck
         self.transform = DocumentTransform(embedder, text_field, backend.layout.vector_field)
@@ -130,9 +124,9 @@ class Follower:
         self.request_deadline = request_deadline
         if hasattr(backend.client, "transport"):
             set_deadline(backend.client, request_deadline)
-        source: list[str] | bool = True if into else [text_field, HASH_FIELD]
+        source: list[str] | bool = True if self.into else [text_field, HASH_FIELD]
         # The sweep reads a text and a hash per document: large pages; a copy reads whole ones.
-        page = batch_size * 4 if into else SWEEP_PAGE
+        page = self.batch_size * 4 if self.into else SWEEP_PAGE
         self.feed = ChangeFeed(backend.operations, backend.index_name, source, page)
         self.report = WriteReport("follow", self.target)
         self.failing: dict[str, Retry] = {}

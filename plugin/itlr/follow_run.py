@@ -9,66 +9,52 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from itlr.backfill import check_exact_only, cluster_backend, passage_embedder
+from itlr.backfill import check_exact_only, cluster_backend
 from itlr.engines.factory import EngineSpec
 from itlr.errors import ConfigurationError
-from itlr.follow import FOLLOW_INTERVAL, VERIFY_RATE, Follower
+from itlr.follow import Follower
 from itlr.follow_copy import CopyFollower
 from itlr.follow_cycle import FollowCycle
+from itlr.option_groups import BackfillOptions, EncoderOptions
 from itlr.write_report import WriteReport
 
 
 def follow_spec(
     spec: EngineSpec,
+    encoding: EncoderOptions,
+    options: BackfillOptions,
     *,
-    model: str | None = None,
-    into: str | None = None,
-    alias: str | None = None,
-    install_pipeline: bool = False,
-    batch_size: int = 64,
-    interval: float = FOLLOW_INTERVAL,
     stop: threading.Event | None = None,
     on_cycle: Callable[[FollowCycle], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     on_error: Callable[[str], None] | None = None,
     on_line: Callable[[str], None] | None = None,
-    verify_rate: float = VERIFY_RATE,
-    encoder: str | None = None,
-    encoder_url: str | None = None,
-    passage_prompt: str | None = None,
-    exact_only: bool = False,
 ) -> WriteReport:
-    """Follow the index an EngineSpec names until `stop` is set (in place, or `into` itlr's
-    copy of it, `alias` then moved to the copy). The encoder options are back-fill's
+    """Follow the index an EngineSpec names until `stop` is set (in place, or `options.into`
+    itlr's copy of it, `options.alias` then moved to the copy). The options are back-fill's
     (itlr.backfill.backfill_spec): the follower must embed as the back-fill did."""
-    if alias is not None and not into:
-        raise ConfigurationError("--alias moves an alias to the --into index: give --into")
-    if alias is not None and alias == spec.index_name:
+    if options.alias is not None and options.alias == spec.index_name:
         raise ConfigurationError(
-            f"--alias {alias!r} is the name the follower reads the source by: moved to the copy, "
-            "the copy would become its own source; follow the source by its index name"
+            f"--alias {options.alias!r} is the name the follower reads the source by: moved to "
+            "the copy, the copy would become its own source; follow the source by its index name"
         )
-    embedder = passage_embedder(model, encoder, encoder_url, passage_prompt)
+    embedder = encoding.passage_embedder()
     backend = cluster_backend(spec, embedder)
-    check_exact_only(backend, exact_only, into)
-    follower = (CopyFollower if into else Follower)(
+    check_exact_only(backend, options.exact_only, options.into)
+    follower = (CopyFollower if options.into else Follower)(
         backend,
         embedder,
         spec.layout.text_field,
-        into=into,
-        batch_size=batch_size,
-        interval=interval,
+        options,
         stop=stop,
         on_cycle=on_cycle,
         on_batch=on_batch,
         on_error=on_error,
         on_line=on_line,
-        verify_rate=verify_rate,
-        exact_only=exact_only,
     )
-    follower.prepare(install_pipeline)
-    if into and alias:
-        follower.operations.move_alias(alias, into)
+    follower.prepare(options.install_pipeline)
+    if options.into and options.alias:
+        follower.operations.move_alias(options.alias, options.into)
     return follower.run()
 
 

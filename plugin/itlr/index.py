@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, Unpack
 from warnings import warn
 
 from itlr.changes import Change, Delete, Patch, Update
 from itlr.documents import BadLine, Reading
-from itlr.embed import Embedder, get_embedder
+from itlr.embed import Embedder
 from itlr.engines import Backend
 from itlr.engines.connection import Connection
 from itlr.engines.factory import EngineSpec, engine_name, open_backend
@@ -28,6 +28,16 @@ from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError
 from itlr.ingest import delete, ingest, writer_session
 from itlr.limits import LIMITS
+from itlr.option_groups import (
+    BackfillKeywords,
+    BackfillOptions,
+    EncoderKeywords,
+    EncoderOptions,
+    OpenKeywords,
+    fold,
+    fold_connection,
+    refuse_unknown,
+)
 from itlr.options import SearchOptions, search_options
 from itlr.prompts import settle
 from itlr.query import Node, Query
@@ -47,17 +57,21 @@ QueryLike = str | Query | Node
 
 def _backfill_spec(
     name: str,
-    url: str,
+    url: str | None,
+    connection: Connection | None,
     text_field: str,
     vector_field: str,
     engine: str | None,
-    connection: Mapping[str, Any],
+    keywords: Mapping[str, Any],
 ) -> EngineSpec:
     """The EngineSpec `Index.backfill` and `Index.follow` read the index by."""
+    reached = fold_connection(url, connection, keywords)
+    if reached is None:
+        raise ConfigurationError("back-fill works on a cluster index: give `url` (or `connection`)")
     return EngineSpec(
         engine=engine or "auto",
         index_name=str(name),
-        connection=Connection.from_env(url, **connection),
+        connection=reached,
         layout=IndexLayout(vector_field, text_field),
     )
 
@@ -87,88 +101,78 @@ class Index:
         *,
         url: str | None = None,
         engine: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        api_key: str | None = None,
-        ca_file: str | None = None,
-        verify_certs: bool = True,
-        model: str | None = None,
+        connection: Connection | None = None,
+        encoding: EncoderOptions | None = None,
         vector_field: str = "embedding",
         text_field: str = "text",
         inline_script: bool = False,
         create: bool | None = None,
         knn_engine: str | None = None,
-        encoder: str | None = None,
-        encoder_url: str | None = None,
-        query_prompt: str | None = None,
-        passage_prompt: str | None = None,
+        **keywords: Unpack[OpenKeywords],
     ) -> Index:
         """Open an index by name.
 
-        Without `url` the index is embedded: a bare name lives under `$ITLR_HOME/indexes/NAME`
-        (the same place the CLI's `--index NAME` uses), a path is used as given, and a missing
-        index is created for the model (the bundled all-MiniLM-L6-v2 by default).
-        With `url` the engine is asked what it is (OpenSearch or Elasticsearch) unless `engine`
-        says so; credentials also come from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY. A missing
-        cluster index is created only with `create=True`. `encoder` runs the model with its
-        ONNX export (`"onnx"`, the default, `"onnx-int8"`) or torch, or asks the
+        Without `url` (or `connection`) the index is embedded: a bare name lives under
+        `$ITLR_HOME/indexes/NAME` (the same place the CLI's `--index NAME` uses), a path is used
+        as given, and a missing index is created for the model (the bundled all-MiniLM-L6-v2 by
+        default). With `url` the engine is asked what it is (OpenSearch or Elasticsearch) unless
+        `engine` says so. A missing cluster index is created only with `create=True`.
+
+        The cluster is reached by `connection` (itlr.engines.connection.Connection), or by `url`
+        and the keywords `user`, `password`, `api_key`, `ca_file`, `verify_certs` (each else
+        from ITLR_USER / ITLR_PASSWORD / ITLR_API_KEY / ITLR_CA_FILE). Texts are embedded as
+        `encoding` says (itlr.option_groups.EncoderOptions), or as the keywords `model`,
+        `encoder`, `encoder_url`, `query_prompt`, `passage_prompt` say: `encoder` runs the
+        model with its ONNX export (`"onnx"`, the default, `"onnx-int8"`) or torch, or asks the
         OpenAI-compatible endpoint at `encoder_url` (`"openai"`: `model` is the name it serves;
         the key comes from ITLR_ENCODER_API_KEY); itlr.embed.ENCODERS.
         `query_prompt` / `passage_prompt` go in front of query terms / documents (E5's
         `"query: "`); an index itlr makes records them, and later opens use the recorded ones
-        (itlr.prompts): giving others is an error.
+        (itlr.prompts): giving others is an error. A group and its own keywords together are
+        an error.
         """
-        engine = engine_name(engine) if engine else ("auto" if url else "embedded")
-        connection = None
-        if url is not None and engine != "embedded":
-            connection = Connection.from_env(
-                url,
-                user=user,
-                password=password,
-                api_key=api_key,
-                ca_file=ca_file,
-                verify_certs=verify_certs,
-            )
+        refuse_unknown("Index.open", keywords, OpenKeywords)
+        chosen = fold(EncoderOptions, encoding, keywords, "encoding")
+        clustered = url is not None or connection is not None
+        engine = engine_name(engine) if engine else ("auto" if clustered else "embedded")
+        reached = None
+        if clustered and engine != "embedded":
+            reached = fold_connection(url, connection, keywords)
         elif engine != "embedded":
             raise ConfigurationError(f"`engine={engine!r}` needs a cluster: give `url`")
         spec = EngineSpec(
             engine=engine,
             index_name=str(name),
-            connection=connection,
+            connection=reached,
             layout=IndexLayout(vector_field, text_field),
             inline_script=inline_script,
             knn_engine=knn_engine,
         )
         if create is None:
             create = engine == "embedded"
-        return cls.from_spec(
-            spec,
-            model=model,
-            create=create,
-            encoder=encoder,
-            encoder_url=encoder_url,
-            query_prompt=query_prompt,
-            passage_prompt=passage_prompt,
-        )
+        return cls.from_spec(spec, encoding=chosen, create=create)
 
     @classmethod
     def from_spec(
         cls,
         spec: EngineSpec,
         *,
-        model: str | None = None,
+        encoding: EncoderOptions | None = None,
         create: bool = False,
-        encoder: str | None = None,
-        encoder_url: str | None = None,
-        query_prompt: str | None = None,
-        passage_prompt: str | None = None,
+        **keywords: Unpack[EncoderKeywords],
     ) -> Index:
-        """Open the index an EngineSpec describes (what the CLI's engine flags build)."""
-        embedder = get_embedder(model, encoder, encoder_url)
-        given = embedder.with_prompts(query_prompt or "", passage_prompt or "")
+        """Open the index an EngineSpec describes (what the CLI's engine flags build), its texts
+        embedded as `encoding` (or the keywords `model`, `encoder`, ... of `Index.open`) says."""
+        refuse_unknown("Index.from_spec", keywords, EncoderKeywords)
+        chosen = fold(EncoderOptions, encoding, keywords, "encoding")
+        embedder = chosen.embedder()
+        given = embedder.with_prompts(chosen.query_prompt or "", chosen.passage_prompt or "")
         backend = open_backend(spec, given, create=create)
         prompts = settle(
-            query_prompt, passage_prompt, backend.prompts, f"index {spec.index_name!r}"
+            chosen.query_prompt,
+            chosen.passage_prompt,
+            backend.prompts,
+            f"index {spec.index_name!r}",
         )
         return cls(spec, backend, embedder.with_prompts(prompts.query, prompts.passage))
 
@@ -177,28 +181,27 @@ class Index:
         cls,
         name: str,
         *,
-        url: str,
+        url: str | None = None,
         text_field: str,
         vector_field: str = "embedding",
-        model: str | None = None,
-        into: str | None = None,
-        alias: str | None = None,
         engine: str | None = None,
-        install_pipeline: bool = False,
+        connection: Connection | None = None,
+        encoding: EncoderOptions | None = None,
+        backfill: BackfillOptions | None = None,
         follow: bool = False,
         stop: threading.Event | None = None,
-        interval: float = 1.0,
         on_cycle: Callable[[FollowCycle], None] | None = None,
         on_line: Callable[[str], None] | None = None,
-        verify_rate: float | None = None,
-        exact_only: bool = False,
-        encoder: str | None = None,
-        encoder_url: str | None = None,
-        passage_prompt: str | None = None,
-        **connection: Any,
+        **keywords: Unpack[BackfillKeywords],
     ) -> WriteReport:
         """Embed `text_field` of every document already in a cluster index (one itlr did not
         make) and write the vectors into `vector_field`; re-runs embed only changed texts.
+        The cluster is reached as `Index.open` says (`connection`, or `url` and its keywords);
+        texts are embedded as `encoding` (or `model`, `encoder`, `encoder_url`,
+        `passage_prompt`) says; how to back-fill is `backfill` (itlr.option_groups.
+        BackfillOptions), or its keywords `into`, `alias`, `install_pipeline`, `exact_only`,
+        `batch_size`.
+
         With `into`, mirror the source into that index instead (created like the source plus
         the vector field; documents copied whole, those gone from the source deleted; `alias`
         then points at it); an existing `into` is written only if itlr made it as a copy of
@@ -211,8 +214,6 @@ class Index:
         index created without `index.knn` is back-filled where it is and searched with
         `mode="exact"`. Either way the result is a WriteReport (itlr.write_report), as `add`
         returns."""
-        from itlr.backfill import backfill_spec
-
         if follow:
             warn(
                 "Index.backfill(..., follow=True) is deprecated: call Index.follow(...) with the "
@@ -225,33 +226,23 @@ class Index:
                 url=url,
                 text_field=text_field,
                 vector_field=vector_field,
-                model=model,
-                into=into,
-                alias=alias,
                 engine=engine,
-                install_pipeline=install_pipeline,
+                connection=connection,
+                encoding=encoding,
+                backfill=backfill,
                 stop=stop,
-                interval=interval,
                 on_cycle=on_cycle,
                 on_line=on_line,
-                verify_rate=verify_rate,
-                exact_only=exact_only,
-                encoder=encoder,
-                encoder_url=encoder_url,
-                passage_prompt=passage_prompt,
-                **connection,
+                **keywords,
             )
-        spec = _backfill_spec(name, url, text_field, vector_field, engine, connection)
+        from itlr.backfill import backfill_spec
+
+        refuse_unknown("Index.backfill", keywords, BackfillKeywords)
+        spec = _backfill_spec(name, url, connection, text_field, vector_field, engine, keywords)
         return backfill_spec(
             spec,
-            model=model,
-            into=into,
-            alias=alias,
-            install_pipeline=install_pipeline,
-            exact_only=exact_only,
-            encoder=encoder,
-            encoder_url=encoder_url,
-            passage_prompt=passage_prompt,
+            fold(EncoderOptions, encoding, keywords, "encoding"),
+            fold(BackfillOptions, backfill, keywords, "backfill"),
         )
 
     @classmethod
@@ -259,24 +250,17 @@ class Index:
         cls,
         name: str,
         *,
-        url: str,
+        url: str | None = None,
         text_field: str,
         vector_field: str = "embedding",
-        model: str | None = None,
-        into: str | None = None,
-        alias: str | None = None,
         engine: str | None = None,
-        install_pipeline: bool = False,
+        connection: Connection | None = None,
+        encoding: EncoderOptions | None = None,
+        backfill: BackfillOptions | None = None,
         stop: threading.Event | None = None,
-        interval: float = 1.0,
         on_cycle: Callable[[FollowCycle], None] | None = None,
         on_line: Callable[[str], None] | None = None,
-        verify_rate: float | None = None,
-        exact_only: bool = False,
-        encoder: str | None = None,
-        encoder_url: str | None = None,
-        passage_prompt: str | None = None,
-        **connection: Any,
+        **keywords: Unpack[BackfillKeywords],
     ) -> WriteReport:
         """Back-fill as `Index.backfill` does (the same arguments), then keep running until
         `stop` is set (`itlr backfill --follow`): every `interval` seconds it embeds the
@@ -284,25 +268,18 @@ class Index:
         source, calling `on_cycle` after each busy look and `on_line` with its start, idle and
         re-check lines, and returns the follower's report (itlr.follow). In place a hash sweep
         re-reads `verify_rate` documents a second (default 1000; 0: none) to catch texts
-        changed without the hash noticing."""
-        from itlr.follow import VERIFY_RATE
+        changed without the hash noticing. `interval` and `verify_rate` are BackfillOptions'
+        fields too."""
         from itlr.follow_run import follow_spec
 
+        refuse_unknown("Index.follow", keywords, BackfillKeywords)
         return follow_spec(
-            _backfill_spec(name, url, text_field, vector_field, engine, connection),
-            model=model,
-            into=into,
-            alias=alias,
-            install_pipeline=install_pipeline,
-            interval=interval,
+            _backfill_spec(name, url, connection, text_field, vector_field, engine, keywords),
+            fold(EncoderOptions, encoding, keywords, "encoding"),
+            fold(BackfillOptions, backfill, keywords, "backfill"),
             stop=stop,
             on_cycle=on_cycle,
             on_line=on_line,
-            verify_rate=VERIFY_RATE if verify_rate is None else verify_rate,
-            exact_only=exact_only,
-            encoder=encoder,
-            encoder_url=encoder_url,
-            passage_prompt=passage_prompt,
         )
 
     # -- what it is ------------------------------------------------------------------------

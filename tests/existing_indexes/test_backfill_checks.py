@@ -133,6 +133,7 @@ def test_the_total_is_counted_before_the_mapping_changes(opensearch_url, corpus)
         from itlr.engines.connection import Connection
         from itlr.engines.factory import EngineSpec
         from itlr.engines.layout import IndexLayout
+        from itlr.option_groups import BackfillOptions, EncoderOptions
 
         spec = EngineSpec(
             engine="opensearch",
@@ -141,7 +142,13 @@ def test_the_total_is_counted_before_the_mapping_changes(opensearch_url, corpus)
             layout=IndexLayout("vec", "body"),
         )
         seen = []
-        report = backfill_spec(spec, on_total=on_total, on_batch=seen.append, batch_size=4)
+        report = backfill_spec(
+            spec,
+            EncoderOptions(),
+            BackfillOptions(batch_size=4),
+            on_total=on_total,
+            on_batch=seen.append,
+        )
         assert told == [(9, before)]
         assert sum(seen) == 9 == report.seen
     finally:

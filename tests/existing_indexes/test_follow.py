@@ -21,6 +21,7 @@ from following import Following, current, hashed, rest, wait_for
 from foreign_index import all_sources, bulk, create_index, delete_index, documents
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
 from itlr.hash_guard import PIPELINE_ID
+from itlr.option_groups import BackfillOptions
 
 pytestmark = pytest.mark.opensearch
 
@@ -227,7 +228,11 @@ def test_a_refused_request_is_retried_after_a_back_off_and_following_carries_on(
     )
     errors: list[str] = []
     follower = Follower(
-        cluster_backend(spec, embedder), embedder, "body", interval=0.2, on_error=errors.append
+        cluster_backend(spec, embedder),
+        embedder,
+        "body",
+        BackfillOptions(interval=0.2),
+        on_error=errors.append,
     )
     follower.prepare(install_pipeline=False)
     thread = threading.Thread(target=follower.run, daemon=True)

@@ -30,20 +30,22 @@ from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD
 from itlr.follow import Follower
 from itlr.hash_guard import PIPELINE_ID
+from itlr.option_groups import BackfillOptions
 from trickle_relay import TrickleRelay
 
 pytestmark = pytest.mark.opensearch
 
 
-def follower_of(url: str, name: str, embedder, **options) -> Follower:
+def follower_of(url: str, name: str, embedder, verify_rate: float = 1000.0, **options) -> Follower:
     spec = EngineSpec(
         engine="opensearch",
         index_name=name,
         connection=Connection(url),
         layout=IndexLayout("vec", "body"),
     )
-    options = {"interval": 0.2, "recheck": 0.5, **options}
-    return Follower(cluster_backend(spec, embedder), embedder, "body", **options)
+    options = {"recheck": 0.5, **options}
+    pace = BackfillOptions(interval=0.2, verify_rate=verify_rate)
+    return Follower(cluster_backend(spec, embedder), embedder, "body", pace, **options)
 
 
 def test_the_follower_embeds_with_the_passage_prompt_the_backfill_used(

@@ -28,6 +28,7 @@ from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError
 from itlr.fingerprint import HASH_FIELD, content_hash
 from itlr.follow_copy import CopyFollower
+from itlr.option_groups import BackfillOptions
 
 pytestmark = pytest.mark.opensearch
 
@@ -324,7 +325,11 @@ def test_a_field_the_source_maps_anew_is_mapped_in_the_copy_before_a_document_ca
     )
     # No timed look at the source (recheck): only the documents the feed reads can tell.
     follower = CopyFollower(
-        cluster_backend(spec, embedder), embedder, "body", into=copy, interval=0.2, recheck=3600
+        cluster_backend(spec, embedder),
+        embedder,
+        "body",
+        BackfillOptions(into=copy, interval=0.2),
+        recheck=3600,
     )
     failure: list[BaseException] = []
 

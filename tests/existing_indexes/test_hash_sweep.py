@@ -143,6 +143,7 @@ def test_a_restarted_follower_resumes_the_sweep_where_it_stopped(
         from itlr.engines.factory import EngineSpec
         from itlr.engines.layout import IndexLayout
         from itlr.follow import Follower
+        from itlr.option_groups import BackfillOptions
 
         spec = EngineSpec(
             engine="opensearch",
@@ -150,7 +151,9 @@ def test_a_restarted_follower_resumes_the_sweep_where_it_stopped(
             connection=Connection(opensearch_url),
             layout=IndexLayout("vec", "body"),
         )
-        follower = Follower(cluster_backend(spec, embedder), embedder, "body", interval=0.2)
+        follower = Follower(
+            cluster_backend(spec, embedder), embedder, "body", BackfillOptions(interval=0.2)
+        )
         follower.prepare()
         cycle = follower.cycle()
         # Only what was written since the saved cursors is read again, not all 40.

@@ -29,6 +29,7 @@ from itlr.scoring import AndName, NotName, OrName, TruthName
 if TYPE_CHECKING:
     from itlr.engines.connection import Connection
     from itlr.engines.factory import EngineSpec
+    from itlr.option_groups import EncoderOptions
 
 T = TypeVar("T")
 
@@ -145,6 +146,9 @@ def _python_option_names() -> frozenset[str]:
             "encoder_url",
             "query_prompt",
             "passage_prompt",
+            "batch_size",
+            "interval",
+            "verify_rate",
         }
     )
 
@@ -247,16 +251,33 @@ PassagePromptOpt = Annotated[
 ]
 
 
-def encoding(
-    encoder: Any, url: str | None, query_prompt: str | None, passage_prompt: str | None
-) -> dict[str, Any]:
-    """The encoder flags as `Index.open`'s keywords."""
-    return {
-        "encoder": encoder.value if encoder else None,
-        "encoder_url": url,
-        "query_prompt": query_prompt,
-        "passage_prompt": passage_prompt,
-    }
+ENCODER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "model": (ModelOpt, None),
+    "encoder": (EncoderOpt, None),
+    "encoder_url": (EncoderUrlOpt, None),
+    "query_prompt": (QueryPromptOpt, None),
+    "passage_prompt": (PassagePromptOpt, None),
+}
+# The default of a parameter a decorator fills from its flags (typer never sees it).
+FROM_FLAGS: Any = None
+
+
+def encoder_command(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the encoder flags (every one, or those `names` lists), where its
+    `encoding` parameter stands; it receives them as `encoding` (an EncoderOptions)."""
+    chosen = {name: ENCODER_OPTIONS[name] for name in names or ENCODER_OPTIONS}
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        return with_options(func, chosen, "encoding", _encoder_options, in_place=True)
+
+    return decorate
+
+
+def _encoder_options(values: dict[str, Any], _own: dict[str, Any]) -> EncoderOptions:
+    from itlr.option_groups import EncoderOptions
+
+    encoder = values.get("encoder")
+    return EncoderOptions(**{**values, "encoder": encoder.value if encoder else None})
 
 
 _CONNECTION_HELP = {
@@ -357,18 +378,24 @@ def _build_spec(index_name: str, values: dict[str, Any]) -> EngineSpec:
     )
 
 
-def _with_options(
+def with_options(
     func: Callable[..., Any],
     options: dict[str, tuple[Any, Any]],
     target: str,
     build: Callable[[dict[str, Any], dict[str, Any]], Any],
+    in_place: bool = False,
 ) -> Callable[..., Any]:
     """`func` with `options` as extra keyword flags, whose values `build` turns into the one
-    argument `target` (build sees the flags' values and the command's own arguments)."""
+    argument `target` (build sees the flags' values and the command's own arguments). The
+    flags come last, or `in_place` where `target` stands (--help lists them in that order)."""
     signature = inspect.signature(func)
-    own = [p for p in signature.parameters.values() if p.name != target]
+    params = list(signature.parameters.values())
+    names = [p.name for p in params]
+    at = names.index(target) if in_place else len(params)
+    kind = params[at].kind if in_place else inspect.Parameter.KEYWORD_ONLY
+    own = [p for p in params if p.name != target]
     extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
+        inspect.Parameter(name, kind, default=default, annotation=hint)
         for name, (hint, default) in options.items()
     ]
 
@@ -383,7 +410,10 @@ def _with_options(
     hints.update({name: hint for name, (hint, _default) in options.items()})
     wrapper.__annotations__ = hints
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
+        parameters=[
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in [*own[:at], *extra, *own[at:]]
+        ]
     )
     return wrapper
 
@@ -391,7 +421,7 @@ def _with_options(
 def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command the shared engine options; it receives them as `spec` (an EngineSpec)."""
     # A command whose --index is optional (eval) names its index itself when it is None.
-    return _with_options(
+    return with_options(
         func,
         _ENGINE_OPTIONS,
         "spec",
@@ -401,7 +431,7 @@ def engine_command(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def connection_command(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command the connection options (Connection's fields); it receives `connection`."""
-    return _with_options(func, CONNECTION_OPTIONS, "connection", _required_connection)
+    return with_options(func, CONNECTION_OPTIONS, "connection", _required_connection)
 
 
 def _required_connection(values: dict[str, Any], _own: dict[str, Any]) -> Connection:
@@ -412,7 +442,7 @@ def _required_connection(values: dict[str, Any], _own: dict[str, Any]) -> Connec
 
 def optional_connection_command(func: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command the connection options; it receives `connection`, None without --url."""
-    return _with_options(
+    return with_options(
         func,
         CONNECTION_OPTIONS,
         "connection",

@@ -8,12 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import (
-    EncoderOpt,
-    EncoderUrlOpt,
+    FROM_FLAGS,
     IndexOpt,
-    ModelOpt,
-    PassagePromptOpt,
     app,
+    encoder_command,
     engine_command,
     err,
     out,
@@ -21,17 +19,16 @@ from itlr.cli.app import (
     say,
 )
 from itlr.cli.bench import bench_app
+from itlr.option_groups import BackfillOptions, EncoderOptions
 
 
 @app.command()
 @engine_command
+@encoder_command("model", "encoder", "encoder_url", "passage_prompt")
 def backfill(
     index: IndexOpt,
     spec: Any = None,
-    model: ModelOpt = None,
-    encoder: EncoderOpt = None,
-    encoder_url: EncoderUrlOpt = None,
-    passage_prompt: PassagePromptOpt = None,
+    encoding: EncoderOptions = FROM_FLAGS,
     into: Annotated[
         str | None,
         typer.Option(
@@ -91,41 +88,28 @@ def backfill(
     from itlr.errors import ConfigurationError
     from itlr.progress import document_progress
 
-    encoders: dict[str, Any] = {
-        "encoder": encoder.value if encoder else None,
-        "encoder_url": encoder_url,
-        "passage_prompt": passage_prompt,
-    }
-
     def action() -> None:
-        if alias and not into:
-            raise ConfigurationError("--alias moves an alias to the --into index: give --into")
+        options = BackfillOptions(
+            into=into,
+            alias=alias,
+            install_pipeline=install_pipeline,
+            exact_only=exact_only,
+            batch_size=batch_size,
+            interval=interval,
+            verify_rate=verify_rate,
+        )
         if spec.engine == "memory":
             raise ConfigurationError("backfill works on a cluster index: give --url")
         if follow:
-            options = {
-                "into": into,
-                "alias": alias,
-                "install_pipeline": install_pipeline,
-                "batch_size": batch_size,
-                "interval": interval,
-                "verify_rate": verify_rate,
-                "exact_only": exact_only,
-            }
-            return follow_index(spec, model, options, encoders)
+            return follow_index(spec, encoding, options)
         with document_progress(err) as progress:
             task = progress.add_task("back-filling", total=None)
             report = backfill_spec(
                 spec,
-                model=model,
-                **encoders,
-                into=into,
-                alias=alias,
-                batch_size=batch_size,
+                encoding,
+                options,
                 on_batch=lambda n: progress.advance(task, n),
                 on_total=lambda n: progress.update(task, total=n),
-                install_pipeline=install_pipeline,
-                exact_only=exact_only,
             )
         for doc_id, reason in list(report.failed.items())[:20]:
             say(err, "failed", "red", f"{doc_id}: {reason}")
@@ -136,9 +120,7 @@ def backfill(
     run_guarded(action)
 
 
-def follow_index(
-    spec: Any, model: str | None, options: dict[str, Any], encoders: dict[str, Any]
-) -> None:
+def follow_index(spec: Any, encoding: EncoderOptions, options: BackfillOptions) -> None:
     """`--follow`: a line at the start, one per busy cycle and one a minute while idle on
     stdout, a live count on a terminal, a summary at the end; SIGINT and SIGTERM stop it after
     the batch under way (exit 0). A change it cannot handle stops it: the summary, then the
@@ -156,7 +138,8 @@ def follow_index(
             task = progress.add_task(f"following {spec.index_name}", total=None)
             report = follow_spec(
                 spec,
-                model=model,
+                encoding,
+                options,
                 stop=stop,
                 on_cycle=lambda c: out.print(
                     c.line(spec.index_name), highlight=False, soft_wrap=True
@@ -164,8 +147,6 @@ def follow_index(
                 on_batch=lambda n: progress.advance(task, n),
                 on_error=lambda line: say(err, "retrying", "yellow", line),
                 on_line=lambda line: out.print(line, highlight=False, soft_wrap=True),
-                **options,
-                **encoders,
             )
     finally:
         for number, handler in previous.items():

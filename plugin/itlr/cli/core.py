@@ -15,15 +15,11 @@ from rich.text import Text
 
 from itlr import strict_json
 from itlr.cli.app import (
-    EncoderOpt,
-    EncoderUrlOpt,
+    FROM_FLAGS,
     IndexOpt,
-    ModelOpt,
-    PassagePromptOpt,
-    QueryPromptOpt,
     Rewrite,
     app,
-    encoding,
+    encoder_command,
     engine_command,
     err,
     out,
@@ -33,15 +29,10 @@ from itlr.cli.app import (
 )
 from itlr.cli.options import search_option_command
 from itlr.cli.query_input import QueryArg, QueryFileOpt, query_text
-from itlr.cli.rewrite import (
-    LLMBaseUrlOpt,
-    LLMKeyEnvOpt,
-    LLMModelOpt,
-    LLMTimeoutOpt,
-    llm_config,
-)
+from itlr.cli.rewrite import LLMFlags, llm_command
 from itlr.errors import ConfigurationError
 from itlr.explain import lines as explanation_lines
+from itlr.option_groups import EncoderOptions
 from itlr.options import search_options
 from itlr.query import parse
 
@@ -72,10 +63,10 @@ def parse_command(
     run_guarded(action)
 
 
-def _open(spec: EngineSpec, model: str | None, create: bool, **encoding: Any) -> Index:
+def _open(spec: EngineSpec, encoding: EncoderOptions, create: bool) -> Index:
     from itlr.index import Index
 
-    index = Index.from_spec(spec, model=model, create=create, **encoding)
+    index = Index.from_spec(spec, encoding=encoding, create=create)
     for warning in index.warnings:
         warn(warning)
     return index
@@ -83,6 +74,7 @@ def _open(spec: EngineSpec, model: str | None, create: bool, **encoding: Any) ->
 
 @app.command()
 @engine_command
+@encoder_command()
 def ingest(
     source: Annotated[
         Path,
@@ -93,11 +85,7 @@ def ingest(
     ],
     index: IndexOpt,
     spec: Any = None,
-    model: ModelOpt = None,
-    encoder: EncoderOpt = None,
-    encoder_url: EncoderUrlOpt = None,
-    query_prompt: QueryPromptOpt = None,
-    passage_prompt: PassagePromptOpt = None,
+    encoding: EncoderOptions = FROM_FLAGS,
     knn_engine: Annotated[
         str | None,
         typer.Option(help="k-NN engine for a new OpenSearch index: lucene (default) or faiss."),
@@ -169,8 +157,7 @@ def ingest(
                 f"{source} holds no document ({bad.count} bad lines, listed above): nothing "
                 "was ingested and no index was created"
             )
-        chosen = encoding(encoder, encoder_url, query_prompt, passage_prompt)
-        target = _open(replace(spec, knn_engine=knn_engine), model, create=True, **chosen)
+        target = _open(replace(spec, knn_engine=knn_engine), encoding, create=True)
         with stream_progress(err) as progress:
             task = progress.add_task("ingesting", total=stream.size, documents=0)
             read = 0
@@ -266,6 +253,8 @@ def _print_hits(
 @app.command()
 @engine_command
 @search_option_command()
+@llm_command
+@encoder_command("model", "encoder", "encoder_url", "query_prompt")
 def search(
     index: IndexOpt,
     query: QueryArg = None,
@@ -279,14 +268,8 @@ def search(
             "(offline) or llm (--llm-model, any OpenAI-compatible endpoint)."
         ),
     ] = Rewrite.none,
-    llm_base_url: LLMBaseUrlOpt = None,
-    llm_model: LLMModelOpt = None,
-    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
-    llm_timeout: LLMTimeoutOpt = 30.0,
-    model: ModelOpt = None,
-    encoder: EncoderOpt = None,
-    encoder_url: EncoderUrlOpt = None,
-    query_prompt: QueryPromptOpt = None,
+    llm: LLMFlags = FROM_FLAGS,
+    encoding: EncoderOptions = FROM_FLAGS,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as JSON.")] = False,
 ) -> None:
     """Search an index with a logical query; prints hits with each term's truth value."""
@@ -295,14 +278,13 @@ def search(
         text = query_text(query, query_file)
         config = None
         if rewrite is not Rewrite.none:
-            config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+            config = llm.config()
             if rewrite is Rewrite.llm and config is None:
                 raise ConfigurationError("--rewrite llm needs --llm-model (and --llm-base-url)")
         else:
             parse(text)  # a syntax error shows before the model loads
-        options = search_options(**option_values, model=model)
-        chosen = encoding(encoder, encoder_url, query_prompt, None)
-        result = _open(spec, model, create=False, **chosen).search(
+        options = search_options(**option_values, model=encoding.model)
+        result = _open(spec, encoding, create=False).search(
             text, options=options, rewrite=rewrite.value, llm=config
         )
         if result.rewrite is not None:

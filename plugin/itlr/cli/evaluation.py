@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from itlr.cli.app import (
+    FROM_FLAGS,
     Mode,
     ModelOpt,
     Rewrite,
@@ -22,7 +23,7 @@ from itlr.cli.app import (
     warn,
 )
 from itlr.cli.options import search_option_command
-from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.cli.rewrite import LLMFlags, llm_command
 from itlr.errors import ConfigurationError
 from itlr.evaluation.experiment import (
     CLUSTER_DEPTH,
@@ -125,6 +126,7 @@ EVAL_OPTIONS = (
 @app.command("eval")
 @engine_command
 @search_option_command(only=EVAL_OPTIONS)
+@llm_command
 def eval_command(
     dataset: Annotated[
         Path, typer.Argument(help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/.")
@@ -161,10 +163,7 @@ def eval_command(
         ),
     ] = None,
     model: ModelOpt = None,
-    llm_base_url: LLMBaseUrlOpt = None,
-    llm_model: LLMModelOpt = None,
-    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
-    llm_timeout: LLMTimeoutOpt = 30.0,
+    llm: LLMFlags = FROM_FLAGS,
     llm_answers: Annotated[
         Path | None,
         typer.Option(
@@ -211,7 +210,7 @@ def eval_command(
             )
         if llm_answers is not None and "llm" not in rewriters:
             raise ConfigurationError("--llm-answers serves the LLM rewriter: add --rewrite llm")
-        if llm_answers is not None and (llm_base_url or llm_model):
+        if llm_answers is not None and llm.named:
             raise ConfigurationError(
                 "give --llm-answers or --llm-base-url / --llm-model, not both: the answers "
                 "file is the endpoint"
@@ -233,13 +232,9 @@ def eval_command(
                 warn(warning)
         folder = out_dir or default_results_folder(data)
         results: dict[str, EvalResult] = {}
-        with answers_endpoint(llm_answers, llm_timeout) as answers_config:
+        with answers_endpoint(llm_answers, llm.timeout) as answers_config:
             # The LLM options may come from the environment: they only matter with llm.
-            config = answers_config or (
-                llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
-                if "llm" in rewriters
-                else None
-            )
+            config = answers_config or (llm.config() if "llm" in rewriters else None)
             for name in rewriters:
                 settings = EvalSettings(
                     methods=[m.strip() for m in methods.split(",")] if methods else None,

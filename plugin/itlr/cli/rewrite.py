@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from itlr.cli.app import app, err, out, run_guarded, warn
+from itlr.cli.app import FROM_FLAGS, app, err, out, run_guarded, warn, with_options
 from itlr.errors import RewriteError
 from itlr.rewrite import RewriteResult, rewrite
 from itlr.rewrite.llm import LLMConfig
@@ -18,7 +19,7 @@ from itlr.rewrite.llm import LLMConfig
 if TYPE_CHECKING:
     from itlr.rewrite.accuracy import EvalReport, Throughput
 
-# Shared with `itlr search --rewrite llm`: reuse these annotations and `llm_config(...)`.
+# Shared by every command that can rewrite with an LLM, through `llm_command`.
 LLMBaseUrlOpt = Annotated[
     str | None,
     typer.Option(
@@ -54,20 +55,58 @@ LLMTimeoutOpt = Annotated[
         rich_help_panel="LLM rewriter",
     ),
 ]
+LLM_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "llm_base_url": (LLMBaseUrlOpt, None),
+    "llm_model": (LLMModelOpt, None),
+    "llm_api_key_env": (LLMKeyEnvOpt, "OPENAI_API_KEY"),
+    "llm_timeout": (LLMTimeoutOpt, 30.0),
+}
 
 
-def llm_config(
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str = "OPENAI_API_KEY",
-    timeout: float = 30.0,
-) -> LLMConfig | None:
-    """The LLM configuration the options describe, or None for the rule rewriter."""
-    if model is None:
-        if base_url is not None:
-            raise RewriteError("--llm-base-url needs --llm-model: name the model to ask")
-        return None
-    return LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+@dataclass(frozen=True)
+class LLMFlags:
+    """The LLM rewriter's flags as given. Read only where a command rewrites with an LLM
+    (`config`), so that a flag set in the environment costs nothing elsewhere."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 30.0
+
+    @property
+    def named(self) -> bool:
+        """Whether an endpoint or a model was given."""
+        return bool(self.base_url or self.model)
+
+    def config(self) -> LLMConfig | None:
+        """The LLM configuration the flags describe, or None for the rule rewriter."""
+        if self.model is None:
+            if self.base_url is not None:
+                raise RewriteError("--llm-base-url needs --llm-model: name the model to ask")
+            return None
+        return LLMConfig(
+            model=self.model,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            timeout=self.timeout,
+        )
+
+
+def llm_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the LLM rewriter's flags, where its `llm` parameter stands; it receives
+    them as `llm` (LLMFlags)."""
+    return with_options(
+        func,
+        LLM_OPTIONS,
+        "llm",
+        lambda values, _own: LLMFlags(
+            base_url=values["llm_base_url"],
+            model=values["llm_model"],
+            api_key_env=values["llm_api_key_env"],
+            timeout=values["llm_timeout"],
+        ),
+        in_place=True,
+    )
 
 
 def _rewriter(config: LLMConfig | None) -> Callable[[str], RewriteResult]:
@@ -149,6 +188,7 @@ def _print_failures(report: EvalReport) -> None:
 
 
 @app.command("rewrite")
+@llm_command
 def rewrite_command(
     question: Annotated[
         str | None,
@@ -162,10 +202,7 @@ def rewrite_command(
             help="Score the rewriter on a JSON-lines dev set instead ('bundled' for ours).",
         ),
     ] = None,
-    llm_base_url: LLMBaseUrlOpt = None,
-    llm_model: LLMModelOpt = None,
-    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
-    llm_timeout: LLMTimeoutOpt = 30.0,
+    llm: LLMFlags = FROM_FLAGS,
     explain: Annotated[
         bool, typer.Option(help="Show which words were read as cues, terms and filler.")
     ] = False,
@@ -177,7 +214,7 @@ def rewrite_command(
     """Rewrite a natural-language question into a logical query (rules, or an LLM if configured)."""
 
     def action() -> None:
-        config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+        config = llm.config()
         if eval_path is not None:
             if question is not None:
                 raise RewriteError("give either a QUESTION or --eval DEVSET, not both")

@@ -7,19 +7,16 @@ from typing import Annotated, Any
 import typer
 
 from itlr.cli.app import (
-    EncoderOpt,
-    EncoderUrlOpt,
-    ModelOpt,
-    PassagePromptOpt,
-    QueryPromptOpt,
+    FROM_FLAGS,
     app,
+    encoder_command,
     engine_command,
     err,
     run_guarded,
     warn,
 )
 from itlr.cli.options import PROXY_OPTIONS, search_option_command
-from itlr.cli.rewrite import LLMBaseUrlOpt, LLMKeyEnvOpt, LLMModelOpt, LLMTimeoutOpt, llm_config
+from itlr.cli.rewrite import LLMFlags, llm_command
 from itlr.cli.serve_proxy import (
     DEFAULT_UPSTREAM_TIMEOUT,
     AllowScriptWritesOpt,
@@ -33,6 +30,7 @@ from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_interval
 from itlr.errors import ConfigurationError
 from itlr.extras import require
 from itlr.limits import LIMITS
+from itlr.option_groups import EncoderOptions
 from itlr.service.security import TOKEN_ENV
 from itlr.settings import seconds
 
@@ -40,6 +38,8 @@ from itlr.settings import seconds
 @app.command()
 @engine_command
 @search_option_command(only=PROXY_OPTIONS)
+@llm_command
+@encoder_command()
 def serve(
     context: typer.Context,
     index: Annotated[
@@ -77,15 +77,8 @@ def serve(
         int,
         typer.Option(help="Largest request body accepted (413 above); env ITLR_MAX_BODY_BYTES."),
     ] = LIMITS.max_body_bytes,
-    llm_base_url: LLMBaseUrlOpt = None,
-    llm_model: LLMModelOpt = None,
-    llm_api_key_env: LLMKeyEnvOpt = "OPENAI_API_KEY",
-    llm_timeout: LLMTimeoutOpt = 30.0,
-    model: ModelOpt = None,
-    encoder: EncoderOpt = None,
-    encoder_url: EncoderUrlOpt = None,
-    query_prompt: QueryPromptOpt = None,
-    passage_prompt: PassagePromptOpt = None,
+    llm: LLMFlags = FROM_FLAGS,
+    encoding: EncoderOptions = FROM_FLAGS,
     torch_threads: Annotated[
         int | None,
         typer.Option(
@@ -111,7 +104,7 @@ def serve(
     from itlr.embed import set_default_encoder
 
     # Process-wide: the service's Index and the proxy's embedder both load through get_embedder.
-    run_guarded(lambda: set_default_encoder(encoder.value if encoder else None, encoder_url))
+    run_guarded(lambda: set_default_encoder(encoding.encoder, encoding.encoder_url))
     if proxy:
         serving = {
             "header_timeout": header_timeout,
@@ -120,13 +113,12 @@ def serve(
             "allow_script_writes": allow_script_writes,
             "script_check_interval": script_check_interval,
             "index_config": index_config,
-            "query_prompt": query_prompt,
             # --vector-field / --text-field: the layout of indexes itlr did not make; their
             # defaults name no such layout.
             "vector_field": _given(context, "vector_field", spec.layout.vector_field),
             "text_field": _given(context, "text_field", spec.layout.text_field),
         }
-        _serve_proxy(spec, field, host, port, token, model, {**serving, **option_values})
+        _serve_proxy(spec, field, host, port, token, encoding, {**serving, **option_values})
         return
     if index is None:
         run_guarded(_missing_index)
@@ -150,18 +142,12 @@ def serve(
             upstream_timeout, "the upstream time-out (--upstream-timeout, ITLR_UPSTREAM_TIMEOUT)"
         )
         set_torch_threads(torch_threads)
-        opened = Index.from_spec(
-            spec,
-            model=model,
-            create=False,
-            query_prompt=query_prompt,
-            passage_prompt=passage_prompt,
-        )
+        opened = Index.from_spec(spec, encoding=encoding, create=False)
         for warning in opened.warnings:
             warn(warning)
         if hasattr(opened.backend, "script_check_seconds"):  # a cluster index: its scripts
             opened.backend.script_check_seconds = script_check_interval
-        config = llm_config(llm_base_url, llm_model, llm_api_key_env, llm_timeout)
+        config = llm.config()
         timeouts = ReadTimeouts.from_env(header_timeout, body_timeout)
         app = create_app(
             opened,
@@ -223,14 +209,14 @@ def _serve_proxy(
     host: str,
     port: int,
     token: str | None,
-    model: str | None,
+    encoding: EncoderOptions,
     options: dict[str, Any],
 ) -> None:
     from itlr.cli.serve_proxy import serve_proxy
 
     if spec.connection is None:
         run_guarded(_missing_upstream)
-    serve_proxy(spec.connection, field, host, port, token, model, **options)
+    serve_proxy(spec.connection, field, host, port, token, encoding, **options)
 
 
 def _missing_upstream() -> None:

@@ -17,6 +17,7 @@ from itlr.cli.options import PER_REQUEST, PROXY_OPTIONS
 from itlr.engines.connection import Connection
 from itlr.engines.integrity import SCRIPT_CHECK_SECONDS, check_interval
 from itlr.errors import ConfigurationError
+from itlr.option_groups import EncoderOptions
 from itlr.options import SearchOptions, search_options
 from itlr.settings import seconds
 
@@ -113,7 +114,7 @@ def serve_proxy(
     host: str = "127.0.0.1",
     port: int = 8000,
     token: str | None = None,
-    model: str | None = None,
+    encoding: EncoderOptions | None = None,
     *,
     upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
     header_timeout: float | None = None,
@@ -122,12 +123,12 @@ def serve_proxy(
     index_config: Path | None = None,
     vector_field: str | None = None,
     text_field: str | None = None,
-    query_prompt: str | None = None,
     script_check_interval: float = SCRIPT_CHECK_SECONDS,
     **options: Any,
 ) -> None:
     """Serve the query-bar proxy in front of `upstream` (a URL or a Connection) until
-    interrupted.
+    interrupted, embedding query terms as `encoding` says (its query prompt for the indexes
+    --vector-field / --text-field describe).
 
     The connection is used only to register itlr's stored scripts; searches carry the UI's own
     credentials. `options`: the search options of `itlr search` by the same names (PROXY_OPTIONS:
@@ -135,6 +136,9 @@ def serve_proxy(
     come from each request's body.
     """
     from itlr.proxy import create_proxy_app, run_proxy
+
+    encoding = encoding or EncoderOptions()
+    model = encoding.model
 
     def start() -> None:
         from itlr.proxy.upstream import check_scripts_at_start
@@ -157,10 +161,8 @@ def serve_proxy(
         unchecked = check_scripts_at_start(connection, min(upstream_timeout, 10.0))
         if unchecked:
             logging.getLogger("itlr.proxy").warning(unchecked)
-        from itlr.embed import get_embedder
-
         # Loaded before the first request, so that no UI request waits for it.
-        embedder = get_embedder(model)
+        embedder = encoding.embedder()
         app = create_proxy_app(
             connection,
             field=field,
@@ -169,7 +171,9 @@ def serve_proxy(
             token=client,
             timeout=upstream_timeout,
             allow_script_writes=allow_script_writes,
-            indexes=index_configs(index_config, vector_field, text_field, model, query_prompt),
+            indexes=index_configs(
+                index_config, vector_field, text_field, model, encoding.query_prompt
+            ),
             script_check_seconds=script_check_interval,
         )
         # httpx logs every upstream URL at info level; the proxy logs what it forwards itself.
