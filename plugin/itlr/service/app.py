@@ -192,6 +192,17 @@ def create_app(
         redoc_url=None,
     )
     add_pages(app)
+    _answer_errors_as_json(app)
+    _add_query_routes(app, index, llm, follower)
+    _add_health_routes(app, index, llm, follower)
+    guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)
+    if token is not None:
+        guarded = TokenGuard(guarded, token, public=is_public)
+    return guarded
+
+
+def _answer_errors_as_json(app: FastAPI) -> None:
+    """Every refusal in one JSON shape ({"error": ...}), with the status its kind calls for."""
 
     @app.exception_handler(QuerySyntaxError)
     async def syntax_error(_: Request, bad: QuerySyntaxError) -> JSONResponse:
@@ -228,6 +239,12 @@ def create_app(
         if isinstance(bad, EmbeddingError):
             return _error(503, str(bad))
         return _error(400, str(bad))
+
+
+def _add_query_routes(
+    app: FastAPI, index: Index, llm: LLMConfig | None, follower: CommitFollower
+) -> None:
+    """What clients ask of a query: its hits, its engine requests, its tree, its rewrite."""
 
     @app.post("/search")
     def search(body: SearchBody) -> Response:
@@ -282,6 +299,12 @@ def create_app(
             )
         return rewrite_for_search(body.question, body.method, llm).to_dict()
 
+
+def _add_health_routes(
+    app: FastAPI, index: Index, llm: LLMConfig | None, follower: CommitFollower
+) -> None:
+    """What monitoring reads: whether the engine answers, and the counters."""
+
     @app.get("/healthz")
     def healthz() -> JSONResponse:
         """200 with the index's size when its engine answers, 503 when it does not."""
@@ -318,11 +341,6 @@ def create_app(
             coverage = None
         text = prometheus_text() + prometheus_lines([coverage] if coverage else [])
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
-
-    guarded: Any = BodyLimit(app, max_body_bytes, max_depth=LIMITS.max_depth)
-    if token is not None:
-        guarded = TokenGuard(guarded, token, public=is_public)
-    return guarded
 
 
 def _served_filter(names: dict[str, Any]) -> None:
