@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from itlr.engines.layout import IndexLayout
-from itlr.transform import itlr_fields
+from itlr.transform import ItlrFields
 
 
 def bulk_actions(
@@ -19,10 +19,12 @@ def bulk_actions(
     texts: Sequence[str],
     vectors: np.ndarray,
     fields: Sequence[dict[str, Any]] | None,
-    hashes: Sequence[str] | None = None,
+    model: str,
 ) -> list[dict[str, Any]]:
+    """Bulk actions for an index itlr made: id, text, the fields under the metadata object,
+    and what itlr writes for the vectors of `model` (itlr.transform.ItlrFields)."""
     fields = fields or [{} for _ in ids]
-    hashes = hashes or ["" for _ in ids]
+    written = ItlrFields(model, layout.vector_field)
     return [
         {
             "_op_type": "index",
@@ -32,12 +34,10 @@ def bulk_actions(
                 "doc_id": doc_id,
                 layout.text_field: text,
                 layout.metadata_field: extra,
-                **itlr_fields(layout.vector_field, text, vector, digest),
+                **written.of(text, vector),
             },
         }
-        for doc_id, text, vector, extra, digest in zip(
-            ids, texts, vectors, fields, hashes, strict=True
-        )
+        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
     ]
 
 
@@ -48,25 +48,20 @@ def shaped_bulk_actions(
     texts: Sequence[str],
     vectors: np.ndarray,
     fields: Sequence[dict[str, Any]] | None,
-    hashes: Sequence[str],
+    model: str,
 ) -> list[dict[str, Any]]:
     """Bulk actions for an index itlr did not make: each document keeps its own shape, its
     fields at the top of `_source` where the team's other writes put them, the id in `_id`
     alone, and beside them only the text and what itlr adds (vector, hash, lexical fields),
     each mapped before the first write (itlr.engines.foreign)."""
     fields = fields or [{} for _ in ids]
+    written = ItlrFields(model, layout.vector_field)
     return [
         {
             "_op_type": "index",
             "_index": index,
             "_id": doc_id,
-            "_source": {
-                **extra,
-                layout.text_field: text,
-                **itlr_fields(layout.vector_field, text, vector, digest),
-            },
+            "_source": {**extra, layout.text_field: text, **written.of(text, vector)},
         }
-        for doc_id, text, vector, extra, digest in zip(
-            ids, texts, vectors, fields, hashes, strict=True
-        )
+        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
     ]

@@ -19,9 +19,10 @@ from itlr.engines.layout import IndexLayout, own_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
-from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.hash_guard import PIPELINE_ID
 from itlr.records import Document
+from itlr.transform import ItlrFields
 
 
 class WrittenIndex(Protocol):
@@ -116,16 +117,9 @@ class ClusterWrites:
                 f"(n, {self.index.dims})"
             )
         self.prepare_writes()
-        hashes = [content_hash(t, self.index.model) for t in texts]
-        if self.index.foreign:
-            actions = shaped_bulk_actions(
-                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
-            )
-        else:
-            actions = bulk_actions(
-                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
-            )
-        return self.bulk(actions)
+        build = shaped_bulk_actions if self.index.foreign else bulk_actions
+        index, layout, model = self.index.index_name, self.index.layout, self.index.model
+        return self.bulk(build(index, layout, ids, texts, vectors, fields, model))
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
@@ -183,7 +177,7 @@ class ClusterWrites:
             return str(own)
         moved = source.get(PREVIOUS_HASH_FIELD)
         text = source.get(self.index.layout.text_field)
-        if moved and isinstance(text, str) and content_hash(text, self.index.model) == moved:
+        if moved and isinstance(text, str) and ItlrFields(self.index.model).digest(text) == moved:
             return str(moved)
         return ""
 
