@@ -20,48 +20,24 @@ def bulk_actions(
     vectors: np.ndarray,
     fields: Sequence[dict[str, Any]] | None,
     model: str,
+    *,
+    shaped: bool = False,
 ) -> list[dict[str, Any]]:
-    """Bulk actions for an index itlr made: id, text, the fields under the metadata object,
-    and what itlr writes for the vectors of `model` (itlr.transform.ItlrFields)."""
-    fields = fields or [{} for _ in ids]
+    """Index actions for documents and their vectors (of `model`), beside each what itlr
+    writes (itlr.transform.ItlrFields). For an index itlr made: the id, the text and the fields
+    under the metadata object. `shaped`, for an index itlr did not make: each document keeps
+    its own shape, its fields at the top of `_source` where the team's other writes put them,
+    the id in `_id` alone, and beside them only the text and itlr's fields, each mapped before
+    the first write (itlr.engines.foreign)."""
     written = ItlrFields(model, layout.vector_field)
-    return [
-        {
-            "_op_type": "index",
-            "_index": index,
-            "_id": doc_id,
-            "_source": {
-                "doc_id": doc_id,
-                layout.text_field: text,
-                layout.metadata_field: extra,
-                **written.of(text, vector),
-            },
-        }
-        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
-    ]
-
-
-def shaped_bulk_actions(
-    index: str,
-    layout: IndexLayout,
-    ids: Sequence[str],
-    texts: Sequence[str],
-    vectors: np.ndarray,
-    fields: Sequence[dict[str, Any]] | None,
-    model: str,
-) -> list[dict[str, Any]]:
-    """Bulk actions for an index itlr did not make: each document keeps its own shape, its
-    fields at the top of `_source` where the team's other writes put them, the id in `_id`
-    alone, and beside them only the text and what itlr adds (vector, hash, lexical fields),
-    each mapped before the first write (itlr.engines.foreign)."""
-    fields = fields or [{} for _ in ids]
-    written = ItlrFields(model, layout.vector_field)
-    return [
-        {
-            "_op_type": "index",
-            "_index": index,
-            "_id": doc_id,
-            "_source": {**extra, layout.text_field: text, **written.of(text, vector)},
-        }
-        for doc_id, text, vector, extra in zip(ids, texts, vectors, fields, strict=True)
-    ]
+    actions = []
+    given = fields or [{} for _ in ids]
+    for doc_id, text, vector, extra in zip(ids, texts, vectors, given, strict=True):
+        own = (
+            {**extra, layout.text_field: text}
+            if shaped
+            else {"doc_id": doc_id, layout.text_field: text, layout.metadata_field: extra}
+        )
+        source = {**own, **written.of(text, vector)}
+        actions.append({"_op_type": "index", "_index": index, "_id": doc_id, "_source": source})
+    return actions

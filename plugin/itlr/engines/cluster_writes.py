@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from itlr.engines.bulk import bulk_actions, shaped_bulk_actions
+from itlr.engines.bulk import bulk_actions
 from itlr.engines.coverage import CoverageCache
 from itlr.engines.dialect import Dialect
 from itlr.engines.foreign import add_itlr_fields
@@ -117,9 +117,11 @@ class ClusterWrites:
                 f"(n, {self.index.dims})"
             )
         self.prepare_writes()
-        build = shaped_bulk_actions if self.index.foreign else bulk_actions
         index, layout, model = self.index.index_name, self.index.layout, self.index.model
-        return self.bulk(build(index, layout, ids, texts, vectors, fields, model))
+        shaped = bool(self.index.foreign)
+        return self.bulk(
+            bulk_actions(index, layout, ids, texts, vectors, fields, model, shaped=shaped)
+        )
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
