@@ -6,7 +6,7 @@ place (`pending_body`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
@@ -20,6 +20,7 @@ class FollowCycle(WriteCounts):
     refused (retried later) and its seconds."""
 
     number: int
+    _: KW_ONLY
     stale: int = 0
     verified: int = 0
     failed: int = 0

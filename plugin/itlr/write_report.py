@@ -8,7 +8,7 @@ with the first failure."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Kind = Literal["ingest", "backfill", "copy", "follow"]
@@ -59,6 +59,9 @@ class WriteReport(WriteCounts):
 
     kind: Kind = "ingest"
     index: str = ""
+    # The rest by keyword only, as the counts are: a count given by position is refused, never
+    # taken for another field.
+    _: KW_ONLY
     cycles: int = 0
     # How many documents the index holds when the run is over (where it was counted).
     count: int | None = None

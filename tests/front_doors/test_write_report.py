@@ -107,3 +107,14 @@ def test_a_follower_cycle_shares_the_reports_counts_and_keeps_its_line(
     }
     assert report.failed == {}  # a cycle's refusals are the follower's to name, by id
     assert not FollowCycle(8, unchanged=5, no_text=1).busy  # reading alone is not busy
+
+
+def test_a_count_given_by_position_is_refused_never_taken_for_another_field() -> None:
+    """The counts come first in the shared type: by position, 890 would land in another
+    field than the one it meant before (seen, embedded); by keyword it cannot."""
+    with pytest.raises(TypeError):
+        WriteReport("backfill", "team", 890)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        FollowCycle(7, 3)  # type: ignore[misc]
+    assert WriteReport("backfill", "team", seen=890).seen == 890
+    assert FollowCycle(7, embedded=3).embedded == 3
