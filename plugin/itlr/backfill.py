@@ -41,7 +41,7 @@ from itlr.into import CopyPlan, copy_marker, create_copy, marker, plan_copy, rec
 from itlr.lexical import TOKEN_KEYS_FIELD, lexical_fields
 from itlr.option_groups import BATCH_SIZE, BackfillOptions, EncoderOptions
 from itlr.transform import DocumentTransform, in_place_update, text_of
-from itlr.write_report import WriteReport
+from itlr.write_report import WriteCounts, WriteReport
 
 __all__ = ["backfill", "backfill_spec", "check_before_backfill", "prepare_in_place", "text_of"]
 
@@ -177,7 +177,7 @@ def copy_actions(
     copies: dict[str, dict[str, Any]],
     transform: DocumentTransform,
     into: str,
-    report: WriteReport,
+    report: WriteCounts,
     embedded: set[str],
 ) -> list[dict[str, Any]]:
     """What makes the copy equal the source for these source hits (`copies`: the copy's
@@ -217,7 +217,7 @@ def in_place_actions(
     batch: list[dict[str, Any]],
     transform: DocumentTransform,
     index: str,
-    report: WriteReport,
+    report: WriteCounts,
     embedded: set[str],
 ) -> list[dict[str, Any]]:
     """The partial updates that give these hits the vector of their current text: only the

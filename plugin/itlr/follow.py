@@ -249,9 +249,13 @@ class Follower:
         self.report.cycles += 1
         cycle = FollowCycle(self.report.cycles)
         started = time.perf_counter()
-        self._check()
-        self._work(cycle)
-        self._save_state()
+        try:
+            self._check()
+            self._work(cycle)
+            self._save_state()
+        finally:
+            # Counted once, in the cycle; the run's report adds what it did, even a cut look's.
+            self.report.add_counts(cycle)
         cycle.seconds = time.perf_counter() - started
         return cycle
 
@@ -304,8 +308,6 @@ class Follower:
         done_restored = len(written & restored)
         cycle.restored += done_restored
         cycle.embedded += len(written) - done_restored
-        self.report.restored += done_restored
-        self.report.embedded += len(written) - done_restored
         if self.on_batch is not None:
             self.on_batch(len(hits))
         return len(hits)
@@ -361,7 +363,6 @@ class Follower:
         for doc_id, refusal in refused.items():
             if refusal.conflict or refusal.missing:
                 cycle.changed_meanwhile += 1
-                self.report.changed_meanwhile += 1
             elif retry:
                 cycle.failed += 1
                 self._failed(doc_id, refusal.reason, routed.get(doc_id))

@@ -35,7 +35,7 @@ from itlr.follow import FollowCycle, Follower, Retry
 from itlr.follow_watch import Changes, Snapshot
 from itlr.ingest import batched
 from itlr.into import plan_copy
-from itlr.write_report import WriteReport
+from itlr.write_report import WriteCounts
 
 
 class CopyFollower(Follower):
@@ -81,8 +81,7 @@ class CopyFollower(Follower):
         copied = backfill(
             backend, embedder, self.text_field, into=self.into, batch_size=self.batch_size
         )
-        for name in ("embedded", "unchanged", "copied", "deleted", "no_text", "seen"):
-            setattr(self.report, name, getattr(self.report, name) + getattr(copied, name))
+        self.report.add_counts(copied)
         self.report.encode_seconds += copied.encode_seconds
         for doc_id, reason in copied.failed.items():
             self.failing[doc_id] = Retry(1, time.monotonic() + 1.0, reason)
@@ -129,10 +128,10 @@ class CopyFollower(Follower):
         ids = [hit["_id"] for hit in hits]
         copies = self.operations.mget(self.into, ids, True, None, routing(hits))
         embedded: set[str] = set()
-        found = WriteReport()  # what reading found; what was written is counted below
+        found = WriteCounts()  # what reading found; what was written is counted below
         actions = copy_actions(hits, copies, self.transform, self.into, found, embedded)
-        self.report.unchanged += found.unchanged
-        self.report.no_text += found.no_text
+        cycle.unchanged += found.unchanged
+        cycle.no_text += found.no_text
         if actions and self._copy_uuid() != self.copy_uuid:
             self._next_check = 0.0
             raise EngineError(f"the copy {self.into!r} changed under the follower: checking it")
@@ -142,10 +141,8 @@ class CopyFollower(Follower):
                 continue
             if action["_id"] in embedded:
                 cycle.embedded += 1
-                self.report.embedded += 1
             else:
                 cycle.copied += 1
-                self.report.copied += 1
 
     def _retry_copies(self, cycle: FollowCycle) -> None:
         now = time.monotonic()
@@ -175,7 +172,6 @@ class CopyFollower(Follower):
             with longer_deadline(self.request_deadline * 2):
                 gone = delete_gone(self.backend, self.into, self.batch_size * 16, self.report)
             cycle.deleted += gone
-            self.report.deleted += cycle.deleted
 
     # -- the source changing -------------------------------------------------------------
 

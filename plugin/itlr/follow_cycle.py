@@ -1,28 +1,28 @@
 """What the follower (itlr.follow) handles per look: the counts of one cycle (`FollowCycle`,
-its line on stdout), a document the engine refused and when to try it again (`Retry`), and the
-search for the documents still to embed in place (`pending_body`)."""
+its line on stdout, added into the run's report once the look is over), a document the engine
+refused and when to try it again (`Retry`), and the search for the documents still to embed in
+place (`pending_body`)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
+from itlr.write_report import WriteCounts
 
 
 @dataclass
-class FollowCycle:
-    """One look at the index: what it found and did."""
+class FollowCycle(WriteCounts):
+    """One look at the index: what it did to documents (WriteCounts, as the run's report counts
+    them), the stale hashes its sweep found among the `verified` documents it read, the writes
+    refused (retried later) and its seconds."""
 
     number: int
-    embedded: int = 0
-    restored: int = 0
-    copied: int = 0
-    deleted: int = 0
+    _: KW_ONLY
     stale: int = 0
     verified: int = 0
-    changed_meanwhile: int = 0
     failed: int = 0
     seconds: float = 0.0
 

@@ -16,24 +16,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from itlr.changes import Change, Delete, Patch, Update, combine, merged
 from itlr.engines import Backend, StoredState
-from itlr.fingerprint import content_hash
 from itlr.records import Document
+from itlr.transform import ItlrFields, TextEncoder, passage_vectors
 from itlr.write_report import WriteReport
 
 T = TypeVar("T")
-
-
-class TextEncoder(Protocol):
-    """What ingestion needs from a model: passages in, unit vectors out, with the passage
-    prompt the index records (itlr.embed.Embedder.encode_passages)."""
-
-    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def writer_session(backend: Backend) -> contextlib.AbstractContextManager[object]:
@@ -132,14 +125,14 @@ def ingest(
             todo = embed + reuse
             vectors = None
             if todo:
-                started = time.perf_counter()
                 parts = []
                 if embed:
-                    parts.append(embedder.encode_passages([d.text for d in embed]))
+                    fresh, seconds = passage_vectors(embedder, [d.text for d in embed])
+                    report.encode_seconds += seconds
+                    parts.append(fresh)
                 if reuse:
                     parts.append(backend.stored_vectors([d.id for d in reuse]))
                 vectors = np.concatenate(parts) if len(parts) > 1 else parts[0]
-                report.encode_seconds += time.perf_counter() - started
             if todo or deletions:
                 if pending is not None:
                     pending.result()
@@ -242,7 +235,7 @@ def _changes(
     as the index will hold them (its ingest pipelines applied), `given` the fields an update
     gave (default: all of the document's)."""
     embed, reuse = [], []
-    written, given = written or {}, given or {}
+    written, given, hashed = written or {}, given or {}, ItlrFields(model)
     for document in batch:
         if document.id not in stored:
             embed.append(document)
@@ -250,7 +243,7 @@ def _changes(
         digest, fields = stored[document.id]
         if digest is None:
             continue
-        if digest != content_hash(document.text, model):
+        if digest != hashed.digest(document.text):
             embed.append(document)
             continue
         new = written.get(document.id, document.fields)

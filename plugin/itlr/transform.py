@@ -1,11 +1,12 @@
-"""One document transform, used by back-fill (itlr.backfill), its copies (itlr.into) and the
-follower (itlr.follow): a document's text -> its content hash -> its passage vector -> the
+"""One document transform: a document's text -> its content hash -> its passage vector -> the
 fields itlr writes beside the document's own (vector, hash, token counts and length).
 
-Written once so that every path embeds alike: the passage prompt in front of each text
-(`Embedder.encode_passages`), the hash of the text and model (itlr.fingerprint), the lexical
-fields hybrid truths read (itlr.lexical). Ingestion (itlr.ingest) writes through the backend's
-bulk actions (itlr.engines.bulk), which build those fields with this module's `itlr_fields`.
+Every write path goes through it, so that every path embeds and hashes alike: ingestion
+(itlr.ingest, whose backend's bulk actions build the fields, itlr.engines.bulk), back-fill
+(itlr.backfill), its copies (itlr.into) and the follower (itlr.follow). `ItlrFields` is the one
+place the content hash (itlr.fingerprint: text and model) is computed, for writing it and for
+comparing a stored one; `passage_vectors` the one place an encoder is called with the passage
+prompt (`encode_passages`); `DocumentTransform` puts them together for a field of `_source`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,15 +35,42 @@ def text_of(source: dict[str, Any], path: str) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def itlr_fields(vector_field: str, text: str, vector: np.ndarray, digest: str) -> dict[str, Any]:
-    """The fields itlr writes beside a document's own for `text`: its vector, the content hash
-    (`digest`; none written when empty) and the token counts hybrid truths read. Every write
-    path builds them here: ingestion's bulk actions, back-fill, copies and the follower."""
-    return {
-        vector_field: vector.tolist(),
-        **({HASH_FIELD: digest} if digest else {}),
-        **lexical_fields(text),
-    }
+class TextEncoder(Protocol):
+    """What writing needs from a model: passages in, unit vectors out, with the passage prompt
+    the index records (itlr.embed.Embedder.encode_passages)."""
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def passage_vectors(encoder: TextEncoder, texts: Sequence[str]) -> tuple[np.ndarray, float]:
+    """The passage vectors of `texts` (the prompt the index records in front of each) and the
+    seconds the encoder took: every write path embeds through here."""
+    started = time.perf_counter()
+    vectors = encoder.encode_passages(list(texts))
+    return vectors, time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class ItlrFields:
+    """The fields itlr writes beside a document's own, for the vectors of `model` in
+    `vector_field`: the one place the content hash is computed, when it is written and when a
+    stored one is compared."""
+
+    model: str
+    vector_field: str = "embedding"
+
+    def digest(self, text: str) -> str:
+        """The content hash a vector of `text` is stored with (itlr.fingerprint)."""
+        return content_hash(text, self.model)
+
+    def of(self, text: str, vector: np.ndarray) -> dict[str, Any]:
+        """For `text` and its vector: the vector, the content hash and the token counts
+        hybrid truths read (itlr.lexical)."""
+        return {
+            self.vector_field: vector.tolist(),
+            HASH_FIELD: self.digest(text),
+            **lexical_fields(text),
+        }
 
 
 @dataclass
@@ -55,12 +83,16 @@ class DocumentTransform:
     vector_field: str
     encode_seconds: float = 0.0
 
+    @property
+    def fields(self) -> ItlrFields:
+        return ItlrFields(self.embedder.name, self.vector_field)
+
     def text(self, source: dict[str, Any]) -> str | None:
         return text_of(source, self.text_field)
 
     def digest(self, text: str) -> str:
         """The content hash a vector of `text` is stored with."""
-        return content_hash(text, self.embedder.name)
+        return self.fields.digest(text)
 
     @property
     def written_fields(self) -> tuple[str, ...]:
@@ -76,13 +108,10 @@ class DocumentTransform:
         """For each text: its passage vector, hash and token counts, as the fields to write."""
         if not texts:
             return []
-        started = time.perf_counter()
-        vectors = self.embedder.encode_passages(list(texts))
-        self.encode_seconds += time.perf_counter() - started
-        return [
-            itlr_fields(self.vector_field, text, vector, self.digest(text))
-            for text, vector in zip(texts, vectors, strict=True)
-        ]
+        vectors, seconds = passage_vectors(self.embedder, texts)
+        self.encode_seconds += seconds
+        fields = self.fields
+        return [fields.of(text, vector) for text, vector in zip(texts, vectors, strict=True)]
 
 
 def in_place_update(index: str, hit: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,33 +1,30 @@
 """What one run that writes documents into an index did: ingestion (`itlr ingest`,
 `Index.add`, `Index.delete`), a back-fill in place or into a copy (itlr.backfill) and a
-follower (itlr.follow) fill the counts they have in one report type, with the refused
-documents' reasons and one summary line ending with the first failure."""
+follower (itlr.follow) count what they did to documents in one counts type (`WriteCounts`),
+which a follower's cycle (itlr.follow_cycle.FollowCycle) shares and adds into its run's report;
+a report adds the refused documents' reasons, the seconds spent and one summary line ending
+with the first failure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Kind = Literal["ingest", "backfill", "copy", "follow"]
 
 
-@dataclass
-class WriteReport:
-    """Counts of documents, the failed ones ({id: reason}) and the seconds spent.
+@dataclass(kw_only=True)
+class WriteCounts:
+    """Documents by what a run (or one look of a follower) did with them; each count means the
+    same in every run, and a run leaves at 0 what it never does."""
 
-    `kind` says which run it was and so which counts the summary names: ingest (added,
-    updated, unchanged, deleted), backfill in place (seen, embedded, unchanged, no_text),
-    copy, a back-fill into another index (also copied and deleted; documents without text are
-    copied without a vector, those gone from the source are deleted from the copy), follow
-    (cycles, embedded, restored). `encode_seconds` is the encoder's part of the time.
-    """
-
-    kind: Kind = "ingest"
-    index: str = ""
+    # Documents read (a back-fill's scan).
     seen: int = 0
+    # Ingestion: new ids written, and stored ids written again (a changed text or fields).
     added: int = 0
     updated: int = 0
+    # Documents given the vector of their current text (a back-fill's, a copy's, a follower's).
     embedded: int = 0
     # The follower's documents whose text had not changed: only their hash was written back.
     restored: int = 0
@@ -39,6 +36,32 @@ class WriteReport:
     # A back-fill's or follower's documents rewritten or deleted between its read and its
     # write: not written (never the vector of an old text), left for the next look.
     changed_meanwhile: int = 0
+
+    def add_counts(self, other: WriteCounts) -> None:
+        """Add `other`'s counts to these (a follower's cycle into its run's report)."""
+        for name in COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+COUNTS = tuple(f.name for f in fields(WriteCounts))
+
+
+@dataclass
+class WriteReport(WriteCounts):
+    """Counts of documents (WriteCounts), the failed ones ({id: reason}) and the seconds spent.
+
+    `kind` names the run, and so the summary's wording: ingest (added, updated, unchanged,
+    deleted), backfill in place (seen, embedded, unchanged, no_text), copy, a back-fill into
+    another index (also copied and deleted; documents without text are copied without a
+    vector, those gone from the source are deleted from the copy), follow (cycles, embedded,
+    restored). `encode_seconds` is the encoder's part of the time.
+    """
+
+    kind: Kind = "ingest"
+    index: str = ""
+    # The rest by keyword only, as the counts are: a count given by position is refused, never
+    # taken for another field.
+    _: KW_ONLY
     cycles: int = 0
     # How many documents the index holds when the run is over (where it was counted).
     count: int | None = None
@@ -120,4 +143,11 @@ class WriteReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, in the order the JSON output has always had: kind and index first."""
+        values = asdict(self)
+        return {name: values[name] for name in JSON_ORDER}
+
+
+# A report's own fields (kind, index, cycles, count, failed and the seconds) around the counts.
+_OWN = tuple(f.name for f in fields(WriteReport) if f.name not in COUNTS)
+JSON_ORDER = (*_OWN[:2], *COUNTS, *_OWN[2:])

@@ -261,7 +261,7 @@ def test_ingest_after_a_backfill_leaves_the_mapping_as_it_was_and_search_working
 def test_ingest_and_backfill_write_the_same_itlr_fields_for_the_same_text(
     opensearch_url, team
 ) -> None:
-    """One document transform (itlr.transform.itlr_fields): a text back-filled in place and the
+    """One document transform (itlr.transform.ItlrFields): a text back-filled in place and the
     same text ingested under another id carry the same vector, hash and token counts."""
     name, docs = team
     itlr.Index.backfill(name, url=opensearch_url, text_field="body", vector_field="vec")

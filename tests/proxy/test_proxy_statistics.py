@@ -271,7 +271,7 @@ def test_with_a_max_age_of_zero_every_search_is_counted(
     assert len(proxy.counts) == 3
 
 
-def bulk_lines(index: str, corpus, corpus_vectors) -> str:
+def bulk_lines(index: str, corpus, corpus_vectors, model: str) -> str:
     added = corpus[-10:]
     actions = bulk_actions(
         index,
@@ -280,6 +280,7 @@ def bulk_lines(index: str, corpus, corpus_vectors) -> str:
         [d.text for d in added],
         corpus_vectors[-10:],
         None,
+        model,
     )
     lines = []
     for action in actions:
@@ -309,7 +310,7 @@ def test_a_write_through_the_proxy_shows_in_the_next_search_through_it(
             refresh = "true" if write == "bulk" else "false"
             response = httpx.post(
                 f"{url}/_bulk?refresh={refresh}",
-                content=bulk_lines(documents_index, corpus, corpus_vectors),
+                content=bulk_lines(documents_index, corpus, corpus_vectors, embedder.name),
                 headers={"content-type": "application/x-ndjson"},
                 timeout=60,
             )

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from itlr.engines.bulk import bulk_actions, shaped_bulk_actions
+from itlr.engines.bulk import bulk_actions
 from itlr.engines.coverage import CoverageCache
 from itlr.engines.dialect import Dialect
 from itlr.engines.foreign import add_itlr_fields
@@ -19,9 +19,10 @@ from itlr.engines.layout import IndexLayout, own_fields
 from itlr.engines.operations import ClusterOperations
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
-from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD, content_hash
+from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.hash_guard import PIPELINE_ID
 from itlr.records import Document
+from itlr.transform import ItlrFields
 
 
 class WrittenIndex(Protocol):
@@ -116,16 +117,11 @@ class ClusterWrites:
                 f"(n, {self.index.dims})"
             )
         self.prepare_writes()
-        hashes = [content_hash(t, self.index.model) for t in texts]
-        if self.index.foreign:
-            actions = shaped_bulk_actions(
-                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
-            )
-        else:
-            actions = bulk_actions(
-                self.index.index_name, self.index.layout, ids, texts, vectors, fields, hashes
-            )
-        return self.bulk(actions)
+        index, layout, model = self.index.index_name, self.index.layout, self.index.model
+        shaped = bool(self.index.foreign)
+        return self.bulk(
+            bulk_actions(index, layout, ids, texts, vectors, fields, model, shaped=shaped)
+        )
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete documents by id; returns how many existed."""
@@ -183,7 +179,7 @@ class ClusterWrites:
             return str(own)
         moved = source.get(PREVIOUS_HASH_FIELD)
         text = source.get(self.index.layout.text_field)
-        if moved and isinstance(text, str) and content_hash(text, self.index.model) == moved:
+        if moved and isinstance(text, str) and ItlrFields(self.index.model).digest(text) == moved:
             return str(moved)
         return ""
 

@@ -34,7 +34,6 @@ from itlr.engines.kernels import cosine_matrix, normalise, top_k
 from itlr.engines.store import FORMAT_VERSION, StoredRow, VectorStore, exists
 from itlr.engines.writer_lock import LOCK_WAIT_SECONDS
 from itlr.errors import ConfigurationError, IndexStateError
-from itlr.fingerprint import content_hash
 from itlr.highlight import query_words, shaped_hit
 from itlr.lexical import CorpusStats
 from itlr.options import SearchOptions
@@ -44,6 +43,7 @@ from itlr.records import Document
 from itlr.renamed import renamed
 from itlr.results import Hit, Ranking, SearchResult
 from itlr.settings import env_number
+from itlr.transform import ItlrFields
 
 # Compaction by itself: dead rows over this share of at least this many committed rows.
 COMPACT_DEAD_RATIO = 0.5
@@ -414,12 +414,12 @@ class EmbeddedBackend:
         """{id: (content hash, fields)} of the stored ids. The row keeps the exact text its
         vector was computed from and the index one model, so the hash is derived from the row
         on demand: no second copy to keep consistent, no change to the crash-safe format."""
-        found = {}
+        found, hashed = {}, ItlrFields(self.model)
         for doc_id in ids:
             row = self._latest.get(doc_id)
             record = self._rows[row] if row is not None else None
             if record is not None:
-                found[doc_id] = (content_hash(record.text, self.model), record.fields)
+                found[doc_id] = (hashed.digest(record.text), record.fields)
         return found
 
     def written_fields(self, documents: Sequence[Document]) -> list[dict[str, Any]]:
