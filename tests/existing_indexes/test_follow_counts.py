@@ -20,6 +20,7 @@ from itlr.engines.layout import IndexLayout
 from itlr.fingerprint import HASH_FIELD
 from itlr.follow import FollowCycle, Follower
 from itlr.follow_copy import CopyFollower
+from itlr.option_groups import BackfillOptions
 from itlr.write_report import COUNTS, WriteCounts
 
 pytestmark = pytest.mark.opensearch
@@ -60,7 +61,11 @@ def test_an_in_place_followers_report_is_its_cycles_counts_added_up(
     docs = documents(corpus, 6)
     name = create_index(url, "opensearch", docs[:4])
     follower = Follower(
-        cluster_backend(spec_of(url, name), embedder), embedder, "body", interval=0.2, recheck=0.5
+        cluster_backend(spec_of(url, name), embedder),
+        embedder,
+        "body",
+        BackfillOptions(interval=0.2),
+        recheck=0.5,
     )
     try:
         follower.prepare()
@@ -95,8 +100,7 @@ def test_a_copy_followers_report_is_the_first_copy_and_its_cycles_counts_added_u
         cluster_backend(spec_of(url, source), embedder),
         embedder,
         "body",
-        into=copy,
-        interval=0.2,
+        BackfillOptions(into=copy, interval=0.2),
         recheck=0.5,
     )
 
