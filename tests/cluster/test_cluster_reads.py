@@ -1,17 +1,34 @@
 """The cluster reads both stacks make, written once (itlr.engines.cluster_reads): engine
 detection, the stored-script check, the vector field of a mapping, the tie-break key. The pure
 readers are fed answers in the shape real clusters give (the root answers are the documented
-`GET /` of OpenSearch 2 and Elasticsearch 8, trimmed); the last tests send each read to the real
-OpenSearch and Elasticsearch fixtures and read their own answers."""
+`GET /` of OpenSearch 2 and Elasticsearch 8, trimmed); the later tests send each read to the real
+OpenSearch and Elasticsearch fixtures and read their own answers.
+
+The client layer (itlr.engines.cluster_client): each operation is run once through both faces
+(`drive`: the sync one over opensearch-py, the async one over httpx as the proxy sends) against
+the real OpenSearch; the async face sends exactly the headers it is given."""
 
 from __future__ import annotations
 
+import asyncio
+import http.server
+import json
+import threading
 import uuid
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 
+from itlr.engines.cluster_client import (
+    ClientTransport,
+    ClusterAnswer,
+    ClusterRefused,
+    Operation,
+    run,
+    run_async,
+)
 from itlr.engines.cluster_reads import (
     DOC_ID,
     ROOT,
@@ -26,10 +43,12 @@ from itlr.engines.cluster_reads import (
     tiebreak_for,
     vector_dims,
 )
+from itlr.engines.connection import Connection
 from itlr.engines.elasticsearch import ElasticsearchDialect
 from itlr.engines.integrity import ScriptMismatch
 from itlr.engines.opensearch import OpenSearchDialect
 from itlr.errors import EngineError
+from itlr.proxy.caller import HttpxTransport
 
 URL = "http://127.0.0.1:9200"
 
@@ -242,3 +261,152 @@ def test_mapping_reads_of_a_real_elasticsearch(
     # The fixture's Elasticsearch (the integ-test build) answers no GET / and runs no Painless:
     # its root and script answers are the literals above.
     _check_mapping_reads_on(elasticsearch_url, elasticsearch_demo, "dense_vector", "_doc")
+
+
+# -- the client layer: two faces, one operation --------------------------------------------
+
+Drive = Callable[[Operation[Any]], Any]
+
+
+@pytest.fixture(params=["sync", "async"])
+def drive(request: pytest.FixtureRequest, opensearch_url: str) -> Iterator[Drive]:
+    """Run an operation against the real OpenSearch through one face: sync (opensearch-py, the
+    backends') or async (httpx with the headers given, the proxy's)."""
+    if request.param == "sync":
+        client = Connection(opensearch_url).opensearch()
+        yield lambda operation: run(operation, ClientTransport(client))
+        client.close()
+        return
+
+    def through_httpx(operation: Operation[Any]) -> Any:
+        async def go() -> Any:
+            async with httpx.AsyncClient(base_url=opensearch_url, timeout=30) as client:
+                return await run_async(operation, HttpxTransport(client, opensearch_url, 30, {}))
+
+        return asyncio.run(go())
+
+    yield through_httpx
+
+
+def _root_then_missing_script(answers: list[ClusterAnswer]) -> Operation[str]:
+    """Two reads in sequence, the second a 404: what every operation is made of."""
+    answers.append((yield ROOT))
+    answers.append((yield ClusterRead("GET", f"/_scripts/itlr-absent-{uuid.uuid4().hex[:8]}")))
+    return "done"
+
+
+def _refused_read() -> Operation[None]:
+    answer = yield ClusterRead("GET", f"/itlr-absent-{uuid.uuid4().hex[:8]}/_mapping")
+    raise ClusterRefused(f"the mapping read was refused ({answer.status})", answer)
+
+
+@pytest.mark.opensearch
+def test_both_faces_send_each_read_and_hand_back_status_and_body(drive: Drive) -> None:
+    answers: list[ClusterAnswer] = []
+    assert drive(_root_then_missing_script(answers)) == "done"
+    root, missing = answers
+    assert root.status == 200 and root.ok and root.body["version"]["distribution"] == "opensearch"
+    assert missing.status == 404 and not missing.ok and missing.is_json
+
+
+@pytest.mark.opensearch
+def test_sync_face_raises_the_clients_own_error_for_a_refusal(opensearch_url: str) -> None:
+    """The backend's `errors()` maps the client's exception: the same line as any other call."""
+    from opensearchpy import NotFoundError
+
+    client = Connection(opensearch_url).opensearch()
+    try:
+        with pytest.raises(NotFoundError):
+            run(_refused_read(), ClientTransport(client))
+    finally:
+        client.close()
+
+
+@pytest.mark.opensearch
+def test_async_face_raises_the_operations_refusal(opensearch_url: str) -> None:
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url=opensearch_url, timeout=30) as client:
+            await run_async(_refused_read(), HttpxTransport(client, opensearch_url, 30, {}))
+
+    with pytest.raises(ClusterRefused, match=r"the mapping read was refused \(404\)") as refused:
+        asyncio.run(go())
+    assert isinstance(refused.value.answer.source, httpx.Response)
+
+
+@pytest.mark.elasticsearch
+def test_sync_face_over_elasticsearch_py(elasticsearch_url: str) -> None:
+    from elasticsearch import NotFoundError
+
+    client = Connection(elasticsearch_url).elasticsearch()
+    try:
+        made = f"itlr-face-{uuid.uuid4().hex[:8]}"
+        put = ClusterRead("PUT", f"/{made}", {"mappings": {"properties": {"t": {"type": "text"}}}})
+        transport = ClientTransport(client)
+        assert transport.answer(put).ok
+        mapping = transport.answer(ClusterRead("GET", f"/{made}/_mapping"))
+        assert mapping.status == 200 and mapping.body[made]["mappings"]["properties"]["t"]
+        client.indices.delete(index=made)
+        with pytest.raises(NotFoundError):
+            run(_refused_read(), transport)
+    finally:
+        client.close()
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A stand-in cluster root that records the headers of each request."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
+        body = json.dumps(OPENSEARCH_ROOT).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_async_face_sends_exactly_the_credentials_it_is_given(recorder: str) -> None:
+    """The proxy's client holds no credentials; a caller's read carries the caller's headers
+    and nothing else, and an anonymous caller's carries none (never the proxy's own)."""
+    caller = {"authorization": "Basic Y2FsbGVyOnNlY3JldA==", "es-security-runas-user": "ann"}
+
+    async def go(headers: dict[str, str]) -> None:
+        async with httpx.AsyncClient(base_url=recorder, timeout=10) as client:
+            answer = await HttpxTransport(client, recorder, 10, headers).answer(ROOT)
+            assert answer.body == OPENSEARCH_ROOT
+
+    asyncio.run(go(caller))
+    asyncio.run(go({}))
+    as_caller, anonymous = _Recorder.seen
+    identity = ("authorization", "es-security-runas-user", "cookie", "es-secondary-authorization")
+    assert {k: v for k, v in as_caller.items() if k in identity} == caller
+    assert not any(k in anonymous for k in identity)
+
+
+def test_sync_face_sends_the_clients_configured_credentials(recorder: str) -> None:
+    client = Connection(recorder, user="itlr", password="pw").opensearch()
+    try:
+        run(_one_root(), ClientTransport(client))
+    finally:
+        client.close()
+    assert _Recorder.seen[0]["authorization"] == "Basic aXRscjpwdw=="
+
+
+def _one_root() -> Operation[Any]:
+    answer = yield ROOT
+    return answer.body

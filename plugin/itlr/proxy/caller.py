@@ -34,7 +34,8 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.cluster_reads import ROOT
+from itlr.engines.cluster_client import ClusterAnswer, Operation, run_async
+from itlr.engines.cluster_reads import ROOT, ClusterRead
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -142,6 +143,35 @@ async def within(deadline: float, url: str, send: Any, *args: Any, **kwargs: Any
         ) from None
 
 
+class HttpxTransport:
+    """The async transport of the cluster client layer (itlr.engines.cluster_client) over the
+    proxy's httpx client: each read sent with exactly `headers` (a caller's identity headers,
+    or the proxy's own for its integrity watch), under one deadline for the whole exchange."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, deadline: float, headers: Mapping[str, str]
+    ) -> None:
+        self.client = client
+        self.url = url
+        self.deadline = deadline
+        self.headers = dict(headers)
+
+    async def answer(self, read: ClusterRead) -> ClusterAnswer:
+        response = await within(
+            self.deadline,
+            self.url,
+            self.client.request,
+            read.method,
+            read.path,
+            headers=self.headers,
+            json=read.body,
+        )
+        try:
+            return ClusterAnswer(response.status_code, response.json(), source=response)
+        except ValueError:
+            return ClusterAnswer(response.status_code, response.text, False, response)
+
+
 class CallerReads:
     """The cluster requests the proxy makes for a caller, each as that caller and nobody else.
     `client`: an httpx client with the upstream's base URL and no credentials of its own."""
@@ -173,6 +203,14 @@ class CallerReads:
             json=json,
         )
 
+    def as_caller(self, caller: Caller) -> HttpxTransport:
+        """A transport that sends as `caller` and nobody else."""
+        return HttpxTransport(self.client, self.url, self.deadline, caller.headers)
+
+    async def run(self, caller: Caller, operation: Operation[T]) -> T:
+        """A cluster operation (itlr.engines.cluster_client), every read of it as `caller`."""
+        return await run_async(operation, self.as_caller(caller))
+
     async def root(self, caller: Caller) -> httpx.Response:
         return await self.send(caller, ROOT.method, ROOT.path)
 
@@ -195,6 +233,7 @@ class CallerReads:
 
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 V = TypeVar("V")
 
 
@@ -245,6 +284,7 @@ __all__ = [
     "BadTarget",
     "Caller",
     "CallerReads",
+    "HttpxTransport",
     "TimedLRU",
     "UpstreamTimeout",
     "auth_headers",
