@@ -16,6 +16,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import httpx
@@ -24,6 +25,7 @@ import pytest
 from itlr.engines.cluster_client import (
     ClientTransport,
     ClusterAnswer,
+    ClusterRead,
     ClusterRefused,
     Operation,
     run,
@@ -32,8 +34,8 @@ from itlr.engines.cluster_client import (
 from itlr.engines.cluster_reads import (
     DOC_ID,
     ROOT,
-    ClusterRead,
     MappedVector,
+    check_scripts,
     engine_from_root,
     mapped_vector,
     script_is_ours,
@@ -47,6 +49,7 @@ from itlr.engines.connection import Connection
 from itlr.engines.elasticsearch import ElasticsearchDialect
 from itlr.engines.integrity import ScriptMismatch
 from itlr.engines.opensearch import OpenSearchDialect
+from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
 from itlr.proxy.caller import HttpxTransport
 
@@ -410,3 +413,83 @@ def test_sync_face_sends_the_clients_configured_credentials(recorder: str) -> No
 def _one_root() -> Operation[Any]:
     answer = yield ROOT
     return answer.body
+
+
+# -- the stored-script check, one operation ------------------------------------------------
+
+
+@pytest.fixture
+def scripts(opensearch_url: str) -> Iterator[Any]:
+    """A dialect-like pair of stored scripts under ids no other test uses (valid Painless, so
+    the engine stores them), deleted afterwards."""
+    nonce = uuid.uuid4().hex[:8]
+    pair = SimpleNamespace(
+        score_script=StoredScript(f"test-score-{nonce}", f"// {nonce}\nreturn 0.5;"),
+        exclude_script=StoredScript(f"test-exclude-{nonce}", f"// {nonce}\nreturn false;"),
+    )
+    yield pair
+    for script in (pair.score_script, pair.exclude_script):
+        httpx.delete(f"{opensearch_url}/_scripts/{script.id}")
+
+
+@pytest.mark.opensearch
+def test_script_check_stores_missing_scripts_then_finds_them_ours(
+    drive: Drive, scripts: Any, opensearch_url: str
+) -> None:
+    ids = [scripts.score_script.id, scripts.exclude_script.id]
+    first = drive(check_scripts(scripts, opensearch_url))
+    assert first.stored == ids and first.checked == ids and first.foreign is None
+    again = drive(check_scripts(scripts, opensearch_url))
+    assert again.stored == [] and again.checked == ids and again.foreign is None
+
+
+@pytest.mark.opensearch
+def test_script_check_keeps_a_foreign_script_and_repair_overwrites_it(
+    drive: Drive, scripts: Any, opensearch_url: str
+) -> None:
+    score = scripts.score_script
+    foreign = {"script": {"lang": "painless", "source": "return 1.0;"}}
+    assert httpx.put(f"{opensearch_url}/_scripts/{score.id}", json=foreign).status_code == 200
+    kept = drive(check_scripts(scripts, opensearch_url))
+    assert isinstance(kept.foreign, ScriptMismatch) and kept.foreign.script_id == score.id
+    assert f"itlr install --url {opensearch_url}" in str(kept.foreign)
+    assert kept.stored == [scripts.exclude_script.id]  # the missing one is stored all the same
+    assert httpx.get(f"{opensearch_url}/_scripts/{score.id}").json()["script"]["source"] == (
+        "return 1.0;"
+    )
+    repaired = drive(check_scripts(scripts, opensearch_url, repair=True))
+    assert repaired.stored == [score.id] and repaired.foreign is None
+    assert drive(check_scripts(scripts, opensearch_url)).foreign is None
+
+
+@pytest.mark.opensearch
+def test_script_check_without_store_leaves_a_missing_script_missing(
+    drive: Drive, scripts: Any, opensearch_url: str
+) -> None:
+    check = drive(check_scripts(scripts, opensearch_url, store=False))
+    assert check.checked == [] and check.stored == [] and check.foreign is None
+    assert httpx.get(f"{opensearch_url}/_scripts/{scripts.score_script.id}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("answers", "message"),
+    [
+        ([ClusterAnswer(403, {})], "reading itlr's script {id} was refused (403)"),
+        ([ClusterAnswer(200, "<html>", False)], "the answer for itlr's script {id} is not JSON"),
+        (
+            [ClusterAnswer(404, {}), ClusterAnswer(403, {})],
+            "storing itlr's script {id} was refused (403)",
+        ),
+    ],
+)
+def test_script_check_refuses_an_answer_it_cannot_use_in_one_line(
+    answers: list[ClusterAnswer], message: str
+) -> None:
+    """The refusals each face words for its caller (the proxy's verdict, the backend's error)."""
+    dialect = OpenSearchDialect()
+    operation = check_scripts(dialect, URL)
+    next(operation)
+    with pytest.raises(ClusterRefused) as refused:
+        for answer in answers:
+            operation.send(answer)
+    assert str(refused.value) == message.format(id=dialect.score_script.id)

@@ -2,9 +2,9 @@
 for, written once as an *operation*, and two faces that send it.
 
 An operation is a generator (sans-I/O, like h11): it yields each `ClusterRead` it needs
-(itlr.engines.cluster_reads), receives the `ClusterAnswer` (status, body), and returns a typed
-value, raising `ClusterRefused` on an answer it cannot use. It never touches a client, so the
-same sequence of steps serves:
+(a request: method, path, body), receives the `ClusterAnswer` (status, body), and returns a typed
+value, raising `ClusterRefused` on an answer it cannot use. The operations themselves are in
+itlr.engines.cluster_reads. None touches a client, so the same sequence of steps serves:
 
 - the sync face (`run`, over `ClientTransport`): an opensearch-py or elasticsearch-py client with
   its configured credentials, for the backends. A refusal raises the client's own exception, so
@@ -20,10 +20,18 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from itlr.engines.cluster_reads import ClusterRead
 from itlr.errors import EngineError
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """One request to a cluster: what each face sends through its own transport."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,7 @@ __all__ = [
     "AsyncTransport",
     "ClientTransport",
     "ClusterAnswer",
+    "ClusterRead",
     "ClusterRefused",
     "Operation",
     "SyncTransport",

@@ -1,36 +1,30 @@
 """The reads both stacks make of a cluster, written once: which engine answers (`GET /`), whether
-a stored script under an itlr id is ours (`GET _scripts/<id>`), what a mapping says of the vector
-field (its kind and dimension) and which field sorts ties. Each is what to send (`ClusterRead`:
-method, path, body) and how to read the answer into a typed value, raising the one-line errors.
+the stored scripts under itlr's ids are ours (`GET _scripts/<id>`, stored again when missing),
+what a mapping says of the vector field (its kind and dimension) and which field sorts ties.
+Each is what to send (`ClusterRead`: method, path, body) and how to read the answer into a
+typed value, raising the one-line errors; where a read takes steps, the steps are one operation
+(itlr.engines.cluster_client: a generator of reads).
 
-Pure: no client. The backends (itlr.engines) send through opensearch-py / elasticsearch-py with
-the configured credentials; the proxy (itlr.proxy) through httpx with each caller's own, or its
-own for its integrity watch. Each stack keeps its transport and what it does with a refusal.
+Pure: no client. The backends (itlr.engines) run them through the sync face (opensearch-py /
+elasticsearch-py, the configured credentials); the proxy (itlr.proxy) through the async face
+(httpx, each caller's own credentials, or its own for its integrity watch).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from itlr.engines.cluster_client import ClusterRead, ClusterRefused, Operation
 from itlr.engines.connection import short_text
-from itlr.engines.integrity import check_stored
+from itlr.engines.integrity import ScriptMismatch, check_stored
 from itlr.errors import EngineError
 
 if TYPE_CHECKING:
     from itlr.engines.dialect import Dialect
     from itlr.engines.painless import StoredScript
-
-
-@dataclass(frozen=True)
-class ClusterRead:
-    """One request to a cluster: what each stack sends through its own transport."""
-
-    method: str
-    path: str
-    body: dict[str, Any] | None = None
 
 
 # -- engine detection ----------------------------------------------------------------------
@@ -80,6 +74,57 @@ def script_is_ours(script: StoredScript, found: Any, url: str) -> bool:
         return False
     check_stored(script, found, url)
     return True
+
+
+@dataclass
+class ScriptCheck:
+    """What a check of a dialect's stored scripts found: the ids compared, those it stored
+    (missing, or foreign and repaired), and the first foreign one it left in place."""
+
+    checked: list[str] = field(default_factory=list)
+    stored: list[str] = field(default_factory=list)
+    foreign: ScriptMismatch | None = None
+
+
+def check_scripts(
+    dialect: Dialect, url: str, *, store: bool = True, repair: bool = False
+) -> Operation[ScriptCheck]:
+    """Compare each of the dialect's stored scripts with the packaged source: a missing one is
+    stored when `store`, a foreign one overwritten when `repair` (what `itlr install` asks for)
+    and else kept in the result (the caller refuses with it). ClusterRefused when a read or a
+    store is refused, or an answer is not JSON."""
+    check = ScriptCheck()
+    for script in stored_scripts(dialect):
+        answer = yield script_read(script)
+        if answer.status == 404:
+            found = None
+        elif not answer.ok:
+            raise ClusterRefused(
+                f"reading itlr's script {script.id} was refused ({answer.status})", answer
+            )
+        elif not answer.is_json:
+            raise ClusterRefused(f"the answer for itlr's script {script.id} is not JSON", answer)
+        else:
+            found = answer.body
+        try:
+            ours = script_is_ours(script, found, url)
+        except ScriptMismatch as foreign:
+            if not repair:
+                check.foreign = check.foreign or foreign
+                check.checked.append(script.id)
+                continue
+            ours = False
+        if not ours:
+            if not store:
+                continue  # missing, left missing: not checked
+            put = yield script_write(script)
+            if not put.ok:
+                raise ClusterRefused(
+                    f"storing itlr's script {script.id} was refused ({put.status})", put
+                )
+            check.stored.append(script.id)
+        check.checked.append(script.id)
+    return check
 
 
 # -- the vector field of a mapping ---------------------------------------------------------
@@ -136,8 +181,9 @@ __all__ = [
     "DOC_ID",
     "ROOT",
     "VECTOR_TYPES",
-    "ClusterRead",
     "MappedVector",
+    "ScriptCheck",
+    "check_scripts",
     "engine_from_root",
     "mapped_vector",
     "script_is_ours",

@@ -182,14 +182,6 @@ class ElasticsearchSpecifics:
             '`mode="exact"` can search it'
         )
 
-    def not_found_error(self) -> type[Exception]:
-        from elasticsearch import NotFoundError
-
-        return NotFoundError
-
-    def put_script(self, client: Any, script: StoredScript) -> None:
-        client.put_script(id=script.id, script=script.body()["script"])
-
     def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
         return client.msearch(searches=lines)
 

@@ -34,8 +34,8 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.cluster_client import ClusterAnswer, Operation, run_async
-from itlr.engines.cluster_reads import ROOT, ClusterRead
+from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, Operation, run_async
+from itlr.engines.cluster_reads import ROOT
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 

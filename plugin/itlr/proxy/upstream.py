@@ -10,6 +10,7 @@ business (itlr.proxy.integrity).
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 from collections.abc import Sequence
@@ -25,13 +26,12 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr import json_values
+from itlr.engines.cluster_client import run_async
 from itlr.engines.cluster_reads import (
     ROOT,
+    check_scripts,
     engine_from_root,
     mapped_vector,
-    script_is_ours,
-    script_read,
-    stored_scripts,
     tiebreak_for,
     vector_dims,
 )
@@ -48,6 +48,7 @@ from itlr.proxy.caller import (
     UPSTREAM_TIMEOUT_ENV,
     Caller,
     CallerReads,
+    HttpxTransport,
     TimedLRU,
     UpstreamTimeout,
     auth_headers,
@@ -420,26 +421,32 @@ class Upstream:
 
 def check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
     """Refuse to start in front of a cluster whose stored itlr scripts are not ours; a warning
-    (returned) when the cluster cannot be asked yet: the first search checks again."""
-    headers = connection.auth_headers()
+    (returned) when the cluster cannot be asked yet: the first search checks again. Asked with
+    the proxy's own credentials, through the layer its integrity watch uses."""
+    return asyncio.run(_check_scripts_at_start(connection, timeout))
+
+
+async def _check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
+    url = connection.url
     verify: Any = connection.ca_file or connection.verify_certs
-    try:
-        with httpx.Client(base_url=connection.url, verify=verify, timeout=timeout) as client:
-            root = client.request(ROOT.method, ROOT.path, headers=headers)
-            if root.status_code != 200:
-                return f"the upstream answered {root.status_code} to GET /: scripts not checked"
-            engine, version = engine_from_root(connection.url, root.json())
-            dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
-            for script in stored_scripts(dialect):
-                read = script_read(script)
-                found = client.request(read.method, read.path, headers=headers)
-                if found.status_code == 200:
-                    script_is_ours(script, found.json(), connection.url)
-    except (httpx.HTTPError, ValueError) as down:
-        return (
-            f"cannot check itlr's stored scripts on {connection.url} yet "
-            f"({type(down).__name__}): the first logical search will"
-        )
+    async with httpx.AsyncClient(base_url=url, verify=verify, timeout=timeout) as client:
+        own = HttpxTransport(client, url, timeout, connection.auth_headers())
+        try:
+            root = await own.answer(ROOT)
+        except EngineError as down:  # unreachable, too slow, untrusted TLS
+            return f"cannot check itlr's stored scripts yet ({down}): the first logical search will"
+        if root.status != 200:
+            return f"the upstream answered {root.status} to GET /: scripts not checked"
+        # Another server than an engine stops the proxy here (EngineError).
+        engine, version = engine_from_root(url, root.body)
+        dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
+        try:
+            # Nothing is stored before the proxy serves: a missing script is the watch's.
+            check = await run_async(check_scripts(dialect, url, store=False), own)
+        except EngineError as unchecked:  # a refused read, or unreachable by now
+            return f"cannot check itlr's stored scripts yet ({unchecked}): the first logical search will"
+    if check.foreign is not None:
+        raise check.foreign
     return None
 
 
