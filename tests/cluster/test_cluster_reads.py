@@ -37,6 +37,7 @@ from itlr.engines.cluster_reads import (
     MappedVector,
     check_scripts,
     engine_from_root,
+    engine_of,
     mapped_vector,
     script_is_ours,
     script_read,
@@ -236,20 +237,6 @@ def _check_mapping_reads_on(url: str, backend: Any, kind: str, fallback: str) ->
             assert mapped_vector(elsewhere, backend.layout.vector_field) is None
         finally:
             client.delete(f"/{made}")
-
-
-@pytest.mark.opensearch
-def test_root_and_script_reads_of_a_real_opensearch(
-    opensearch_url: str, opensearch_demo: Any
-) -> None:
-    with httpx.Client(base_url=opensearch_url, timeout=30) as client:
-        assert engine_from_root(opensearch_url, _send(client, ROOT).json())[0] == "opensearch"
-        opensearch_demo.install_scripts()
-        for script in stored_scripts(opensearch_demo.dialect):
-            answer = _send(client, script_read(script)).json()
-            assert script_is_ours(script, answer, opensearch_url)
-        # What the proxy reads as "nothing stored" (found None): the engine's 404.
-        assert client.get(f"/_scripts/itlr-absent-{uuid.uuid4().hex[:8]}").status_code == 404
 
 
 @pytest.mark.opensearch
@@ -493,3 +480,34 @@ def test_script_check_refuses_an_answer_it_cannot_use_in_one_line(
         for answer in answers:
             operation.send(answer)
     assert str(refused.value) == message.format(id=dialect.score_script.id)
+
+
+# -- engine detection, one operation -------------------------------------------------------
+
+
+@pytest.mark.opensearch
+def test_engine_of_tells_the_real_opensearch_and_its_version(
+    drive: Drive, opensearch_url: str
+) -> None:
+    engine, version = drive(engine_of(opensearch_url))
+    assert engine == "opensearch" and version.count(".") == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (ClusterAnswer(401, {"error": "unauthorized"}), f"{URL} answered 401 to GET /"),
+        (
+            ClusterAnswer(200, "<html>proxy login</html>", False),
+            f"{URL} is neither OpenSearch nor Elasticsearch: GET / answered an HTML page",
+        ),
+    ],
+)
+def test_engine_of_refuses_a_root_it_cannot_use(answer: ClusterAnswer, message: str) -> None:
+    """Each face words the refusal for its caller: the status, or engine_from_root's line
+    (a ClusterRefused either way, so a face can tell the two apart by `answer.ok`)."""
+    operation = engine_of(URL)
+    assert next(operation) == ROOT
+    with pytest.raises(ClusterRefused) as refused:
+        operation.send(answer)
+    assert str(refused.value).startswith(message) and refused.value.answer is answer

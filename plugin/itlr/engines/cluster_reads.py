@@ -50,6 +50,18 @@ def engine_from_root(url: str, info: Any) -> tuple[str, str]:
     )
 
 
+def engine_of(url: str) -> Operation[tuple[str, str]]:
+    """(engine, version) of the cluster at `url`: its `GET /` read. ClusterRefused when the
+    root refuses (its status) or answers as neither engine (`engine_from_root`'s line)."""
+    answer = yield ROOT
+    if not answer.ok:
+        raise ClusterRefused(f"{url} answered {answer.status} to GET /", answer)
+    try:
+        return engine_from_root(url, answer.body)
+    except EngineError as unknown:
+        raise ClusterRefused(str(unknown), answer) from None
+
+
 # -- stored scripts ------------------------------------------------------------------------
 
 
@@ -185,6 +197,7 @@ __all__ = [
     "ScriptCheck",
     "check_scripts",
     "engine_from_root",
+    "engine_of",
     "mapped_vector",
     "script_is_ours",
     "script_read",

@@ -133,11 +133,12 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
     product check and so can read either engine's answer."""
     from opensearchpy import exceptions as os_errors
 
-    from itlr.engines.cluster_reads import ROOT, engine_from_root
+    from itlr.engines.cluster_client import ClientTransport, run
+    from itlr.engines.cluster_reads import engine_of
 
     client = connection.opensearch(timeout=DETECT_TIMEOUT, max_retries=0)
     try:
-        info = client.transport.perform_request(ROOT.method, ROOT.path)
+        return run(engine_of(connection.url), ClientTransport(client))
     except os_errors.SerializationError as garbled:
         raise EngineError(
             f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
@@ -156,7 +157,6 @@ def detect_engine(connection: Connection) -> tuple[str, str]:
         ) from None
     finally:
         client.close()
-    return engine_from_root(connection.url, info)
 
 
 # -- errors as one line ----------------------------------------------------------------------

@@ -35,7 +35,6 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, Operation, run_async
-from itlr.engines.cluster_reads import ROOT
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -210,9 +209,6 @@ class CallerReads:
     async def run(self, caller: Caller, operation: Operation[T]) -> T:
         """A cluster operation (itlr.engines.cluster_client), every read of it as `caller`."""
         return await run_async(operation, self.as_caller(caller))
-
-    async def root(self, caller: Caller) -> httpx.Response:
-        return await self.send(caller, ROOT.method, ROOT.path)
 
     async def mapping(self, caller: Caller, target: str) -> httpx.Response:
         return await self.send(caller, "GET", f"/{index_path(target)}/_mapping")

@@ -16,7 +16,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from itlr.engines.cluster_reads import engine_from_root
+from itlr.engines.cluster_client import ClusterRefused
+from itlr.engines.cluster_reads import engine_of
 from itlr.engines.connection import error_reason
 from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
 from itlr.errors import EngineError, ItlrError
@@ -97,21 +98,19 @@ class CoverageReport:
                 index_path(target)
         except BadTarget as bad:
             return error_response(400, "itlr_bad_request", f"itlr: {bad}")
-        try:
-            root = await self.upstream.reads.root(caller)
-        except EngineError as down:
-            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
-        if root.status_code == 401:  # who the caller is, the cluster does not know: nothing
-            return Response(root.content, 401, media_type="application/json")
         engine: dict[str, Any] = {"engine": None, "version": None}
         try:
-            if root.status_code != 200:
-                raise EngineError(f"GET / answered {root.status_code}")
-            engine["engine"], engine["version"] = engine_from_root(
-                self.upstream.connection.url, root.json()
+            url = self.upstream.connection.url
+            engine["engine"], engine["version"] = await self.upstream.reads.run(
+                caller, engine_of(url)
             )
-        except (EngineError, ValueError) as unknown:
-            engine["engine_error"] = str(unknown)
+        except ClusterRefused as refused:
+            root = refused.answer
+            if root.status == 401:  # who the caller is, the cluster does not know: nothing
+                return Response(root.source.content, 401, media_type="application/json")
+            engine["engine_error"] = str(refused) if root.ok else f"GET / answered {root.status}"
+        except EngineError as down:
+            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         coverage: dict[str, Any] = {}
         for target in dict.fromkeys([*named, *self.upstream.searched_by(caller)]):
             try:

@@ -38,7 +38,7 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.engines.cluster_client import AsyncTransport, ClusterRefused, run_async
-from itlr.engines.cluster_reads import ROOT, check_scripts, engine_from_root, stored_scripts
+from itlr.engines.cluster_reads import check_scripts, engine_of, stored_scripts
 from itlr.engines.connection import Connection
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
@@ -280,11 +280,12 @@ class IntegrityWatch:
     async def _check_own(self) -> Verdict:
         verdict = Verdict()
         try:
-            root = await self.own.send(ROOT.method, ROOT.path)
-            if root.status_code != 200:
-                verdict.refused = f"GET / answered {root.status_code}"
+            try:
+                verdict.engine = await run_async(engine_of(self.url), self.own.transport)
+            except ClusterRefused as refused:
+                answer = refused.answer
+                verdict.refused = str(refused) if answer.ok else f"GET / answered {answer.status}"
                 return verdict
-            verdict.engine = engine_from_root(self.url, root.json())
             engine, version = verdict.engine
             dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
             for each in {_ids(dialect): dialect, **self._wanted}.values():

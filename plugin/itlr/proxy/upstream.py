@@ -26,11 +26,10 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr import json_values
-from itlr.engines.cluster_client import run_async
+from itlr.engines.cluster_client import ClusterRefused, run_async
 from itlr.engines.cluster_reads import (
-    ROOT,
     check_scripts,
-    engine_from_root,
+    engine_of,
     mapped_vector,
     tiebreak_for,
     vector_dims,
@@ -345,17 +344,14 @@ class Upstream:
         """(engine, version) from the cluster's root endpoint, as the caller sees it."""
         known = self._engines.get(caller.digest)
         if known is None:
-            response = await self.reads.root(caller)
-            _refuse_denied(self.connection.url, response)
-            if response.status_code != 200:
-                raise EngineError(
-                    f"the upstream {self.connection.url} answered {response.status_code} to GET /"
-                )
+            url = self.connection.url
             try:
-                info = response.json()
-            except ValueError:
-                info = response.text
-            known = engine_from_root(self.connection.url, info)
+                known = await self.reads.run(caller, engine_of(url))
+            except ClusterRefused as refused:
+                if refused.answer.ok:
+                    raise  # a root that is no engine's
+                _refuse_denied(url, refused.answer.source)
+                raise EngineError(f"the upstream {refused}") from None
             self._engines.put(caller.digest, known)
         return known
 
@@ -432,13 +428,14 @@ async def _check_scripts_at_start(connection: Connection, timeout: float) -> str
     async with httpx.AsyncClient(base_url=url, verify=verify, timeout=timeout) as client:
         own = HttpxTransport(client, url, timeout, connection.auth_headers())
         try:
-            root = await own.answer(ROOT)
+            # Another server than an engine stops the proxy here (ClusterRefused, answer 2xx).
+            engine, version = await run_async(engine_of(url), own)
+        except ClusterRefused as refused:
+            if refused.answer.ok:
+                raise
+            return f"the upstream answered {refused.answer.status} to GET /: scripts not checked"
         except EngineError as down:  # unreachable, too slow, untrusted TLS
             return f"cannot check itlr's stored scripts yet ({down}): the first logical search will"
-        if root.status != 200:
-            return f"the upstream answered {root.status} to GET /: scripts not checked"
-        # Another server than an engine stops the proxy here (EngineError).
-        engine, version = engine_from_root(url, root.body)
         dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
         try:
             # Nothing is stored before the proxy serves: a missing script is the watch's.
