@@ -38,6 +38,7 @@ from itlr.engines.cluster_reads import (
     check_scripts,
     engine_from_root,
     engine_of,
+    index_mappings,
     mapped_vector,
     script_is_ours,
     script_read,
@@ -212,36 +213,48 @@ def test_tiebreak_without_doc_id_or_fallback_is_none() -> None:
 # -- the reads sent to real clusters -------------------------------------------------------
 
 
-def _send(client: httpx.Client, read: ClusterRead) -> httpx.Response:
-    return client.request(read.method, read.path, json=read.body)
-
-
-def _check_mapping_reads_on(url: str, backend: Any, kind: str, fallback: str) -> None:
-    """A mapping read from a real cluster over plain HTTP: the vector field and tie-break key
-    of an itlr index and of one made elsewhere."""
-    with httpx.Client(base_url=url, timeout=30) as client:
-        properties = client.get(f"/{backend.index_name}/_mapping").json()[backend.index_name][
-            "mappings"
-        ]["properties"]
-        assert mapped_vector(properties, backend.layout.vector_field) == MappedVector(
-            kind, backend.dims
-        )
-        assert tiebreak_for(properties, fallback) == DOC_ID
-        # An index made elsewhere: no doc_id, so the engine's own sort key.
-        made = f"itlr-reads-{uuid.uuid4().hex[:8]}"
-        body = {"mappings": {"properties": {"body": {"type": "text"}}}}
-        assert client.put(f"/{made}", json=body).status_code == 200
-        try:
-            elsewhere = client.get(f"/{made}/_mapping").json()[made]["mappings"]["properties"]
-            assert tiebreak_for(elsewhere, fallback) == fallback
-            assert mapped_vector(elsewhere, backend.layout.vector_field) is None
-        finally:
-            client.delete(f"/{made}")
+def _check_mapping_reads_on(
+    read: Callable[[Operation[Any]], Any], url: str, backend: Any, kind: str, fallback: str
+) -> None:
+    """The mapping read (`index_mappings`) of a real cluster: the vector field and tie-break
+    key of an itlr index, of one made elsewhere, and of both named at once."""
+    mappings = read(index_mappings(backend.index_name))
+    properties = mappings[backend.index_name]["mappings"]["properties"]
+    assert mapped_vector(properties, backend.layout.vector_field) == MappedVector(
+        kind, backend.dims
+    )
+    assert tiebreak_for(properties, fallback) == DOC_ID
+    # An index made elsewhere: no doc_id, so the engine's own sort key.
+    made = f"itlr-reads-{uuid.uuid4().hex[:8]}"
+    body = {"mappings": {"properties": {"body": {"type": "text"}}}}
+    assert httpx.put(f"{url}/{made}", json=body, timeout=30).status_code == 200
+    try:
+        elsewhere = read(index_mappings(made))[made]["mappings"]["properties"]
+        assert tiebreak_for(elsewhere, fallback) == fallback
+        assert mapped_vector(elsewhere, backend.layout.vector_field) is None
+        both = read(index_mappings(f"{made},{backend.index_name}"))
+        assert set(both) == {made, backend.index_name}
+        assert set(read(index_mappings(made[:-3] + "*"))) == {made}
+    finally:
+        httpx.delete(f"{url}/{made}")
 
 
 @pytest.mark.opensearch
-def test_mapping_reads_of_a_real_opensearch(opensearch_url: str, opensearch_demo: Any) -> None:
-    _check_mapping_reads_on(opensearch_url, opensearch_demo, "knn_vector", "_id")
+def test_mapping_reads_of_a_real_opensearch(drive: Drive, opensearch_demo: Any) -> None:
+    _check_mapping_reads_on(drive, opensearch_demo.url, opensearch_demo, "knn_vector", "_id")
+
+
+@pytest.mark.opensearch
+def test_mapping_read_of_a_missing_index_is_refused_with_its_404(drive: Drive) -> None:
+    """The sync face raises the client's NotFoundError (the backend words it as for any
+    call); the async face the operation's refusal carrying the engine's answer."""
+    from opensearchpy import NotFoundError
+
+    with pytest.raises((NotFoundError, ClusterRefused)) as refused:
+        drive(index_mappings(f"itlr-absent-{uuid.uuid4().hex[:8]}"))
+    if isinstance(refused.value, ClusterRefused):
+        assert refused.value.answer.status == 404
+        assert str(refused.value).endswith("the cluster answered 404")
 
 
 @pytest.mark.elasticsearch
@@ -249,8 +262,18 @@ def test_mapping_reads_of_a_real_elasticsearch(
     elasticsearch_url: str, elasticsearch_demo: Any
 ) -> None:
     # The fixture's Elasticsearch (the integ-test build) answers no GET / and runs no Painless:
-    # its root and script answers are the literals above.
-    _check_mapping_reads_on(elasticsearch_url, elasticsearch_demo, "dense_vector", "_doc")
+    # its root and script answers are the literals above. Read through elasticsearch-py.
+    client = Connection(elasticsearch_url).elasticsearch()
+    try:
+        _check_mapping_reads_on(
+            lambda operation: run(operation, ClientTransport(client)),
+            elasticsearch_url,
+            elasticsearch_demo,
+            "dense_vector",
+            "_doc",
+        )
+    finally:
+        client.close()
 
 
 # -- the client layer: two faces, one operation --------------------------------------------

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import quote
 
 from itlr.engines.cluster_client import ClusterRead, ClusterRefused, Operation
 from itlr.engines.connection import short_text
@@ -139,6 +140,28 @@ def check_scripts(
     return check
 
 
+# -- the mapping of an index or pattern -----------------------------------------------------
+
+
+def index_segment(target: str) -> str:
+    """An index, alias or pattern (comma-separated for several) as a path segment: escaped as
+    the engines' clients escape it, but for `*` and `,`."""
+    return quote(target, safe="*,")
+
+
+def index_mappings(target: str) -> Operation[dict[str, Any]]:
+    """`{index: {"mappings": ...}}` of every index `target` resolves to (`GET <target>/_mapping`).
+    ClusterRefused when the read is refused (a missing index: 404) or its answer is no object."""
+    answer = yield ClusterRead("GET", f"/{index_segment(target)}/_mapping")
+    if not answer.ok:
+        raise ClusterRefused(
+            f"cannot read the mapping of {target!r}: the cluster answered {answer.status}", answer
+        )
+    if not isinstance(answer.body, dict):
+        raise ClusterRefused(f"the mapping of {target!r} is not a JSON object", answer)
+    return answer.body
+
+
 # -- the vector field of a mapping ---------------------------------------------------------
 
 # The mapping types of a vector field: OpenSearch's and Elasticsearch's.
@@ -198,6 +221,8 @@ __all__ = [
     "check_scripts",
     "engine_from_root",
     "engine_of",
+    "index_mappings",
+    "index_segment",
     "mapped_vector",
     "script_is_ours",
     "script_read",

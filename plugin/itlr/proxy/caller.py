@@ -25,7 +25,6 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote
 
 from itlr.extras import missing_extra
 
@@ -35,6 +34,7 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, Operation, run_async
+from itlr.engines.cluster_reads import index_mappings, index_segment
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -111,7 +111,7 @@ def index_path(target: str) -> str:
                 f"the index name {shown!r} holds {char!r}, which no index name can: give an "
                 "index, alias or wildcard pattern (comma-separated for several)"
             )
-    return quote(target, safe="*,")
+    return index_segment(target)
 
 
 class UpstreamTimeout(EngineError):
@@ -210,8 +210,11 @@ class CallerReads:
         """A cluster operation (itlr.engines.cluster_client), every read of it as `caller`."""
         return await run_async(operation, self.as_caller(caller))
 
-    async def mapping(self, caller: Caller, target: str) -> httpx.Response:
-        return await self.send(caller, "GET", f"/{index_path(target)}/_mapping")
+    async def mappings(self, caller: Caller, target: str) -> dict[str, Any]:
+        """`{index: {"mappings": ...}}` of what `target` (checked: `index_path`) resolves to
+        for the caller; ClusterRefused as itlr.engines.cluster_reads.index_mappings."""
+        index_path(target)
+        return await self.run(caller, index_mappings(target))
 
     async def search(
         self,

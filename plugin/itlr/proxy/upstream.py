@@ -361,19 +361,16 @@ class Upstream:
         key = (caller.digest, target)
         known = self._layouts.get(key)
         if known is None:
-            response = await self.reads.mapping(caller, target)
-            _refuse_denied(self.connection.url, response, missing=True)
-            if response.status_code != 200:
-                raise IndexStateError(
-                    f"cannot read the mapping of {target!r}: the upstream answered "
-                    f"{response.status_code}"
-                )
             try:
-                mappings = response.json()
-            except ValueError:
-                mappings = None
-            if not isinstance(mappings, dict):
-                raise EngineError(f"the mapping of {target!r} is not a JSON object")
+                mappings = await self.reads.mappings(caller, target)
+            except ClusterRefused as refused:
+                answer = refused.answer
+                if answer.ok:
+                    raise  # an answer that is no JSON object
+                _refuse_denied(self.connection.url, answer.source, missing=True)
+                raise IndexStateError(
+                    f"cannot read the mapping of {target!r}: the upstream answered {answer.status}"
+                ) from None
             if not mappings:
                 raise IndexStateError(f"{target!r} matches no index")
             vectors = index_vectors(target, mappings, self.indexes)
