@@ -36,6 +36,8 @@ from itlr.engines.cluster_reads import (
     ROOT,
     MappedVector,
     check_scripts,
+    count_coverage,
+    count_statistics,
     engine_from_root,
     engine_of,
     index_mappings,
@@ -54,6 +56,7 @@ from itlr.engines.opensearch import OpenSearchDialect
 from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
 from itlr.proxy.caller import HttpxTransport
+from itlr.query import parse
 
 URL = "http://127.0.0.1:9200"
 
@@ -534,3 +537,56 @@ def test_engine_of_refuses_a_root_it_cannot_use(answer: ClusterAnswer, message: 
     with pytest.raises(ClusterRefused) as refused:
         operation.send(answer)
     assert str(refused.value).startswith(message) and refused.value.answer is answer
+
+
+# -- counts: coverage and token statistics, one operation each -----------------------------
+
+
+@pytest.mark.opensearch
+def test_count_coverage_of_the_demo_index(drive: Drive, opensearch_demo: Any) -> None:
+    layout, name = opensearch_demo.layout, opensearch_demo.index_name
+    counted = drive(count_coverage(name, layout.vector_field, layout.text_field))
+    assert counted.index == name and counted.total == opensearch_demo.count() > 0
+    assert counted.without_vector == 0 and counted.without_text == 0
+    # The proxy's count (no follower state read) counts the same documents.
+    plain = drive(count_coverage(name, layout.vector_field, layout.text_field, follow_state=False))
+    assert (plain.total, plain.without_vector) == (counted.total, counted.without_vector)
+
+
+@pytest.mark.opensearch
+def test_count_statistics_of_the_demo_index(drive: Drive, opensearch_demo: Any) -> None:
+    query = parse('"vitamin D benefits" AND NOT "bone health"')
+    counted = drive(count_statistics(opensearch_demo.index_name, query))
+    assert counted.documents == opensearch_demo.count() and counted.total_length > 0
+    assert set(counted.df) and all(0 <= df <= counted.documents for df in counted.df.values())
+
+
+@pytest.mark.parametrize(
+    ("operation", "message"),
+    [
+        (
+            count_coverage("logs", "embedding", "text"),
+            "cannot count the documents of 'logs' without a vector: the cluster answered 403",
+        ),
+        (
+            count_statistics("logs", parse("a AND b")),
+            "cannot count the token statistics of 'logs' that hybrid truths need: the cluster "
+            "answered 403",
+        ),
+    ],
+)
+def test_a_refused_count_is_one_line_naming_what_was_counted(
+    operation: Operation[Any], message: str
+) -> None:
+    refusal = {"error": {"root_cause": [{"type": "security_exception", "reason": "no"}]}}
+    next(operation)
+    with pytest.raises(ClusterRefused) as refused:
+        operation.send(ClusterAnswer(403, refusal))
+    assert str(refused.value) == f"{message} (security_exception: no)"
+
+
+def test_statistics_without_aggregations_are_refused_in_one_line() -> None:
+    operation = count_statistics("logs", parse("a AND b"))
+    next(operation)
+    with pytest.raises(ClusterRefused, match="the cluster's answer has no statistics"):
+        operation.send(ClusterAnswer(200, {"hits": {}}))

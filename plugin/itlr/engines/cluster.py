@@ -26,10 +26,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from itlr.engines.cluster_client import ClientTransport, run
-from itlr.engines.cluster_reads import DOC_ID, check_scripts, tiebreak_for, vector_dims
+from itlr.engines.cluster_reads import (
+    DOC_ID,
+    check_scripts,
+    count_coverage,
+    tiebreak_for,
+    vector_dims,
+)
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
-from itlr.engines.coverage import CoverageCache, coverage_body, parse_coverage
+from itlr.engines.coverage import CoverageCache
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
@@ -284,16 +290,10 @@ class ClusterBackend:
         read, reused for a few seconds."""
 
         def count() -> Coverage:
-            body = coverage_body(self.layout.vector_field, self.layout.text_field)
+            layout = self.layout
             with self.errors():
-                response = self.client.search(index=self.index_name, body=body)
-            # What a follower records: how far it verified, what it could not write (a user
-            # who may not read the mapping gets the counts without it).
-            mappings: list[dict[str, Any]] | None = None
-            with contextlib.suppress(EngineError), self.errors():
-                answer = dict(self.client.indices.get_mapping(index=self.index_name))
-                mappings = [dict(found.get("mappings") or {}) for found in answer.values()]
-            return parse_coverage(self.index_name, dict(response), mappings)
+                operation = count_coverage(self.index_name, layout.vector_field, layout.text_field)
+                return run(operation, self.transport)
 
         return self.coverage_cache.get(self.index_name, count)
 

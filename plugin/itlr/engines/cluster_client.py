@@ -16,7 +16,7 @@ itlr.engines.cluster_reads. None touches a client, so the same sequence of steps
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -27,11 +27,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ClusterRead:
-    """One request to a cluster: what each face sends through its own transport."""
+    """One request to a cluster: what each face sends through its own transport (`params`: the
+    query string)."""
 
     method: str
     path: str
     body: dict[str, Any] | None = None
+    params: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ class ClientTransport:
         from opensearchpy import TransportError
 
         try:
-            body = self.client.transport.perform_request(read.method, read.path, body=read.body)
+            body = self.client.transport.perform_request(
+                read.method, read.path, params=read.params, body=read.body
+            )
         except TransportError as refused:
             if not isinstance(refused.status_code, int):
                 raise  # no answer at all (`N/A`): the connection failed
@@ -135,7 +139,7 @@ class ClientTransport:
         headers = _SENDS_JSON if read.body is not None else _ACCEPT
         try:
             response = self.client.perform_request(
-                read.method, read.path, headers=headers, body=read.body
+                read.method, read.path, params=read.params, headers=headers, body=read.body
             )
         except ApiError as refused:
             return ClusterAnswer(refused.meta.status, refused.body, source=refused)

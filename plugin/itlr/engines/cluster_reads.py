@@ -18,14 +18,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
-from itlr.engines.cluster_client import ClusterRead, ClusterRefused, Operation
-from itlr.engines.connection import short_text
+from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, ClusterRefused, Operation
+from itlr.engines.connection import error_reason, short_text
+from itlr.engines.coverage import coverage_body, parse_coverage
 from itlr.engines.integrity import ScriptMismatch, check_stored
+from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import EngineError
 
 if TYPE_CHECKING:
     from itlr.engines.dialect import Dialect
     from itlr.engines.painless import StoredScript
+    from itlr.lexical import CorpusStats
+    from itlr.query import Query
+    from itlr.results import Coverage
 
 
 # -- engine detection ----------------------------------------------------------------------
@@ -162,6 +167,56 @@ def index_mappings(target: str) -> Operation[dict[str, Any]]:
     return answer.body
 
 
+# -- counts: coverage and token statistics --------------------------------------------------
+
+
+def _counted(answer: ClusterAnswer, what: str) -> dict[str, Any]:
+    """A count's answer, or ClusterRefused saying `what` could not be counted and why."""
+    if not answer.ok or not isinstance(answer.body, dict):
+        reason = error_reason(answer.body, answer.body)
+        raise ClusterRefused(f"{what}: the cluster answered {answer.status} ({reason})", answer)
+    return answer.body
+
+
+def count_coverage(
+    target: str, vector_field: str, text_field: str, *, follow_state: bool = True
+) -> Operation[Coverage]:
+    """How many documents of `target` have a text but no vector (itlr.engines.coverage: one
+    size-0 search); with `follow_state`, what a follower recorded in the mapping's `_meta`
+    too (a mapping the reader may not read: the counts without it)."""
+    answer = yield ClusterRead(
+        "POST", f"/{index_segment(target)}/_search", coverage_body(vector_field, text_field)
+    )
+    counts = _counted(answer, f"cannot count the documents of {target!r} without a vector")
+    mappings: list[dict[str, Any]] | None = None
+    if follow_state:
+        try:
+            found = yield from index_mappings(target)
+            mappings = [dict(one.get("mappings") or {}) for one in found.values()]
+        except ClusterRefused:
+            pass
+    return parse_coverage(target, counts, mappings)
+
+
+def count_statistics(target: str, query: Query) -> Operation[CorpusStats]:
+    """The token statistics of the query's tokens in `target` that hybrid truths need: one
+    aggregation, refused by the engine when some shard fails (statistics from some shards
+    only would score unlike `itlr search` on the embedded engine)."""
+    what = f"cannot count the token statistics of {target!r} that hybrid truths need"
+    answer = yield ClusterRead(
+        "POST",
+        f"/{index_segment(target)}/_search",
+        lexical_stats_body(query),
+        {"allow_partial_search_results": "false"},
+    )
+    try:
+        return lexical_stats(_counted(answer, what))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ClusterRefused(
+            f"{what}: the cluster's answer has no statistics aggregations", answer
+        ) from None
+
+
 # -- the vector field of a mapping ---------------------------------------------------------
 
 # The mapping types of a vector field: OpenSearch's and Elasticsearch's.
@@ -219,6 +274,8 @@ __all__ = [
     "MappedVector",
     "ScriptCheck",
     "check_scripts",
+    "count_coverage",
+    "count_statistics",
     "engine_from_root",
     "engine_of",
     "index_mappings",

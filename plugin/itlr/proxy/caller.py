@@ -34,7 +34,7 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, Operation, run_async
-from itlr.engines.cluster_reads import index_mappings, index_segment
+from itlr.engines.cluster_reads import index_segment
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -163,6 +163,7 @@ class HttpxTransport:
             read.method,
             read.path,
             headers=self.headers,
+            params=read.params,
             json=read.body,
         )
         try:
@@ -210,22 +211,11 @@ class CallerReads:
         """A cluster operation (itlr.engines.cluster_client), every read of it as `caller`."""
         return await run_async(operation, self.as_caller(caller))
 
-    async def mappings(self, caller: Caller, target: str) -> dict[str, Any]:
-        """`{index: {"mappings": ...}}` of what `target` (checked: `index_path`) resolves to
-        for the caller; ClusterRefused as itlr.engines.cluster_reads.index_mappings."""
+    async def about(self, caller: Caller, target: str, operation: Operation[T]) -> T:
+        """An operation on `target`, an index, alias or pattern the caller gave (checked first:
+        `index_path`, BadTarget), every read of it as `caller`."""
         index_path(target)
-        return await self.run(caller, index_mappings(target))
-
-    async def search(
-        self,
-        caller: Caller,
-        target: str,
-        body: dict[str, Any],
-        params: dict[str, str] | None = None,
-    ) -> httpx.Response:
-        return await self.send(
-            caller, "POST", f"/{index_path(target)}/_search", params=params, json=body
-        )
+        return await self.run(caller, operation)
 
     async def render_template(self, caller: Caller, body: dict[str, Any]) -> httpx.Response:
         return await self.send(caller, "POST", "/_render/template", json=body)

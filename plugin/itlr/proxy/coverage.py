@@ -17,9 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from itlr.engines.cluster_client import ClusterRefused
-from itlr.engines.cluster_reads import engine_of
-from itlr.engines.connection import error_reason
-from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
+from itlr.engines.cluster_reads import count_coverage, engine_of
+from itlr.engines.coverage import COVERAGE_TTL, prometheus_lines
 from itlr.errors import EngineError, ItlrError
 from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path
 from itlr.proxy.refusals import error_response
@@ -47,21 +46,15 @@ class CoverageReport:
         if kept is not None:
             return kept
         layout = (await self.upstream.vectors(caller, target)).layout
-        response = await self.upstream.reads.search(
-            caller, target, coverage_body(layout.vector_field, layout.text_field)
+        operation = count_coverage(
+            target, layout.vector_field, layout.text_field, follow_state=False
         )
-        if response.status_code in (401, 403, 404):
-            raise UpstreamDenied(self.upstream.connection.url, response)
         try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = response.text
-        if response.status_code != 200 or not isinstance(payload, dict):
-            raise EngineError(
-                f"cannot count the documents of {target!r} without a vector: the upstream answered "
-                f"{response.status_code} ({error_reason(payload, payload)})"
-            )
-        counted = parse_coverage(target, payload)
+            counted = await self.upstream.reads.about(caller, target, operation)
+        except ClusterRefused as refused:
+            if refused.answer.status in (401, 403, 404):
+                raise UpstreamDenied(self.upstream.connection.url, refused.answer.source) from None
+            raise
         self.counted.put(key, counted)
         return counted
 

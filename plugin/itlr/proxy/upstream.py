@@ -29,16 +29,17 @@ from itlr import json_values
 from itlr.engines.cluster_client import ClusterRefused, run_async
 from itlr.engines.cluster_reads import (
     check_scripts,
+    count_statistics,
     engine_of,
+    index_mappings,
     mapped_vector,
     tiebreak_for,
     vector_dims,
 )
-from itlr.engines.connection import Connection, error_reason
+from itlr.engines.connection import Connection
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.engines.layout import IndexLayout
-from itlr.engines.lexical_requests import lexical_stats, lexical_stats_body
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
@@ -296,30 +297,12 @@ class Upstream:
         """The token statistics of every index `target` names, for the query's tokens: one
         aggregation (`lexical_stats_body`), asked as the caller. How long a count is used for
         is the proxy's (itlr.proxy.statistics)."""
-        # Statistics from some shards only would score unlike `itlr search`: refused.
-        response = await self.reads.search(
-            caller,
-            target,
-            lexical_stats_body(query),
-            params={"allow_partial_search_results": "false"},
-        )
         try:
-            payload = response.json()
-        except ValueError:
-            payload = response.text
-        _refuse_denied(self.connection.url, response, missing=True)
-        if response.status_code != 200 or not isinstance(payload, dict):
-            raise EngineError(
-                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
-                f"upstream answered {response.status_code} ({error_reason(payload, payload)})"
-            )
-        try:
-            return lexical_stats(payload)
-        except (KeyError, TypeError, ValueError):
-            raise EngineError(
-                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
-                "upstream's answer has no statistics aggregations"
-            ) from None
+            return await self.reads.about(caller, target, count_statistics(target, query))
+        except ClusterRefused as refused:
+            if not refused.answer.ok:
+                _refuse_denied(self.connection.url, refused.answer.source, missing=True)
+            raise
 
     async def stored_template_mentions(self, caller: Caller, raw: bytes, field: str) -> bool:
         """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
@@ -362,7 +345,7 @@ class Upstream:
         known = self._layouts.get(key)
         if known is None:
             try:
-                mappings = await self.reads.mappings(caller, target)
+                mappings = await self.reads.about(caller, target, index_mappings(target))
             except ClusterRefused as refused:
                 answer = refused.answer
                 if answer.ok:
