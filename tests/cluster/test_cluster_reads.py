@@ -33,6 +33,7 @@ from itlr.engines.cluster_client import (
 )
 from itlr.engines.cluster_reads import (
     DOC_ID,
+    NODE_VERSION,
     ROOT,
     MappedVector,
     check_scripts,
@@ -45,6 +46,7 @@ from itlr.engines.cluster_reads import (
     script_is_ours,
     script_read,
     script_write,
+    server_version,
     stored_scripts,
     tiebreak_for,
     vector_dims,
@@ -517,6 +519,42 @@ def test_engine_of_tells_the_real_opensearch_and_its_version(
 ) -> None:
     engine, version = drive(engine_of(opensearch_url))
     assert engine == "opensearch" and version.count(".") == 2
+
+
+@pytest.mark.opensearch
+def test_server_version_is_the_roots(drive: Drive, opensearch_url: str) -> None:
+    assert drive(server_version()) == drive(engine_of(opensearch_url))[1]
+
+
+@pytest.mark.elasticsearch
+def test_server_version_falls_back_to_the_local_node_where_the_root_is_refused(
+    elasticsearch_url: str,
+) -> None:
+    """The fixture's Elasticsearch (integ-test build) refuses GET /: both faces read the
+    version from the local node's info."""
+    assert httpx.get(f"{elasticsearch_url}/", timeout=30).status_code >= 400
+    client = Connection(elasticsearch_url).elasticsearch()
+    try:
+        synced = run(server_version(), ClientTransport(client))
+    finally:
+        client.close()
+
+    async def go() -> Any:
+        async with httpx.AsyncClient(base_url=elasticsearch_url, timeout=30) as http:
+            return await run_async(
+                server_version(), HttpxTransport(http, elasticsearch_url, 30, {})
+            )
+
+    assert synced is not None and synced.count(".") == 2 and asyncio.run(go()) == synced
+
+
+def test_server_version_is_none_when_the_node_info_is_refused_too() -> None:
+    operation = server_version()
+    assert next(operation) == ROOT
+    assert operation.send(ClusterAnswer(401, {})) == NODE_VERSION
+    with pytest.raises(StopIteration) as done:
+        operation.send(ClusterAnswer(403, {}))
+    assert done.value.value is None
 
 
 @pytest.mark.parametrize(

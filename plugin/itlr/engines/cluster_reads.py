@@ -68,6 +68,25 @@ def engine_of(url: str) -> Operation[tuple[str, str]]:
         raise ClusterRefused(str(unknown), answer) from None
 
 
+# The local node's version: what Elasticsearch answers where its root is refused.
+NODE_VERSION = ClusterRead("GET", "/_nodes/_local", params={"filter_path": "nodes.*.version"})
+
+
+def server_version() -> Operation[str | None]:
+    """The server's version: from `GET /`, or from the local node where the root is refused (a
+    minimal distribution such as Maven Central's integ-test-zip, some proxies); None when the
+    node info is refused too (403: a user without `monitor`, who may only read its indexes)."""
+    root = yield ROOT
+    if root.ok:
+        return str(root.body["version"]["number"])
+    nodes = yield NODE_VERSION
+    if nodes.status == 403:
+        return None
+    if not nodes.ok or not isinstance(nodes.body, dict):
+        raise ClusterRefused(f"reading the node info was refused ({nodes.status})", nodes)
+    return next((str(node["version"]) for node in nodes.body["nodes"].values()), None)
+
+
 # -- stored scripts ------------------------------------------------------------------------
 
 
@@ -269,6 +288,7 @@ def tiebreak_for(properties: Mapping[str, Any], fallback: str | None) -> str | N
 
 __all__ = [
     "DOC_ID",
+    "NODE_VERSION",
     "ROOT",
     "VECTOR_TYPES",
     "MappedVector",
@@ -284,6 +304,7 @@ __all__ = [
     "script_is_ours",
     "script_read",
     "script_write",
+    "server_version",
     "stored_scripts",
     "tiebreak_for",
     "vector_dims",
