@@ -235,14 +235,16 @@ def test_an_infinite_scoring_option_is_one_line_not_infinity_in_json(flag) -> No
 
 @pytest.mark.opensearch
 def test_engine_detection_reads_the_root_endpoint_of_a_real_opensearch(opensearch_url) -> None:
-    from itlr.engines.connection import Connection, detect_engine
+    from itlr.engines.connection import Connection
+    from itlr.engines.factory import detect_engine
 
     engine, version = detect_engine(Connection(opensearch_url))
     assert engine == "opensearch" and version.count(".") == 2
 
 
 def test_engine_detection_refuses_a_web_page_in_one_line(html_server) -> None:
-    from itlr.engines.connection import Connection, detect_engine
+    from itlr.engines.connection import Connection
+    from itlr.engines.factory import detect_engine
 
     with pytest.raises(EngineError) as refused:
         detect_engine(Connection(html_server))
@@ -251,7 +253,8 @@ def test_engine_detection_refuses_a_web_page_in_one_line(html_server) -> None:
 
 
 def test_engine_detection_of_a_closed_port_says_it_cannot_reach_it() -> None:
-    from itlr.engines.connection import Connection, detect_engine
+    from itlr.engines.connection import Connection
+    from itlr.engines.factory import detect_engine
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -8,7 +8,8 @@ resumption).
 What differs between the engines is passed in whole as `EngineSpecifics` (each engine module
 has one): its dialect and its `operations` (itlr.engines.operations: the requests ingestion,
 back-fill and the follower compose, with the error context manager), the vector field's mapping,
-and the client calls whose shapes differ (put_script, `_msearch`, the client's NotFoundError).
+and the client call whose shape differs (`_msearch`). The stored scripts are checked through
+the cluster client layer (itlr.engines.cluster_client), alike for both.
 """
 
 from __future__ import annotations
@@ -24,25 +25,24 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from itlr.engines.cluster_client import ClientTransport, run
 from itlr.engines.cluster_reads import (
     DOC_ID,
-    script_is_ours,
-    stored_scripts,
+    check_scripts,
+    count_coverage,
     tiebreak_for,
     vector_dims,
 )
 from itlr.engines.cluster_search import ClusterSearch
 from itlr.engines.cluster_writes import ClusterWrites
-from itlr.engines.coverage import CoverageCache, coverage_body, parse_coverage
+from itlr.engines.coverage import CoverageCache
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import (
     SCRIPT_CHECK_SECONDS,
     PipelineMismatch,
-    ScriptMismatch,
 )
 from itlr.engines.layout import IndexLayout, filter_fields, mapped_fields
 from itlr.engines.operations import ClusterOperations
-from itlr.engines.painless import StoredScript
 from itlr.engines.remembered_stats import RememberedStats
 from itlr.errors import EngineError, IndexStateError
 from itlr.hash_guard import verify_hash_guard
@@ -71,10 +71,6 @@ class EngineSpecifics(Protocol):
 
     def vector_warning(self, vector: dict[str, Any], field: str, index: str) -> str | None:
         """Why the vector field's mapping limits the searches, or None."""
-
-    def not_found_error(self) -> type[Exception]: ...
-
-    def put_script(self, client: Any, script: StoredScript) -> None: ...
 
     def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
         """`_msearch` of header/body line pairs."""
@@ -147,6 +143,11 @@ class ClusterBackend:
         """The engine's requests for this index (pure; no client), built on first use: the
         layout and the engine version do not change while the backend lives."""
         return self.specifics.dialect(self.layout, self.inline_script)
+
+    @cached_property
+    def transport(self) -> ClientTransport:
+        """The sync face of the cluster client layer over this backend's client."""
+        return ClientTransport(self.client)
 
     @cached_property
     def operations(self) -> ClusterOperations:
@@ -254,24 +255,12 @@ class ClusterBackend:
         """Register the stored scripts (idempotent); returns the ids newly (re)installed. A
         stored script whose source is not the packaged file is overwritten when `repair`
         (what `itlr install` asks for), else refused with the command that repairs it."""
-        not_found = self.specifics.not_found_error()
-        installed = []
         with self.errors():
-            for script in stored_scripts(self.dialect):
-                try:
-                    found = self.client.get_script(id=script.id)
-                except not_found:
-                    found = None
-                try:
-                    if script_is_ours(script, found, self.url):
-                        continue
-                except ScriptMismatch:
-                    if not repair:
-                        raise
-                self.specifics.put_script(self.client, script)
-                installed.append(script.id)
+            check = run(check_scripts(self.dialect, self.url, repair=repair), self.transport)
+        if check.foreign is not None:
+            raise check.foreign
         self._scripts_checked_at = time.monotonic()
-        return installed
+        return check.stored
 
     def verify_integrity(self) -> None:
         """Before a search, when the last check is `script_check_seconds` old (or a search
@@ -302,16 +291,10 @@ class ClusterBackend:
         read, reused for a few seconds."""
 
         def count() -> Coverage:
-            body = coverage_body(self.layout.vector_field, self.layout.text_field)
+            layout = self.layout
             with self.errors():
-                response = self.client.search(index=self.index_name, body=body)
-            # What a follower records: how far it verified, what it could not write (a user
-            # who may not read the mapping gets the counts without it).
-            mappings: list[dict[str, Any]] | None = None
-            with contextlib.suppress(EngineError), self.errors():
-                answer = dict(self.client.indices.get_mapping(index=self.index_name))
-                mappings = [dict(found.get("mappings") or {}) for found in answer.values()]
-            return parse_coverage(self.index_name, dict(response), mappings)
+                operation = count_coverage(self.index_name, layout.vector_field, layout.text_field)
+                return run(operation, self.transport)
 
         return self.coverage_cache.get(self.index_name, count)
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from itlr.certificate import certifiable, unmentionable_reason
 from itlr.engines.cluster_certified import ClusterRounds
+from itlr.engines.cluster_client import ClientTransport, run
+from itlr.engines.cluster_reads import count_statistics
 from itlr.engines.connection import error_reason
 from itlr.engines.dialect import Dialect
 from itlr.engines.integrity import is_script_error
@@ -47,6 +49,9 @@ class SearchedIndex(Protocol):
 
     @property
     def specifics(self) -> MultiSearch: ...
+
+    @property
+    def transport(self) -> ClientTransport: ...
 
     def errors(self) -> contextlib.AbstractContextManager[None]: ...
 
@@ -91,13 +96,8 @@ class ClusterSearch:
         """The index's statistics for the query's tokens (hybrid truths): one request."""
         asked = monotonic()
         with self.index.errors():
-            # Statistics from some shards only would score unlike the embedded engine: refuse.
-            response = self.index.client.search(
-                index=self.index.index_name,
-                body=term_statistics_request(query),
-                allow_partial_search_results=False,
-            )
-        counted = read_term_statistics(dict(response))
+            operation = count_statistics(self.index.index_name, query)
+            counted = run(operation, self.index.transport)
         self.index.remembered.record(counted, asked)
         return counted
 

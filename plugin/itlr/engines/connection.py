@@ -128,35 +128,30 @@ class Connection:
 # -- engine detection ----------------------------------------------------------------------
 
 
-def detect_engine(connection: Connection) -> tuple[str, str]:
-    """(engine, version) from the cluster's root endpoint. opensearch-py asks, since it makes no
-    product check and so can read either engine's answer."""
+@contextlib.contextmanager
+def detection_errors(url: str) -> Iterator[None]:
+    """opensearch-py's exceptions while reading a cluster's root (itlr.engines.factory asks
+    with opensearch-py, since it makes no product check and so can read either engine's
+    answer) become one actionable line."""
     from opensearchpy import exceptions as os_errors
 
-    from itlr.engines.cluster_reads import ROOT, engine_from_root
-
-    client = connection.opensearch(timeout=DETECT_TIMEOUT, max_retries=0)
     try:
-        info = client.transport.perform_request(ROOT.method, ROOT.path)
+        yield
     except os_errors.SerializationError as garbled:
         raise EngineError(
-            f"{connection.url} is neither OpenSearch nor Elasticsearch: GET / answered "
+            f"{url} is neither OpenSearch nor Elasticsearch: GET / answered "
             f"{short_text(str(garbled))}; check `url`"
         ) from None
     except os_errors.SSLError as untrusted:
-        raise untrusted_tls(connection.url, untrusted) from None
+        raise untrusted_tls(url, untrusted) from None
     except os_errors.ConnectionError as down:
         raise EngineError(
-            f"cannot reach {connection.url} ({_cause(down)}): is it running? check `url`"
+            f"cannot reach {url} ({_cause(down)}): is it running? check `url`"
         ) from None
     except os_errors.TransportError as refused:
         raise EngineError(
-            f"{connection.url} answered {refused.status_code} to GET /: check the URL and "
-            "credentials"
+            f"{url} answered {refused.status_code} to GET /: check the URL and credentials"
         ) from None
-    finally:
-        client.close()
-    return engine_from_root(connection.url, info)
 
 
 # -- errors as one line ----------------------------------------------------------------------

@@ -22,6 +22,8 @@ import numpy as np
 
 from itlr.candidates import CandidateSearch
 from itlr.engines.cluster import ClusterBackend
+from itlr.engines.cluster_client import run
+from itlr.engines.cluster_reads import server_version
 from itlr.engines.connection import elasticsearch_errors
 from itlr.engines.dialect import Dialect
 from itlr.engines.layout import IndexLayout, derive_mapping
@@ -87,23 +89,6 @@ def version_refusal(version: str) -> str | None:
             'dense_vector fields (8.12+ for `mode="knn"`)'
         )
     return None
-
-
-def server_version(client: Any) -> str | None:
-    """The server's version: from `GET /`, or from the local node where the root endpoint is
-    refused (a minimal distribution such as Maven Central's integ-test-zip, some proxies)."""
-    from elasticsearch import ApiError
-
-    try:
-        return str(client.info()["version"]["number"])
-    except ApiError:
-        try:
-            nodes = client.nodes.info(node_id="_local", filter_path="nodes.*.version")["nodes"]
-        except ApiError as refused:
-            if refused.meta.status == 403:
-                return None  # a user without `monitor` (one that may only read its indexes)
-            raise
-        return next((str(node["version"]) for node in nodes.values()), None)
 
 
 # -- backend ---------------------------------------------------------------------------------
@@ -182,14 +167,6 @@ class ElasticsearchSpecifics:
             '`mode="exact"` can search it'
         )
 
-    def not_found_error(self) -> type[Exception]:
-        from elasticsearch import NotFoundError
-
-        return NotFoundError
-
-    def put_script(self, client: Any, script: StoredScript) -> None:
-        client.put_script(id=script.id, script=script.body()["script"])
-
     def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
         return client.msearch(searches=lines)
 
@@ -221,7 +198,7 @@ class ElasticsearchBackend(ClusterBackend):
     def capabilities(self) -> Capabilities:
         if self._version is None and self.client is not None and not self._version_unknown:
             with self.errors():
-                self._version = server_version(self.client)
+                self._version = run(server_version(), self.transport)
             if self._version is None:
                 self._version_unknown = True
                 self._warn(

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from itlr.embed import Embedder
-from itlr.engines.connection import Connection, detect_engine
+from itlr.engines.cluster_client import ClientTransport, run
+from itlr.engines.cluster_reads import engine_of
+from itlr.engines.connection import DETECT_TIMEOUT, Connection, detection_errors
 from itlr.engines.dialect import Dialect
 from itlr.engines.layout import IndexLayout
 from itlr.errors import ConfigurationError, EngineError
@@ -83,6 +85,17 @@ def open_backend(spec: EngineSpec, embedder: Embedder, create: bool = False) -> 
     else:
         cluster.check_index()
     return cluster
+
+
+def detect_engine(connection: Connection) -> tuple[str, str]:
+    """(engine, version) from the cluster's root endpoint (`engine_of`), read through
+    opensearch-py, which makes no product check and so can read either engine's answer."""
+    client = connection.opensearch(timeout=DETECT_TIMEOUT, max_retries=0)
+    try:
+        with detection_errors(connection.url):
+            return run(engine_of(connection.url), ClientTransport(client))
+    finally:
+        client.close()
 
 
 def remote_backend(spec: EngineSpec, model: str, dims: int) -> ClusterBackend:

@@ -134,14 +134,6 @@ class OpenSearchSpecifics:
             'back-filled with --exact-only): only `mode="exact"` can search it'
         )
 
-    def not_found_error(self) -> type[Exception]:
-        from opensearchpy import NotFoundError
-
-        return NotFoundError
-
-    def put_script(self, client: Any, script: StoredScript) -> None:
-        client.put_script(id=script.id, body=script.body())
-
     def msearch(self, client: Any, lines: list[dict[str, Any]]) -> Any:
         return client.msearch(body=lines)
 

@@ -127,8 +127,11 @@ class ClusterOperations:
 
     def mapping(self, index: str) -> dict[str, Any]:
         """The `mappings` object of one index (an alias of one index: of that one)."""
+        from itlr.engines.cluster_client import ClientTransport, run
+        from itlr.engines.cluster_reads import index_mappings
+
         with self.errors(index):
-            answer = dict(self.client.indices.get_mapping(index=index))
+            answer = run(index_mappings(index), ClientTransport(self.client))
         return dict(one_index(index, answer)["mappings"])
 
     def pipeline(self, pipeline_id: str, index: str) -> dict[str, Any] | None:

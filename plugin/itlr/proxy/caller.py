@@ -25,7 +25,6 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote
 
 from itlr.extras import missing_extra
 
@@ -34,7 +33,8 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.cluster_reads import ROOT
+from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, Operation, run_async
+from itlr.engines.cluster_reads import index_segment
 from itlr.engines.connection import is_tls_failure, untrusted_tls
 from itlr.errors import EngineError, ItlrError
 
@@ -111,7 +111,7 @@ def index_path(target: str) -> str:
                 f"the index name {shown!r} holds {char!r}, which no index name can: give an "
                 "index, alias or wildcard pattern (comma-separated for several)"
             )
-    return quote(target, safe="*,")
+    return index_segment(target)
 
 
 class UpstreamTimeout(EngineError):
@@ -140,6 +140,36 @@ async def within(deadline: float, url: str, send: Any, *args: Any, **kwargs: Any
         raise EngineError(
             f"cannot reach the upstream {url} ({type(down).__name__}): is it running? check `url`"
         ) from None
+
+
+class HttpxTransport:
+    """The async transport of the cluster client layer (itlr.engines.cluster_client) over the
+    proxy's httpx client: each read sent with exactly `headers` (a caller's identity headers,
+    or the proxy's own for its integrity watch), under one deadline for the whole exchange."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, deadline: float, headers: Mapping[str, str]
+    ) -> None:
+        self.client = client
+        self.url = url
+        self.deadline = deadline
+        self.headers = dict(headers)
+
+    async def answer(self, read: ClusterRead) -> ClusterAnswer:
+        response = await within(
+            self.deadline,
+            self.url,
+            self.client.request,
+            read.method,
+            read.path,
+            headers=self.headers,
+            params=read.params,
+            json=read.body,
+        )
+        try:
+            return ClusterAnswer(response.status_code, response.json(), source=response)
+        except ValueError:
+            return ClusterAnswer(response.status_code, response.text, False, response)
 
 
 class CallerReads:
@@ -173,28 +203,26 @@ class CallerReads:
             json=json,
         )
 
-    async def root(self, caller: Caller) -> httpx.Response:
-        return await self.send(caller, ROOT.method, ROOT.path)
+    def as_caller(self, caller: Caller) -> HttpxTransport:
+        """A transport that sends as `caller` and nobody else."""
+        return HttpxTransport(self.client, self.url, self.deadline, caller.headers)
 
-    async def mapping(self, caller: Caller, target: str) -> httpx.Response:
-        return await self.send(caller, "GET", f"/{index_path(target)}/_mapping")
+    async def run(self, caller: Caller, operation: Operation[T]) -> T:
+        """A cluster operation (itlr.engines.cluster_client), every read of it as `caller`."""
+        return await run_async(operation, self.as_caller(caller))
 
-    async def search(
-        self,
-        caller: Caller,
-        target: str,
-        body: dict[str, Any],
-        params: dict[str, str] | None = None,
-    ) -> httpx.Response:
-        return await self.send(
-            caller, "POST", f"/{index_path(target)}/_search", params=params, json=body
-        )
+    async def about(self, caller: Caller, target: str, operation: Operation[T]) -> T:
+        """An operation on `target`, an index, alias or pattern the caller gave (checked first:
+        `index_path`, BadTarget), every read of it as `caller`."""
+        index_path(target)
+        return await self.run(caller, operation)
 
     async def render_template(self, caller: Caller, body: dict[str, Any]) -> httpx.Response:
         return await self.send(caller, "POST", "/_render/template", json=body)
 
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 V = TypeVar("V")
 
 
@@ -245,6 +273,7 @@ __all__ = [
     "BadTarget",
     "Caller",
     "CallerReads",
+    "HttpxTransport",
     "TimedLRU",
     "UpstreamTimeout",
     "auth_headers",

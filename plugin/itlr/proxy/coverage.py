@@ -16,9 +16,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from itlr.engines.cluster_reads import engine_from_root
-from itlr.engines.connection import error_reason
-from itlr.engines.coverage import COVERAGE_TTL, coverage_body, parse_coverage, prometheus_lines
+from itlr.engines.cluster_client import ClusterRefused
+from itlr.engines.cluster_reads import count_coverage, engine_of
+from itlr.engines.coverage import COVERAGE_TTL, prometheus_lines
 from itlr.errors import EngineError, ItlrError
 from itlr.proxy.caller import BadTarget, Caller, TimedLRU, index_path
 from itlr.proxy.refusals import error_response
@@ -46,21 +46,15 @@ class CoverageReport:
         if kept is not None:
             return kept
         layout = (await self.upstream.vectors(caller, target)).layout
-        response = await self.upstream.reads.search(
-            caller, target, coverage_body(layout.vector_field, layout.text_field)
+        operation = count_coverage(
+            target, layout.vector_field, layout.text_field, follow_state=False
         )
-        if response.status_code in (401, 403, 404):
-            raise UpstreamDenied(self.upstream.connection.url, response)
         try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = response.text
-        if response.status_code != 200 or not isinstance(payload, dict):
-            raise EngineError(
-                f"cannot count the documents of {target!r} without a vector: the upstream answered "
-                f"{response.status_code} ({error_reason(payload, payload)})"
-            )
-        counted = parse_coverage(target, payload)
+            counted = await self.upstream.reads.about(caller, target, operation)
+        except ClusterRefused as refused:
+            if refused.answer.status in (401, 403, 404):
+                raise UpstreamDenied(self.upstream.connection.url, refused.answer.source) from None
+            raise
         self.counted.put(key, counted)
         return counted
 
@@ -97,21 +91,19 @@ class CoverageReport:
                 index_path(target)
         except BadTarget as bad:
             return error_response(400, "itlr_bad_request", f"itlr: {bad}")
-        try:
-            root = await self.upstream.reads.root(caller)
-        except EngineError as down:
-            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
-        if root.status_code == 401:  # who the caller is, the cluster does not know: nothing
-            return Response(root.content, 401, media_type="application/json")
         engine: dict[str, Any] = {"engine": None, "version": None}
         try:
-            if root.status_code != 200:
-                raise EngineError(f"GET / answered {root.status_code}")
-            engine["engine"], engine["version"] = engine_from_root(
-                self.upstream.connection.url, root.json()
+            url = self.upstream.connection.url
+            engine["engine"], engine["version"] = await self.upstream.reads.run(
+                caller, engine_of(url)
             )
-        except (EngineError, ValueError) as unknown:
-            engine["engine_error"] = str(unknown)
+        except ClusterRefused as refused:
+            root = refused.answer
+            if root.status == 401:  # who the caller is, the cluster does not know: nothing
+                return Response(root.source.content, 401, media_type="application/json")
+            engine["engine_error"] = str(refused) if root.ok else f"GET / answered {root.status}"
+        except EngineError as down:
+            return JSONResponse({"status": "unavailable", "error": str(down)}, status_code=503)
         coverage: dict[str, Any] = {}
         for target in dict.fromkeys([*named, *self.upstream.searched_by(caller)]):
             try:

@@ -37,14 +37,8 @@ try:
 except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
-from itlr.engines.cluster_reads import (
-    ROOT,
-    engine_from_root,
-    script_is_ours,
-    script_read,
-    script_write,
-    stored_scripts,
-)
+from itlr.engines.cluster_client import AsyncTransport, ClusterRefused, run_async
+from itlr.engines.cluster_reads import check_scripts, engine_of, stored_scripts
 from itlr.engines.connection import Connection
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
@@ -58,7 +52,14 @@ from itlr.engines.integrity import (
 from itlr.engines.layout import IndexLayout
 from itlr.errors import EngineError
 from itlr.hash_guard import PIPELINE, PIPELINE_ID
-from itlr.proxy.caller import Caller, CallerReads, TimedLRU, UpstreamTimeout, within
+from itlr.proxy.caller import (
+    Caller,
+    CallerReads,
+    HttpxTransport,
+    TimedLRU,
+    UpstreamTimeout,
+    within,
+)
 
 log = logging.getLogger("itlr.proxy")
 
@@ -147,6 +148,12 @@ class OwnRequests:
     def has_credentials(self) -> bool:
         return bool(self.connection.auth_headers())
 
+    @property
+    def transport(self) -> HttpxTransport:
+        """The cluster client layer's async face with the proxy's own credentials."""
+        headers = self.connection.auth_headers()
+        return HttpxTransport(self.client, self.connection.url, self.deadline, headers)
+
     async def send(self, method: str, path: str, json: Any = None) -> httpx.Response:
         return await within(
             self.deadline,
@@ -159,33 +166,21 @@ class OwnRequests:
         )
 
 
-async def check_scripts(send: Any, dialect: Dialect, url: str, verdict: Verdict) -> None:
-    """Compare the dialect's stored scripts with the packaged ones through `send(method, path,
-    json)`; store a missing one. A foreign one is kept in `verdict`; a refusal sets `refused`."""
-    for script in stored_scripts(dialect):
-        read = script_read(script)
-        found = await send(read.method, read.path)
-        if found.status_code == 404:
-            write = script_write(script)
-            put = await send(write.method, write.path, write.body)
-            if put.status_code >= 300:
-                verdict.refused = (
-                    f"storing itlr's script {script.id} was refused ({put.status_code})"
-                )
-                return
-            log.warning("itlr's stored script %s was missing: stored it again", script.id)
-        elif found.status_code != 200:
-            verdict.refused = f"reading itlr's script {script.id} was refused ({found.status_code})"
-            return
-        else:
-            try:
-                script_is_ours(script, found.json(), url)
-            except ScriptMismatch as foreign:
-                verdict.foreign = verdict.foreign or foreign
-            except ValueError:
-                verdict.refused = f"the answer for itlr's script {script.id} is not JSON"
-                return
-        verdict.checked.add(script.id)
+async def check_scripts_into(
+    transport: AsyncTransport, dialect: Dialect, url: str, verdict: Verdict
+) -> None:
+    """The stored-script check (itlr.engines.cluster_reads.check_scripts: a missing script is
+    stored again, a foreign one kept) through `transport`, into `verdict`; a refusal sets
+    `refused`."""
+    try:
+        check = await run_async(check_scripts(dialect, url), transport)
+    except ClusterRefused as refused:
+        verdict.refused = str(refused)
+        return
+    for script_id in check.stored:
+        log.warning("itlr's stored script %s was missing: stored it again", script_id)
+    verdict.checked.update(check.checked)
+    verdict.foreign = verdict.foreign or check.foreign
 
 
 class IntegrityWatch:
@@ -285,15 +280,16 @@ class IntegrityWatch:
     async def _check_own(self) -> Verdict:
         verdict = Verdict()
         try:
-            root = await self.own.send(ROOT.method, ROOT.path)
-            if root.status_code != 200:
-                verdict.refused = f"GET / answered {root.status_code}"
+            try:
+                verdict.engine = await run_async(engine_of(self.url), self.own.transport)
+            except ClusterRefused as refused:
+                answer = refused.answer
+                verdict.refused = str(refused) if answer.ok else f"GET / answered {answer.status}"
                 return verdict
-            verdict.engine = engine_from_root(self.url, root.json())
             engine, version = verdict.engine
             dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
             for each in {_ids(dialect): dialect, **self._wanted}.values():
-                await check_scripts(self.own.send, each, self.url, verdict)
+                await check_scripts_into(self.own.transport, each, self.url, verdict)
                 if verdict.refused is not None:
                     return verdict
             if verdict.refused is None:
@@ -351,12 +347,8 @@ class IntegrityWatch:
         """The check as the caller, when the proxy's own cannot run."""
         verdict = self._callers.get(caller.digest)
         if verdict is None or not verdict.raise_for(dialect):
-
-            async def send(method: str, path: str, json: Any = None) -> httpx.Response:
-                return await self.reads.send(caller, method, path, json=json)
-
             verdict = Verdict()
-            await check_scripts(send, dialect, self.url, verdict)
+            await check_scripts_into(self.reads.as_caller(caller), dialect, self.url, verdict)
             if verdict.refused is not None:
                 raise EngineError(
                     f"cannot check itlr's stored scripts on {self.url}: {verdict.refused}; "
@@ -380,4 +372,4 @@ class IntegrityWatch:
             raise verdict.foreign
 
 
-__all__ = ["IntegrityWatch", "OwnRequests", "Verdict", "check_scripts", "write_refusal"]
+__all__ = ["IntegrityWatch", "OwnRequests", "Verdict", "check_scripts_into", "write_refusal"]

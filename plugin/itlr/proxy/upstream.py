@@ -10,6 +10,7 @@ business (itlr.proxy.integrity).
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 from collections.abc import Sequence
@@ -25,21 +26,20 @@ except ImportError as absent:
     raise missing_extra("serve", absent) from None
 
 from itlr import json_values
+from itlr.engines.cluster_client import ClusterRefused, run_async
 from itlr.engines.cluster_reads import (
-    ROOT,
-    engine_from_root,
+    check_scripts,
+    count_statistics,
+    engine_of,
+    index_mappings,
     mapped_vector,
-    script_is_ours,
-    script_read,
-    stored_scripts,
     tiebreak_for,
     vector_dims,
 )
-from itlr.engines.connection import Connection, error_reason
+from itlr.engines.connection import Connection
 from itlr.engines.dialect import Dialect
 from itlr.engines.factory import dialect_for
 from itlr.engines.layout import IndexLayout
-from itlr.engines.lexical_requests import read_term_statistics, term_statistics_request
 from itlr.errors import ConfigurationError, EngineError, IndexStateError
 from itlr.lexical import CorpusStats
 from itlr.prompts import Prompts
@@ -48,6 +48,7 @@ from itlr.proxy.caller import (
     UPSTREAM_TIMEOUT_ENV,
     Caller,
     CallerReads,
+    HttpxTransport,
     TimedLRU,
     UpstreamTimeout,
     auth_headers,
@@ -296,30 +297,12 @@ class Upstream:
         """The token statistics of every index `target` names, for the query's tokens: one
         aggregation (`term_statistics_request`), asked as the caller. How long a count is used for
         is the proxy's (itlr.proxy.statistics)."""
-        # Statistics from some shards only would score unlike `itlr search`: refused.
-        response = await self.reads.search(
-            caller,
-            target,
-            term_statistics_request(query),
-            params={"allow_partial_search_results": "false"},
-        )
         try:
-            payload = response.json()
-        except ValueError:
-            payload = response.text
-        _refuse_denied(self.connection.url, response, missing=True)
-        if response.status_code != 200 or not isinstance(payload, dict):
-            raise EngineError(
-                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
-                f"upstream answered {response.status_code} ({error_reason(payload, payload)})"
-            )
-        try:
-            return read_term_statistics(payload)
-        except (KeyError, TypeError, ValueError):
-            raise EngineError(
-                f"cannot count the token statistics of {target!r} that hybrid truths need: the "
-                "upstream's answer has no statistics aggregations"
-            ) from None
+            return await self.reads.about(caller, target, count_statistics(target, query))
+        except ClusterRefused as refused:
+            if not refused.answer.ok:
+                _refuse_denied(self.connection.url, refused.answer.source, missing=True)
+            raise
 
     async def stored_template_names_field(self, caller: Caller, raw: bytes, field: str) -> bool:
         """Whether a template search (JSON or NDJSON) uses a stored template (`"id"`) whose
@@ -344,17 +327,14 @@ class Upstream:
         """(engine, version) from the cluster's root endpoint, as the caller sees it."""
         known = self._engines.get(caller.digest)
         if known is None:
-            response = await self.reads.root(caller)
-            _refuse_denied(self.connection.url, response)
-            if response.status_code != 200:
-                raise EngineError(
-                    f"the upstream {self.connection.url} answered {response.status_code} to GET /"
-                )
+            url = self.connection.url
             try:
-                info = response.json()
-            except ValueError:
-                info = response.text
-            known = engine_from_root(self.connection.url, info)
+                known = await self.reads.run(caller, engine_of(url))
+            except ClusterRefused as refused:
+                if refused.answer.ok:
+                    raise  # a root that is no engine's
+                _refuse_denied(url, refused.answer.source)
+                raise EngineError(f"the upstream {refused}") from None
             self._engines.put(caller.digest, known)
         return known
 
@@ -364,19 +344,16 @@ class Upstream:
         key = (caller.digest, target)
         known = self._layouts.get(key)
         if known is None:
-            response = await self.reads.mapping(caller, target)
-            _refuse_denied(self.connection.url, response, missing=True)
-            if response.status_code != 200:
-                raise IndexStateError(
-                    f"cannot read the mapping of {target!r}: the upstream answered "
-                    f"{response.status_code}"
-                )
             try:
-                mappings = response.json()
-            except ValueError:
-                mappings = None
-            if not isinstance(mappings, dict):
-                raise EngineError(f"the mapping of {target!r} is not a JSON object")
+                mappings = await self.reads.about(caller, target, index_mappings(target))
+            except ClusterRefused as refused:
+                answer = refused.answer
+                if answer.ok:
+                    raise  # an answer that is no JSON object
+                _refuse_denied(self.connection.url, answer.source, missing=True)
+                raise IndexStateError(
+                    f"cannot read the mapping of {target!r}: the upstream answered {answer.status}"
+                ) from None
             if not mappings:
                 raise IndexStateError(f"{target!r} matches no index")
             vectors = index_vectors(target, mappings, self.indexes)
@@ -420,26 +397,33 @@ class Upstream:
 
 def check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
     """Refuse to start in front of a cluster whose stored itlr scripts are not ours; a warning
-    (returned) when the cluster cannot be asked yet: the first search checks again."""
-    headers = connection.auth_headers()
+    (returned) when the cluster cannot be asked yet: the first search checks again. Asked with
+    the proxy's own credentials, through the layer its integrity watch uses."""
+    return asyncio.run(_check_scripts_at_start(connection, timeout))
+
+
+async def _check_scripts_at_start(connection: Connection, timeout: float) -> str | None:
+    url = connection.url
     verify: Any = connection.ca_file or connection.verify_certs
-    try:
-        with httpx.Client(base_url=connection.url, verify=verify, timeout=timeout) as client:
-            root = client.request(ROOT.method, ROOT.path, headers=headers)
-            if root.status_code != 200:
-                return f"the upstream answered {root.status_code} to GET /: scripts not checked"
-            engine, version = engine_from_root(connection.url, root.json())
-            dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
-            for script in stored_scripts(dialect):
-                read = script_read(script)
-                found = client.request(read.method, read.path, headers=headers)
-                if found.status_code == 200:
-                    script_is_ours(script, found.json(), connection.url)
-    except (httpx.HTTPError, ValueError) as down:
-        return (
-            f"cannot check itlr's stored scripts on {connection.url} yet "
-            f"({type(down).__name__}): the first logical search will"
-        )
+    async with httpx.AsyncClient(base_url=url, verify=verify, timeout=timeout) as client:
+        own = HttpxTransport(client, url, timeout, connection.auth_headers())
+        try:
+            # Another server than an engine stops the proxy here (ClusterRefused, answer 2xx).
+            engine, version = await run_async(engine_of(url), own)
+        except ClusterRefused as refused:
+            if refused.answer.ok:
+                raise
+            return f"the upstream answered {refused.answer.status} to GET /: scripts not checked"
+        except EngineError as down:  # unreachable, too slow, untrusted TLS
+            return f"cannot check itlr's stored scripts yet ({down}): the first logical search will"
+        dialect = dialect_for(engine, IndexLayout(), server_version=version or None)
+        try:
+            # Nothing is stored before the proxy serves: a missing script is the watch's.
+            check = await run_async(check_scripts(dialect, url, store=False), own)
+        except EngineError as unchecked:  # a refused read, or unreachable by now
+            return f"cannot check itlr's stored scripts yet ({unchecked}): the first logical search will"
+    if check.foreign is not None:
+        raise check.foreign
     return None
 
 
