@@ -51,13 +51,12 @@ from itlr.embed import Embedder
 from itlr.engines.cluster import ClusterBackend
 from itlr.engines.deadline import longer_deadline, set_deadline
 from itlr.engines.foreign import itlr_fields
-from itlr.engines.integrity import check_stored_pipeline
 from itlr.engines.operations import ClusterOperations, Refusal
 from itlr.errors import EngineError, IndexStateError
 from itlr.fingerprint import HASH_FIELD, PREVIOUS_HASH_FIELD
 from itlr.follow_cycle import FollowCycle, Retry, pending_body
 from itlr.follow_watch import RECHECK_SECONDS, Changes, Snapshot, changes
-from itlr.hash_guard import PIPELINE, PIPELINE_ID, install_hash_guard
+from itlr.hash_guard import PIPELINE_ID, install_hash_guard, stored_guard
 from itlr.option_groups import BackfillOptions
 from itlr.transform import DocumentTransform, in_place_update
 from itlr.write_report import WriteReport
@@ -411,12 +410,9 @@ class Follower:
         if self.guarded or now.final_pipeline == PIPELINE_ID:
             # itlr's guard, installed now or before: deleted, it is stored again; emptied or
             # rewritten, it would let rewritten texts through unmarked, so the follower stops.
-            stored = self.operations.pipeline(PIPELINE_ID, self.target)
-            if stored is None:
-                self.operations.put_pipeline(PIPELINE_ID, PIPELINE, self.target)
+            guard = stored_guard(self.backend.url, restore=True)
+            if self.operations.run(guard, self.target).restored:
                 self.say(f"the hash guard pipeline {PIPELINE_ID!r} was deleted: stored again")
-            else:
-                check_stored_pipeline(PIPELINE_ID, PIPELINE, stored, self.backend.url)
         if not self._target_intact(now):
             return
         if before is None:

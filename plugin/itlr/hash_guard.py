@@ -5,8 +5,11 @@ compares its text with the hash it was embedded from. Installed as the index's `
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Protocol
 
+from itlr.engines.cluster_client import ClusterAnswer, ClusterRead, ClusterRefused
 from itlr.engines.integrity import check_stored_pipeline
 from itlr.engines.operations import ClusterOperations
 from itlr.errors import IndexStateError
@@ -61,12 +64,48 @@ def verify_hash_guard(backend: GuardedIndex) -> bool:
     True when the index uses it."""
     if backend.operations.settings(backend.index_name).get("final_pipeline") != PIPELINE_ID:
         return False
-    found = backend.operations.pipeline(PIPELINE_ID, backend.index_name)
-    if found is None:
-        backend.operations.put_pipeline(PIPELINE_ID, PIPELINE, backend.index_name)
-        return True
-    check_stored_pipeline(PIPELINE_ID, PIPELINE, found, backend.url)
+    backend.operations.run(stored_guard(backend.url, restore=True), backend.index_name)
     return True
+
+
+@dataclass(frozen=True)
+class StoredGuard:
+    """What `stored_guard` found under itlr's pipeline id: itlr's pipeline (`present`), or
+    nothing, then stored again when it was asked to (`restored`)."""
+
+    present: bool
+    restored: bool = False
+
+
+class GuardNotRestored(ClusterRefused):
+    """The pipeline was missing and the cluster refused to store it again."""
+
+
+def stored_guard(url: str, restore: bool) -> Generator[ClusterRead, ClusterAnswer, StoredGuard]:
+    """The check of itlr's pipeline the backends and the proxy's watch both make, as one
+    operation of the cluster client layer (itlr.engines.cluster_client): PipelineMismatch when
+    another pipeline is stored under its id, a missing one stored again when `restore`
+    (GuardNotRestored when that is refused), ClusterRefused when it cannot be read."""
+    found = yield ClusterRead("GET", f"/_ingest/pipeline/{PIPELINE_ID}")
+    if found.status == 404:
+        if not restore:
+            return StoredGuard(present=False)
+        put = yield ClusterRead("PUT", f"/_ingest/pipeline/{PIPELINE_ID}", PIPELINE)
+        if not put.ok:
+            raise GuardNotRestored(
+                f"itlr's ingest pipeline {PIPELINE_ID} was deleted and storing it again was "
+                f"refused ({put.status}): `itlr backfill --follow` misses rewritten texts",
+                put,
+            )
+        return StoredGuard(present=False, restored=True)
+    if not found.ok or not isinstance(found.body, dict):
+        raise ClusterRefused(
+            f"cannot read itlr's ingest pipeline {PIPELINE_ID} on {url}: the cluster answered "
+            f"{found.status}",
+            found,
+        )
+    check_stored_pipeline(PIPELINE_ID, PIPELINE, found.body, url)
+    return StoredGuard(present=True)
 
 
 def check_hash_guard(backend: GuardedIndex) -> None:

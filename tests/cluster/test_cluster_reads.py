@@ -53,10 +53,11 @@ from itlr.engines.cluster_reads import (
 )
 from itlr.engines.connection import Connection
 from itlr.engines.elasticsearch import ElasticsearchDialect
-from itlr.engines.integrity import ScriptMismatch
+from itlr.engines.integrity import PipelineMismatch, ScriptMismatch
 from itlr.engines.opensearch import OpenSearchDialect
 from itlr.engines.painless import StoredScript
 from itlr.errors import EngineError
+from itlr.hash_guard import PIPELINE, PIPELINE_ID, StoredGuard, stored_guard
 from itlr.proxy.caller import HttpxTransport
 from itlr.query import parse
 
@@ -628,3 +629,28 @@ def test_statistics_without_aggregations_are_refused_in_one_line() -> None:
     next(operation)
     with pytest.raises(ClusterRefused, match="the cluster's answer has no statistics"):
         operation.send(ClusterAnswer(200, {"hits": {}}))
+
+
+@pytest.mark.opensearch
+def test_guard_check_stores_a_missing_pipeline_only_when_asked_and_refuses_a_foreign_one(
+    drive: Drive, opensearch_url: str
+) -> None:
+    """The hash-guard check the backends, the follower and the proxy's watch all make: one
+    operation (itlr.hash_guard.stored_guard) through either face."""
+    path = f"{opensearch_url}/_ingest/pipeline/{PIPELINE_ID}"
+    existed = httpx.get(path, timeout=30).status_code == 200  # other tests' indexes may use it
+    httpx.delete(path, timeout=30)
+    try:
+        assert drive(stored_guard(opensearch_url, restore=False)) == StoredGuard(present=False)
+        assert httpx.get(path, timeout=30).status_code == 404  # left missing when not asked
+        assert drive(stored_guard(opensearch_url, restore=True)).restored
+        assert drive(stored_guard(opensearch_url, restore=False)) == StoredGuard(present=True)
+        emptied = {"description": "someone else's", "processors": []}
+        assert httpx.put(path, json=emptied, timeout=30).status_code == 200
+        with pytest.raises(PipelineMismatch, match=PIPELINE_ID):
+            drive(stored_guard(opensearch_url, restore=True))
+    finally:
+        if existed:
+            httpx.put(path, json=PIPELINE, timeout=30)
+        else:
+            httpx.delete(path, timeout=30)

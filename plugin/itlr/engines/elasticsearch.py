@@ -132,9 +132,6 @@ class ElasticsearchOperations(ClusterOperations):
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         self.client.ingest.put_pipeline(id=pipeline_id, **body)
 
-    def _get_pipeline(self, pipeline_id: str) -> Any:
-        return self.client.options(ignore_status=404).ingest.get_pipeline(id=pipeline_id)
-
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(actions=actions)
 

@@ -104,9 +104,6 @@ class OpenSearchOperations(ClusterOperations):
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         self.client.ingest.put_pipeline(id=pipeline_id, body=body)
 
-    def _get_pipeline(self, pipeline_id: str) -> Any:
-        return self.client.ingest.get_pipeline(id=pipeline_id, ignore=404)
-
     def _update_aliases(self, actions: list[dict[str, Any]]) -> None:
         self.client.indices.update_aliases(body={"actions": actions})
 

@@ -18,10 +18,15 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from itlr.engines.connection import error_reason, missing_index
 from itlr.errors import EngineError, IndexStateError
+
+if TYPE_CHECKING:
+    from itlr.engines.cluster_client import Operation
+
+T = TypeVar("T")
 
 # How long a scroll context lives between two pages of a scan.
 SCROLL = "5m"
@@ -106,10 +111,6 @@ class ClusterOperations:
     def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _get_pipeline(self, pipeline_id: str) -> Any:
-        """{id: pipeline} of a stored pipeline; empty when there is none (a 404 is no error)."""
-        raise NotImplementedError
-
     def _put_pipeline(self, pipeline_id: str, body: dict[str, Any]) -> None:
         raise NotImplementedError
 
@@ -125,21 +126,19 @@ class ClusterOperations:
         with self.errors(index):
             return bool(self.client.indices.exists(index=index))
 
+    def run(self, operation: Operation[T], index: str) -> T:
+        """One operation of the cluster client layer over this client (itlr.engines.
+        cluster_client): an error names `index`, the one it is made for."""
+        from itlr.engines.cluster_client import ClientTransport, run
+
+        with self.errors(index):
+            return run(operation, ClientTransport(self.client))
+
     def mapping(self, index: str) -> dict[str, Any]:
         """The `mappings` object of one index (an alias of one index: of that one)."""
-        from itlr.engines.cluster_client import ClientTransport, run
         from itlr.engines.cluster_reads import index_mappings
 
-        with self.errors(index):
-            answer = run(index_mappings(index), ClientTransport(self.client))
-        return dict(one_index(index, answer)["mappings"])
-
-    def pipeline(self, pipeline_id: str, index: str) -> dict[str, Any] | None:
-        """The stored ingest pipeline as `GET _ingest/pipeline/<id>` answers it ({id: body}),
-        None when there is none (an error names `index`, the one it is read for)."""
-        with self.errors(index):
-            found = dict(self._get_pipeline(pipeline_id) or {})
-        return found if pipeline_id in found else None
+        return dict(one_index(index, self.run(index_mappings(index), index))["mappings"])
 
     def settings(self, index: str) -> dict[str, Any]:
         """The `settings.index` object of one index (an alias of one index: of that one)."""

@@ -28,7 +28,6 @@ import fnmatch
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from itlr.extras import missing_extra
 
@@ -46,19 +45,17 @@ from itlr.engines.integrity import (
     SCRIPT_ID_PREFIX,
     PipelineMismatch,
     ScriptMismatch,
-    check_stored_pipeline,
     reinstall_command,
 )
 from itlr.engines.layout import IndexLayout
 from itlr.errors import EngineError
-from itlr.hash_guard import PIPELINE, PIPELINE_ID
+from itlr.hash_guard import PIPELINE_ID, GuardNotRestored, stored_guard
 from itlr.proxy.caller import (
     Caller,
     CallerReads,
     HttpxTransport,
     TimedLRU,
     UpstreamTimeout,
-    within,
 )
 
 log = logging.getLogger("itlr.proxy")
@@ -153,17 +150,6 @@ class OwnRequests:
         """The cluster client layer's async face with the proxy's own credentials."""
         headers = self.connection.auth_headers()
         return HttpxTransport(self.client, self.connection.url, self.deadline, headers)
-
-    async def send(self, method: str, path: str, json: Any = None) -> httpx.Response:
-        return await within(
-            self.deadline,
-            self.connection.url,
-            self.client.request,
-            method,
-            path,
-            headers=self.connection.auth_headers(),
-            json=json,
-        )
 
 
 async def check_scripts_into(
@@ -302,32 +288,27 @@ class IntegrityWatch:
         return verdict
 
     async def _check_pipeline(self) -> None:
-        found = await self.own.send("GET", f"/_ingest/pipeline/{PIPELINE_ID}")
-        if found.status_code == 404:
-            if self._pipeline_seen:
-                put = await self.own.send("PUT", f"/_ingest/pipeline/{PIPELINE_ID}", PIPELINE)
-                if put.status_code < 300:
-                    log.warning(
-                        "itlr's ingest pipeline %s was deleted: stored it again", PIPELINE_ID
-                    )
-                else:
-                    log.warning(
-                        "itlr's ingest pipeline %s was deleted and storing it again was refused "
-                        "(%d): `itlr backfill --follow` misses rewritten texts",
-                        PIPELINE_ID,
-                        put.status_code,
-                    )
-            return
-        if found.status_code != 200:
-            return
-        self._pipeline_seen = True
+        # A missing pipeline is stored again only once this watch has seen it: a cluster that
+        # never had it (nobody ran --install-pipeline) is left as it is.
         try:
-            check_stored_pipeline(PIPELINE_ID, PIPELINE, found.json(), self.url)
-            self._pipeline_foreign = False
-        except (PipelineMismatch, ValueError) as foreign:
+            stored = await run_async(
+                stored_guard(self.url, restore=self._pipeline_seen), self.own.transport
+            )
+        except GuardNotRestored as refused:
+            log.warning("%s", refused)
+            return
+        except ClusterRefused:
+            return  # not the proxy's to read: nothing is known
+        except PipelineMismatch as foreign:
+            self._pipeline_seen = True
             if not self._pipeline_foreign:
                 log.warning("%s", foreign)
             self._pipeline_foreign = True
+            return
+        if stored.restored:
+            log.warning("itlr's ingest pipeline %s was deleted: stored it again", PIPELINE_ID)
+        elif stored.present:
+            self._pipeline_seen, self._pipeline_foreign = True, False
 
     async def verified(self, caller: Caller, dialect: Dialect) -> None:
         """Before a logical search: raise ScriptMismatch when a stored script is foreign."""
