@@ -71,7 +71,15 @@ def test_the_backend_imports_the_hash_guard_and_not_the_other_way_round() -> Non
     """No circle between the backend and itlr's hash guard, not even one hidden in a function
     or behind TYPE_CHECKING: the guard names what it needs of the index as a Protocol."""
     guard = ast.parse((ENGINES.parent / "hash_guard.py").read_text())
-    assert not {m for m in imported_modules(guard) if m.startswith("itlr.engines.cluster")}
+    # The cluster client layer (cluster_client.py), whose operation the guard's check is, is
+    # a leaf of the engines: it imports no engine module, so the guard may import it.
+    client_layer = ast.parse((ENGINES / "cluster_client.py").read_text())
+    assert not {m for m in imported_modules(client_layer) if m.startswith("itlr.engines")}
+    assert not {
+        m
+        for m in imported_modules(guard)
+        if m.startswith("itlr.engines.cluster") and m != "itlr.engines.cluster_client"
+    }
     backend = ast.parse((ENGINES / "cluster.py").read_text())
     in_functions = [
         ast.unparse(node)
